@@ -1,0 +1,37 @@
+# cdriver developer targets. `make demo` runs the local simulated cluster; `make test` the tests.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: venv control-plane test unit lint binary demo bench clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: setup.cfg pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q -U pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+control-plane:
+	hack/kube/build.sh all
+
+test: venv control-plane
+	$(BIN)/ruff check .
+	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+unit: venv
+	$(BIN)/pytest -q -m unit $(PYTEST_ARGS)
+
+lint: venv
+	$(BIN)/ruff check .
+
+binary: venv
+	$(BIN)/pyinstaller --noconfirm --clean --log-level WARN --distpath dist --workpath build/pyinstaller packaging/cdriver.spec
+
+bench: venv control-plane
+	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf build dist .pytest_cache .ruff_cache *.egg-info

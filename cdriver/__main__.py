@@ -1,0 +1,5 @@
+"""`python -m cdriver`."""
+
+from cdriver.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""ComputeDomain API types, opaque configs and the project's constants."""
