@@ -28,7 +28,7 @@ lint: venv
 	$(BIN)/ruff check .
 
 binary: venv
-	$(BIN)/pyinstaller --noconfirm --clean --log-level WARN --distpath dist --workpath build/pyinstaller packaging/cdriver.spec
+	PYINSTALLER=$(BIN)/pyinstaller packaging/build.sh
 
 bench: venv control-plane
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
