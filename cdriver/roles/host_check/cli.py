@@ -1,0 +1,68 @@
+"""The `cdriver host-check` command: report table or JSON, exit 0 pass / 1 fail / 2 could not run."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+import click
+
+from cdriver.api import constants as c
+
+log = logging.getLogger(__name__)
+
+EXIT_COULD_NOT_RUN = 2
+
+
+def render_table(results: list, mode: str, driver_root: str) -> str:
+    """Human report: one row per check, then the fix lines of failed checks."""
+    lines = [f"host-check: mode={mode} driver-root={driver_root}", ""]
+    width = max(len(r.name) for r in results)
+    for r in results:
+        lines.append(f"{r.status:<5} {r.name:<{width}}  {r.evidence}")
+    fixes = [r for r in results if r.status == "FAIL"]
+    if fixes:
+        lines.append("")
+        lines.append("To fix:")
+        lines += [f"  {r.name}: {r.fix}" for r in fixes]
+    return "\n".join(lines)
+
+
+@click.command("host-check")
+@click.option("--driver-root", default="/", show_default=True, envvar=["NVIDIA_DRIVER_ROOT"],
+              help="Root of the NVIDIA driver install (env NVIDIA_DRIVER_ROOT).")
+@click.option("--socket", "socket_path", default=c.DEFAULT_HOST_IMEX_SOCKET, show_default=True,
+              envvar="IMEX_HOST_SOCKET_PATH",
+              help="IMEX command socket the driver uses, relative to the driver root (env IMEX_HOST_SOCKET_PATH).")
+@click.option("--mode", type=click.Choice([c.IMEX_MODE_HOST_MANAGED, c.IMEX_MODE_DRIVER_MANAGED]),
+              default=c.IMEX_MODE_HOST_MANAGED, show_default=True, envvar="IMEX_MODE",
+              help="IMEX lifecycle mode of this node (env IMEX_MODE).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON document instead of the table.")
+@click.option("--timeout", default=5.0, show_default=True, help="Seconds to wait for nvidia-imex-ctl.")
+def command(driver_root: str, socket_path: str, mode: str, as_json: bool, timeout: float) -> None:
+    """Check this node's IMEX prerequisites: driver, channel devices, fabric, host IMEX service.
+
+    Each check prints PASS, FAIL or SKIP with its evidence and, on failure, a one-line fix.
+    Exit code: 0 all passed, 1 a check failed, 2 the checks could not run.
+    """
+    from cdriver.roles.host_check import checks, facts
+
+    try:
+        node = facts.gather(mode, driver_root, socket_path, probe_timeout=timeout)
+        results = checks.run_checks(node)
+    except Exception as e:  # the report is the product; a crash here is "could not run"
+        msg = f"host-check could not run: {type(e).__name__}: {e}"
+        if as_json:
+            click.echo(json.dumps({"error": msg, "checks": []}))
+        else:
+            click.echo(msg, err=True)
+        sys.exit(EXIT_COULD_NOT_RUN)
+    code = checks.exit_code(results)
+    if as_json:
+        doc = {"mode": mode, "driverRoot": node.driver_root, "socket": node.expected_socket,
+               "passed": code == 0, "checks": [r.to_dict() for r in results]}
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        click.echo(render_table(results, mode, node.driver_root))
+    sys.exit(code)

@@ -1,0 +1,210 @@
+"""Gathering what host-check looks at: files, device nodes, NVML, processes, the IMEX socket.
+
+Everything here touches the system; the verdicts are computed in `checks.py` from the
+`NodeFacts` this module returns.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+
+import psutil
+
+from cdriver.api import constants as c
+from cdriver.errors import CdriverError
+from cdriver.imex import config as imex_config
+from cdriver.imex import ctl as imex_ctl
+
+NVML_LIB_NAME = "libnvidia-ml.so.1"
+NVML_LIB_DIRS = ("lib", "lib64", "usr/lib", "usr/lib64", "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu")
+
+
+@dataclass
+class DeviceNodeFacts:
+    """What is at the channel device path."""
+
+    path: str
+    exists: bool = False
+    is_char: bool = False
+    major: int | None = None
+    minor: int | None = None
+
+
+@dataclass
+class FabricFacts:
+    """NVML fabric identity as the kubelet plugin would compute it."""
+
+    clique_id: str | None = None  # "" = not fabric-attached
+    error: str | None = None
+
+
+@dataclass
+class ImexProcessFacts:
+    """A running nvidia-imex and the config it runs with."""
+
+    pid: int
+    cmdline: list[str]
+    config_path: str | None = None
+    config: imex_config.ImexConfig | None = None
+    config_error: str | None = None
+
+
+@dataclass
+class NodeFacts:
+    """Everything the checks decide on."""
+
+    mode: str
+    driver_root: str
+    driver_root_exists: bool
+    nvml_library: str | None
+    proc_devices_path: str
+    proc_devices_error: str | None
+    channel_major: int | None
+    channel0: DeviceNodeFacts
+    fabric: FabricFacts
+    expected_socket: str
+    processes: list[ImexProcessFacts] = field(default_factory=list)
+    ctl_path: str | None = None
+    probe: imex_ctl.ProbeResult | None = None
+
+
+def under_root(root: str, path: str) -> str:
+    """`path` as seen through driver root `root` (an absolute path joined under it)."""
+    return os.path.normpath(os.path.join(root, path.lstrip("/")))
+
+
+def find_nvml_library(root: str) -> str | None:
+    """Path of libnvidia-ml.so.1 in the driver root's library dirs, or None."""
+    for sub in NVML_LIB_DIRS:
+        candidate = os.path.join(root, sub, NVML_LIB_NAME)
+        if os.path.exists(candidate):
+            return candidate
+    return None
+
+
+def parse_channel_major(text: str) -> int | None:
+    """Major of `nvidia-caps-imex-channels` in a /proc/devices text (character devices only)."""
+    in_char = False
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("Character devices"):
+            in_char = True
+            continue
+        if line.startswith("Block devices"):
+            in_char = False
+            continue
+        parts = line.split()
+        if in_char and len(parts) == 2 and parts[1] == c.IMEX_CHANNELS_DEVICE_NAME and parts[0].isdigit():
+            return int(parts[0])
+    return None
+
+
+def device_node_facts(path: str) -> DeviceNodeFacts:
+    """Stat a device path without following it anywhere surprising."""
+    facts = DeviceNodeFacts(path=path)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return facts
+    facts.exists = True
+    facts.is_char = stat.S_ISCHR(st.st_mode)
+    if facts.is_char:
+        facts.major, facts.minor = os.major(st.st_rdev), os.minor(st.st_rdev)
+    return facts
+
+
+def fabric_facts(root: str) -> FabricFacts:
+    """Clique ID through the production discovery code (strict: fabric errors are reported)."""
+    try:
+        from cdriver.nvml import discover
+
+        return FabricFacts(clique_id=discover.clique_id(root, strict=True))
+    except CdriverError as e:
+        return FabricFacts(error=str(e))
+    except Exception as e:  # NVML failures of any kind are evidence, not crashes
+        return FabricFacts(error=f"{type(e).__name__}: {e}")
+
+
+def _config_arg(cmdline: list[str]) -> str | None:
+    for i, arg in enumerate(cmdline):
+        if arg in ("-c", "--config") and i + 1 < len(cmdline):
+            return cmdline[i + 1]
+        for prefix in ("-c=", "--config="):
+            if arg.startswith(prefix):
+                return arg[len(prefix):]
+    return None
+
+
+def is_imex_process(name: str, cmdline: list[str]) -> bool:
+    """True for an nvidia-imex daemon (by process name or argv[0]); never for nvidia-imex-ctl."""
+    argv0 = os.path.basename(cmdline[0]) if cmdline else ""
+    return name == c.IMEX_DAEMON_BINARY or argv0 == c.IMEX_DAEMON_BINARY
+
+
+def imex_processes(root: str) -> list[ImexProcessFacts]:
+    """Running nvidia-imex processes that belong to this driver root.
+
+    With a driver root other than `/` (e.g. a simulated node), only daemons whose config file
+    lies under that root count, so neighbouring nodes on the same machine are not mistaken.
+    """
+    found = []
+    for proc in psutil.process_iter(["pid", "name", "cmdline", "cwd"]):
+        info = proc.info
+        cmdline = info.get("cmdline") or []
+        if not is_imex_process(info.get("name") or "", cmdline):
+            continue
+        facts = ImexProcessFacts(pid=info["pid"], cmdline=cmdline)
+        cfg = _config_arg(cmdline)
+        if cfg is not None:
+            if not os.path.isabs(cfg) and info.get("cwd"):
+                cfg = os.path.join(info["cwd"], cfg)
+            facts.config_path = os.path.realpath(cfg)
+            try:
+                facts.config = imex_config.read_config(facts.config_path)
+            except CdriverError as e:
+                facts.config_error = str(e)
+        root_real = os.path.realpath(root)
+        if root_real != "/" and not (facts.config_path or "").startswith(root_real + os.sep):
+            continue
+        found.append(facts)
+    return found
+
+
+def gather(mode: str, driver_root: str, socket: str, probe_timeout: float = 5.0) -> NodeFacts:
+    """Collect the facts for one node."""
+    root = os.path.abspath(driver_root)
+    root_exists = os.path.isdir(root)
+    proc_devices = under_root(root, "/proc/devices")
+    if not os.path.exists(proc_devices):
+        proc_devices = "/proc/devices"
+    major: int | None = None
+    proc_error: str | None = None
+    try:
+        with open(proc_devices, encoding="utf-8") as f:
+            major = parse_channel_major(f.read())
+    except OSError as e:
+        proc_error = f"cannot read {proc_devices}: {e.strerror}"
+    dev_dir = under_root(root, c.IMEX_CHANNELS_DEV_DIR)
+    if not os.path.exists(under_root(root, "/dev")):
+        dev_dir = c.IMEX_CHANNELS_DEV_DIR
+    channel0 = device_node_facts(os.path.join(dev_dir, "channel0"))
+    expected_socket = os.path.realpath(under_root(root, socket))
+    facts = NodeFacts(
+        mode=mode,
+        driver_root=root,
+        driver_root_exists=root_exists,
+        nvml_library=find_nvml_library(root) if root_exists else None,
+        proc_devices_path=proc_devices,
+        proc_devices_error=proc_error,
+        channel_major=major,
+        channel0=channel0,
+        fabric=fabric_facts(root) if root_exists else FabricFacts(error="driver root missing"),
+        expected_socket=expected_socket,
+        processes=imex_processes(root),
+        ctl_path=imex_ctl.find_ctl(root) if root_exists else None,
+    )
+    if facts.ctl_path and os.path.exists(expected_socket):
+        facts.probe = imex_ctl.probe_ready(facts.ctl_path, unix_socket=expected_socket, timeout=probe_timeout)
+    return facts
