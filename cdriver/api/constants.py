@@ -128,3 +128,66 @@ IMEX_MODE_DRIVER_MANAGED = "driverManaged"
 IMEX_MODE_HOST_MANAGED = "hostManaged"
 IMEX_ISOLATION_DOMAIN = "domain"
 IMEX_ISOLATION_CHANNEL = "channel"
+
+# --- imex-daemon role ----------------------------------------------------------------
+IMEXD_TEMPLATE_NAME = "imexd.cfg.tmpl"  # placed in the domain dir by the kubelet plugin
+IMEXD_CONFIG_NAME = "imexd.cfg"
+IMEXD_NODES_CONFIG_NAME = "nodes.cfg"
+IMEXD_STATE_NAME = "daemon-state.json"  # written by `imex-daemon run`, read by `check`
+ENV_IMEXD_DIR = "IMEXD_DIR"
+ENV_IMEX_HOSTS_FILE = "IMEX_HOSTS_FILE"
+IMEX_CHECK_NOOP_MESSAGE = "check succeeded (noop, clique ID is empty)"
+EVENT_REASON_IMEX_START_FAILED = "IMEXDaemonStartFailed"
+EVENT_REASON_IMEX_PORT_CONFLICT = "IMEXPortConflict"
+EVENT_REASON_IMEX_RESTARTED = "IMEXDaemonRestarted"
+HOST_IMEX_SERVICE = "nvidia-imex.service"
+
+# --- controller role -----------------------------------------------------------------
+DAEMON_CONTAINER_NAME = "compute-domain-daemon"
+DAEMON_POD_CLAIM_NAME = "compute-domain-daemon"
+DAEMON_REQUEST_NAME = "daemon"
+CHANNEL_REQUEST_NAME = "channel"
+DEFAULT_DAEMON_PRIORITY_CLASS = "system-node-critical"
+DEFAULT_DAEMON_CPU = "100m"
+DEFAULT_DAEMON_MEMORY = "256Mi"
+DEFAULT_LEASE_NAME = "cdriver-controller"
+CONTROLLER_COMPONENT = "cdriver-controller"
+CONDITION_READY = "Ready"
+ENV_IMEX_MODE = "IMEX_MODE"
+ENV_IMEX_ISOLATION = "IMEX_ISOLATION"
+
+# --- cdriver.imex and the IMEX stand-ins (cdriver.sim.imex) --------------------------
+HOSTS_FILE = "/etc/hosts"
+DEFAULT_IMEX_CONFIG = "/etc/nvidia-imex/config.cfg"
+DEFAULT_IMEX_NODES_CONFIG = "/etc/nvidia-imex/nodes_config.cfg"
+IMEX_READY_OUTPUT = "READY"  # what `nvidia-imex-ctl -q` prints for a ready daemon
+IMEX_NO_GPU_VERSION = "NO_GPU"  # node version IMEX reports in NO GPU mode
+IMEX_DOMAIN_UP = "UP"
+IMEX_DOMAIN_DEGRADED = "DEGRADED"
+IMEX_DOMAIN_DOWN = "DOWN"
+IMEX_NODE_READY = "READY"
+IMEX_NODE_UNAVAILABLE = "UNAVAILABLE"
+ENV_SIM_HOSTS_FILE = "CDRIVER_SIM_HOSTS_FILE"  # hosts file the stand-ins resolve names in
+ENV_SIM_IMEX_HEARTBEAT = "CDRIVER_SIM_IMEX_HEARTBEAT_S"
+ENV_SIM_IMEX_PEER_TIMEOUT = "CDRIVER_SIM_IMEX_PEER_TIMEOUT_S"
+ENV_SIM_IMEX_RETRY_INITIAL = "CDRIVER_SIM_IMEX_RETRY_INITIAL_S"
+ENV_SIM_IMEX_RETRY_MAX = "CDRIVER_SIM_IMEX_RETRY_MAX_S"
+
+# --- cdriver.checkpoint ---------------------------------------------------------------
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"  # changes on every boot
+
+# --- cdriver.nvml (discovery) and cdriver.sim (driver root, simulated NVML) ----------
+NVML_LIBRARY_NAME = "libnvidia-ml.so.1"
+#: Where libnvidia-ml.so.1 is looked up below a driver root, in order.
+NVML_LIBRARY_SEARCH_DIRS = ("/", "/usr/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
+                            "/lib64", "/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu")
+NVIDIA_SMI_BINARY = "nvidia-smi"
+#: Where nvidia-smi is looked up below a driver root, in order.
+NVIDIA_SMI_SEARCH_DIRS = ("/", "/opt/bin", "/usr/bin", "/usr/sbin", "/bin", "/sbin")
+PROC_DEVICES_PATH = "/proc/devices"
+IMEX_CHANNEL_COUNT = 2048  # channels per node (fixed by the NVIDIA driver)
+#: GPUs with these names are not counted (display devices of DGX stations).
+NVML_IGNORED_GPU_NAMES = ("DGX Display", "NVIDIA DGX Display")
+ENV_SIM_NVML_CONFIG = "CDRIVER_SIM_NVML_CONFIG"  # simulated NVML: path of its per-node config
+SIM_NVML_CONFIG_NAME = "nvml-sim.conf"  # default config next to the simulated library
+ENV_SIM_TOPOLOGY = "CDRIVER_SIM_TOPOLOGY"  # topology document of the simulation
