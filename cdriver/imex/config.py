@@ -1,0 +1,380 @@
+"""The nvidia-imex config file and nodes config: render (jinja2), parse, validate, write.
+
+The config is `KEY=value` lines with `#` comments. The nodes config lists one peer per line
+(IP address or host name). Rendering and parsing are pure; `write_file_atomic` is the only
+effect here.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cdriver.api import constants as c
+from cdriver.errors import CdriverError
+
+# Config keys this code reads (the full key list lives in the template).
+KEY_BIND_INTERFACE_IP = "BIND_INTERFACE_IP"
+KEY_SERVER_PORT = "SERVER_PORT"
+KEY_NODE_CONFIG_FILE = "IMEX_NODE_CONFIG_FILE"
+KEY_CMD_ENABLED = "IMEX_CMD_ENABLED"
+KEY_CMD_BIND_INTERFACE_IP = "IMEX_CMD_BIND_INTERFACE_IP"
+KEY_CMD_PORT = "IMEX_CMD_PORT"
+KEY_CMD_UNIX_DOMAIN_PATH = "IMEX_CMD_UNIX_DOMAIN_PATH"
+KEY_LOG_FILE_NAME = "LOG_FILE_NAME"
+KEY_LOG_APPEND_TO_LOG = "LOG_APPEND_TO_LOG"
+KEY_DAEMONIZE = "DAEMONIZE"
+
+#: Keys a rendered daemon config must carry with these exact values (the daemon depends on them).
+REQUIRED_VALUES: dict[str, str] = {
+    KEY_DAEMONIZE: "0",
+    KEY_LOG_FILE_NAME: "",
+    KEY_CMD_ENABLED: "1",
+}
+
+_KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
+_MAX_CONFIG_BYTES = 1 << 20
+
+
+class ImexConfigError(CdriverError):
+    """A config, template or nodes config that cannot be used (message names file, line, fix)."""
+
+
+# --- template rendering ----------------------------------------------------------------
+
+
+def default_template_path() -> Path:
+    """Path of the IMEX config template shipped in the package."""
+    from importlib import resources
+
+    return Path(str(resources.files("cdriver") / "templates" / c.IMEX_CONFIG_TEMPLATE_NAME))
+
+
+def load_template(path: str | os.PathLike[str] | None = None) -> str:
+    """Text of the IMEX config template (default: the packaged `imexd.tmpl.cfg`)."""
+    target = Path(path) if path is not None else default_template_path()
+    try:
+        return target.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ImexConfigError(
+            f"cannot read IMEX config template {target}: {e.strerror or e}; "
+            "check that the file exists and is readable"
+        ) from None
+    except UnicodeDecodeError:
+        raise ImexConfigError(f"IMEX config template {target} is not UTF-8 text; restore it") from None
+
+
+def _check_value(name: str, value: str) -> None:
+    if "\n" in value or "\r" in value or "\0" in value:
+        raise ImexConfigError(f"{name}={value!r}: a config value must be a single line")
+
+
+def _check_ip(name: str, value: str) -> None:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise ImexConfigError(f"{name}={value!r} is not an IP address; pass the pod's IP (POD_IP)") from None
+
+
+def _check_port(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise ImexConfigError(f"{name}={value!r}: a port must be an integer from 1 to 65535")
+
+
+def render_config(
+    template: str,
+    nodes_config_file: str,
+    bind_ip: str,
+    cmd_unix_socket: str | None = None,
+    *,
+    server_port: int = c.IMEX_SERVER_PORT,
+    cmd_port: int = c.IMEX_CMD_PORT,
+    source: str = "IMEX config template",
+) -> str:
+    """Render the IMEX config template; the result is parsed back to prove it is well formed.
+
+    `bind_ip` becomes IMEX_CMD_BIND_INTERFACE_IP (the pod IP); `cmd_unix_socket` the optional
+    IMEX_CMD_UNIX_DOMAIN_PATH. Raises ImexConfigError for bad inputs or a broken template.
+    """
+    import jinja2  # imported here: the stand-in ctl parses configs and must start fast
+
+    if not nodes_config_file or not os.path.isabs(nodes_config_file):
+        raise ImexConfigError(
+            f"nodes config path {nodes_config_file!r} must be an absolute path (e.g. {c.IMEXD_NODES_CONFIG})"
+        )
+    _check_value("IMEX_NODE_CONFIG_FILE", nodes_config_file)
+    _check_ip("IMEX_CMD_BIND_INTERFACE_IP", bind_ip)
+    if cmd_unix_socket:
+        _check_value("IMEX_CMD_UNIX_DOMAIN_PATH", cmd_unix_socket)
+        if not os.path.isabs(cmd_unix_socket):
+            raise ImexConfigError(
+                f"IMEX_CMD_UNIX_DOMAIN_PATH={cmd_unix_socket!r} must be an absolute path"
+            )
+    _check_port("SERVER_PORT", server_port)
+    _check_port("IMEX_CMD_PORT", cmd_port)
+
+    env = jinja2.Environment(
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
+    )
+    try:
+        text = env.from_string(template).render(
+            nodes_config_file=nodes_config_file,
+            cmd_bind_ip=bind_ip,
+            cmd_unix_socket=cmd_unix_socket or "",
+            server_port=server_port,
+            cmd_port=cmd_port,
+        )
+    except jinja2.TemplateSyntaxError as e:
+        raise ImexConfigError(f"{source}: line {e.lineno}: template syntax error: {e.message}") from None
+    except jinja2.UndefinedError as e:
+        raise ImexConfigError(
+            f"{source}: {e.message}; the template may only use nodes_config_file, cmd_bind_ip, "
+            "cmd_unix_socket, server_port and cmd_port"
+        ) from None
+    values = parse_config(text, source=f"{source} (rendered)")
+    for key, want in REQUIRED_VALUES.items():
+        if values.get(key, None) != want:
+            raise ImexConfigError(
+                f"{source}: {key} must be {want!r} for a supervised daemon, got {values.get(key)!r}; "
+                "restore the packaged template"
+            )
+    return text
+
+
+# --- parsing ---------------------------------------------------------------------------
+
+
+def parse_config(text: str, source: str = "IMEX config") -> dict[str, str]:
+    """Parse `KEY=value` lines; comments and blank lines are skipped.
+
+    Malformed lines, bad key names and keys given twice raise ImexConfigError naming the line.
+    """
+    values: dict[str, str] = {}
+    first_line: dict[str, int] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        if not sep:
+            raise ImexConfigError(
+                f"{source}: line {number}: expected KEY=value, got {_clip(line)!r}; "
+                "comment it out with '#' or add '='"
+            )
+        if not _KEY_RE.match(key):
+            raise ImexConfigError(
+                f"{source}: line {number}: invalid key {_clip(key)!r}; keys are upper-case letters, "
+                "digits and '_' (e.g. SERVER_PORT)"
+            )
+        if key in values:
+            raise ImexConfigError(
+                f"{source}: line {number}: {key} is already set on line {first_line[key]}; keep one of them"
+            )
+        values[key] = value.strip()
+        first_line[key] = number
+    return values
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _port(values: Mapping[str, str], key: str, default: int, source: str) -> int:
+    raw = values.get(key, "")
+    if raw == "":
+        return default
+    try:
+        port = int(raw, 10)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise ImexConfigError(f"{source}: {key}={raw!r} must be a port number from 1 to 65535")
+    return port
+
+
+def _flag(values: Mapping[str, str], key: str, default: bool, source: str) -> bool:
+    raw = values.get(key, "")
+    if raw == "":
+        return default
+    if raw not in ("0", "1"):
+        raise ImexConfigError(f"{source}: {key}={raw!r} must be 0 or 1")
+    return raw == "1"
+
+
+def _ip(values: Mapping[str, str], key: str, source: str) -> str:
+    raw = values.get(key, "")
+    if raw:
+        try:
+            ipaddress.ip_address(raw)
+        except ValueError:
+            raise ImexConfigError(
+                f"{source}: {key}={raw!r} is not an IP address; set an IP or leave it empty"
+            ) from None
+    return raw
+
+
+@dataclass(frozen=True)
+class ImexConfig:
+    """The settings of an IMEX config that the daemon, the ctl and the stand-ins act on."""
+
+    source: str
+    server_port: int
+    node_config_file: str
+    bind_ip: str
+    cmd_enabled: bool
+    cmd_bind_ip: str
+    cmd_port: int
+    cmd_unix_path: str
+    log_file_name: str
+    log_append: bool
+    values: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, str], source: str = "IMEX config") -> ImexConfig:
+        """Validate parsed values; missing keys take nvidia-imex's defaults."""
+        unix_path = values.get(KEY_CMD_UNIX_DOMAIN_PATH, "")
+        if unix_path and not os.path.isabs(unix_path):
+            raise ImexConfigError(
+                f"{source}: {KEY_CMD_UNIX_DOMAIN_PATH}={unix_path!r} must be an absolute path"
+            )
+        return cls(
+            source=source,
+            server_port=_port(values, KEY_SERVER_PORT, c.IMEX_SERVER_PORT, source),
+            node_config_file=values.get(KEY_NODE_CONFIG_FILE, "") or c.DEFAULT_IMEX_NODES_CONFIG,
+            bind_ip=_ip(values, KEY_BIND_INTERFACE_IP, source),
+            cmd_enabled=_flag(values, KEY_CMD_ENABLED, True, source),
+            cmd_bind_ip=_ip(values, KEY_CMD_BIND_INTERFACE_IP, source),
+            cmd_port=_port(values, KEY_CMD_PORT, c.IMEX_CMD_PORT, source),
+            cmd_unix_path=unix_path,
+            log_file_name=values.get(KEY_LOG_FILE_NAME, ""),
+            log_append=_flag(values, KEY_LOG_APPEND_TO_LOG, False, source),
+            values=dict(values),
+        )
+
+
+def read_config(path: str | os.PathLike[str]) -> ImexConfig:
+    """Read, parse and validate an IMEX config file."""
+    text = _read_text(path, "IMEX config file", "pass the file nvidia-imex runs with (-c)")
+    return ImexConfig.from_values(parse_config(text, source=str(path)), source=str(path))
+
+
+def _read_text(path: str | os.PathLike[str], what: str, fix: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(_MAX_CONFIG_BYTES + 1)
+    except OSError as e:
+        raise ImexConfigError(f"cannot read {what} {path}: {e.strerror or e}; {fix}") from None
+    if len(data) > _MAX_CONFIG_BYTES:
+        raise ImexConfigError(
+            f"{what} {path} is larger than {_MAX_CONFIG_BYTES} bytes; is it the right file?"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ImexConfigError(f"{what} {path} is not UTF-8 text; is it the right file?") from None
+
+
+# --- nodes config ----------------------------------------------------------------------
+
+
+def _check_host_entry(host: str) -> None:
+    if not isinstance(host, str) or not host or any(ch.isspace() for ch in host) or "#" in host:
+        raise ImexConfigError(
+            f"nodes config entry {host!r} is not a host: use one IP address or host name, "
+            "without spaces or '#'"
+        )
+
+
+def render_nodes_config(hosts: Iterable[str]) -> str:
+    """One host (IP or name) per line, each newline-terminated, in the given order."""
+    seen: set[str] = set()
+    lines = []
+    for host in hosts:
+        _check_host_entry(host)
+        if host in seen:
+            raise ImexConfigError(f"nodes config entry {host!r} is listed twice; list every peer once")
+        seen.add(host)
+        lines.append(f"{host}\n")
+    return "".join(lines)
+
+
+def dns_nodes_config(max_nodes: int) -> str:
+    """The static DNS-name nodes config: compute-domain-daemon-0000 .. <max_nodes-1>."""
+    if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or not 1 <= max_nodes <= 9999:
+        raise ImexConfigError(
+            f"{c.ENV_MAX_NODES}={max_nodes!r}: must be an integer from 1 to 9999 "
+            f"(the controller's default is {c.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN})"
+        )
+    return render_nodes_config(c.dns_name(i) for i in range(max_nodes))
+
+
+def parse_nodes_config(text: str) -> list[str]:
+    """Hosts of a nodes config: one per line; blank lines and '#' comments skipped.
+
+    Text after the first space or tab of a line is ignored (an optional per-peer field).
+    """
+    hosts = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        hosts.append(line.split()[0])
+    return hosts
+
+
+def read_nodes_config(path: str | os.PathLike[str]) -> list[str]:
+    """Read and parse a nodes config file."""
+    return parse_nodes_config(
+        _read_text(path, "IMEX nodes config", f"check {KEY_NODE_CONFIG_FILE} in the IMEX config")
+    )
+
+
+# --- writing ---------------------------------------------------------------------------
+
+
+def write_file_atomic(path: str | os.PathLike[str], text: str, mode: int = 0o644) -> None:
+    """Write `text` to `path` through a temp file in the same directory (fsync + rename).
+
+    Readers see the old or the new file, never a partial one. Not for bind-mounted single
+    files such as /etc/hosts (see `cdriver.imex.hosts.rewrite_hosts_file`).
+    """
+    import tempfile
+
+    target = Path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as e:
+        raise ImexConfigError(f"cannot write {target}: {e.strerror or e}; check the directory") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fchmod(f.fileno(), mode)
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        if isinstance(e, OSError):
+            raise ImexConfigError(
+                f"cannot write {target}: {e.strerror or e}; the previous file is unchanged"
+            ) from None
+        raise
+    try:
+        dir_fd = os.open(target.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)

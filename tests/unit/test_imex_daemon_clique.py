@@ -1,0 +1,210 @@
+"""Clique membership logic: index assignment, upsert/remove/status, optimistic retry loop."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from cdriver.api import constants as c
+from cdriver.kube.raw import ApiError
+from cdriver.roles.imex_daemon import clique as cl
+
+pytestmark = pytest.mark.unit
+
+CQ = "00000000-0000-0000-0000-0000000000ab.0"
+
+
+def entry(node: str, ip: str, index: int, status: str = c.STATUS_NOT_READY, clique: str = CQ) -> dict:
+    return {"nodeName": node, "ipAddress": ip, "cliqueID": clique, "index": index, "status": status}
+
+
+def test_next_free_index_fills_holes_and_respects_max() -> None:
+    assert cl.next_free_index(set(), 4) == 0
+    assert cl.next_free_index({0, 1, 3}, 4) == 2
+    assert cl.next_free_index({1, 2}, 4) == 0
+    with pytest.raises(cl.IndexExhausted, match="all 2 indices"):
+        cl.next_free_index({0, 1}, 2)
+
+
+def test_new_member_gets_lowest_free_index_and_starts_not_ready() -> None:
+    entries = [entry("a", "10.0.0.1", 0), entry("c", "10.0.0.3", 2)]
+    out, changed = cl.upsert_entry(entries, cl.Member("b", "10.0.0.2", CQ), 18)
+    assert changed
+    assert out[-1] == entry("b", "10.0.0.2", 1)
+    assert entries == [entry("a", "10.0.0.1", 0), entry("c", "10.0.0.3", 2)]  # input untouched
+
+
+def test_indices_of_other_cliques_do_not_count() -> None:
+    entries = [entry("x", "10.0.1.1", 0, clique="other.1")]
+    out, _ = cl.upsert_entry(entries, cl.Member("b", "10.0.0.2", CQ), 18, key="nodeName")
+    assert out[-1]["index"] == 0
+
+
+def test_existing_member_keeps_index_and_status_and_only_ip_changes() -> None:
+    entries = [entry("a", "10.0.0.1", 3, c.STATUS_READY)]
+    out, changed = cl.upsert_entry(entries, cl.Member("a", "10.0.0.9", CQ), 18)
+    assert changed
+    assert out == [entry("a", "10.0.0.9", 3, c.STATUS_READY)]
+    same, changed = cl.upsert_entry(out, cl.Member("a", "10.0.0.9", CQ), 18)
+    assert not changed and same == out
+
+
+def test_existing_member_with_unusable_index_gets_a_free_one() -> None:
+    entries = [entry("a", "10.0.0.1", 0), {"nodeName": "b", "ipAddress": "10.0.0.2", "cliqueID": CQ}]
+    out, changed = cl.upsert_entry(entries, cl.Member("b", "10.0.0.2", CQ), 18)
+    assert changed and cl.find_entry(out, "b")["index"] == 1
+    entries = [entry("a", "10.0.0.1", 0), entry("b", "10.0.0.2", 0)]
+    out, changed = cl.upsert_entry(entries, cl.Member("b", "10.0.0.2", CQ), 18)
+    assert changed and cl.find_entry(out, "b")["index"] == 1
+    entries = [entry("b", "10.0.0.2", 7)]
+    out, changed = cl.upsert_entry(entries, cl.Member("b", "10.0.0.2", CQ), 4)
+    assert changed and cl.find_entry(out, "b")["index"] == 0
+
+
+def test_full_clique_raises_index_exhausted() -> None:
+    entries = [entry("a", "10.0.0.1", 0), entry("b", "10.0.0.2", 1)]
+    with pytest.raises(cl.IndexExhausted, match="MAX_NODES_PER_IMEX_DOMAIN"):
+        cl.upsert_entry(entries, cl.Member("c", "10.0.0.3", CQ), 2)
+
+
+def test_remove_matches_node_name_not_ip() -> None:
+    entries = [entry("a", "10.0.0.1", 0), entry("b", "10.0.0.1", 1)]
+    out, changed = cl.remove_entry(entries, "a")
+    assert changed and out == [entry("b", "10.0.0.1", 1)]
+    out2, changed = cl.remove_entry(out, "a")
+    assert not changed and out2 == out
+
+
+def test_set_status_only_changes_own_entry() -> None:
+    entries = [entry("a", "10.0.0.1", 0), entry("b", "10.0.0.2", 1)]
+    out, changed = cl.set_entry_status(entries, "b", c.STATUS_READY)
+    assert changed and out[1]["status"] == c.STATUS_READY and out[0]["status"] == c.STATUS_NOT_READY
+    _, changed = cl.set_entry_status(out, "b", c.STATUS_READY)
+    assert not changed
+    _, changed = cl.set_entry_status(out, "zz", c.STATUS_READY)
+    assert not changed
+
+
+def test_absent_status_reads_as_not_ready() -> None:
+    assert cl.entry_status({"nodeName": "a"}) == c.STATUS_NOT_READY
+    assert cl.entry_status(None) is None
+    _, changed = cl.set_entry_status([{"nodeName": "a"}], "a", c.STATUS_NOT_READY)
+    assert not changed
+
+
+def test_new_clique_has_labels_and_pod_owner() -> None:
+    owner = cl.pod_owner_reference("pod-1", "uid-1")
+    obj = cl.new_clique("u.cq", "drv", "u", "cq", owner)
+    assert obj["kind"] == "ComputeDomainClique"
+    assert obj["metadata"]["labels"] == {c.LABEL_COMPUTE_DOMAIN: "u", c.LABEL_CLIQUE_ID: "cq"}
+    assert obj["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Pod", "name": "pod-1",
+                                                   "uid": "uid-1"}]
+    assert not cl.ensure_owner_reference(obj, owner)
+    assert cl.ensure_owner_reference(obj, cl.pod_owner_reference("pod-2", "uid-2"))
+    assert [r["uid"] for r in obj["metadata"]["ownerReferences"]] == ["uid-1", "uid-2"]
+
+
+def test_backoff_doubles_caps_and_jitters_within_25_percent() -> None:
+    assert cl.backoff_delay(1, rng=lambda: 0.5) == pytest.approx(0.005)
+    assert cl.backoff_delay(3, rng=lambda: 0.5) == pytest.approx(0.02)
+    assert cl.backoff_delay(30, rng=lambda: 0.5) == pytest.approx(6.0)
+    assert cl.backoff_delay(30, rng=lambda: 0.0) == pytest.approx(4.5)
+    assert cl.backoff_delay(30, rng=lambda: 0.999999) == pytest.approx(7.5, rel=1e-5)
+
+
+class FakeServer:
+    """An in-memory object with resourceVersion checks, standing in for one API object.
+
+    Only for the pure retry loop; the real API server is exercised by the integration tests.
+    """
+
+    def __init__(self, obj: dict) -> None:
+        self.obj = copy.deepcopy(obj)
+        self.obj["metadata"]["resourceVersion"] = "1"
+        self.writes = 0
+
+    def bump(self, mutate) -> None:
+        mutate(self.obj)
+        self.obj["metadata"]["resourceVersion"] = str(int(self.obj["metadata"]["resourceVersion"]) + 1)
+
+
+class MemoryStore:
+    key = cl.KEY_CLIQUE
+    description = "test clique"
+
+    def __init__(self, server: FakeServer, stale: dict | None = None) -> None:
+        self.server = server
+        self.latest = copy.deepcopy(stale if stale is not None else server.obj)
+
+    def observe(self, obj): self.latest = copy.deepcopy(obj)
+    def forget(self): self.latest = None
+    def current(self): return copy.deepcopy(self.latest)
+    def needs_write(self, obj): return False
+    def refresh(self):
+        self.latest = copy.deepcopy(self.server.obj)
+        return copy.deepcopy(self.latest)
+    def ensure(self): return self.current() or self.refresh()
+
+    def write(self, obj):
+        if obj["metadata"]["resourceVersion"] != self.server.obj["metadata"]["resourceVersion"]:
+            raise ApiError(409, "Conflict", "the object has been modified")
+        self.server.writes += 1
+        self.server.bump(lambda o: o.update({"daemons": obj.get("daemons", [])}))
+        self.latest = copy.deepcopy(self.server.obj)
+        return copy.deepcopy(self.server.obj)
+
+    def entries(self, obj): return list(obj.get("daemons") or [])
+    def with_entries(self, obj, entries):
+        out = copy.deepcopy(obj)
+        out["daemons"] = entries
+        return out
+
+
+def test_conflicting_join_recomputes_from_the_newer_object() -> None:
+    base = {"metadata": {"name": "u.cq"}, "daemons": []}
+    server = FakeServer(base)
+    stale = copy.deepcopy(server.obj)
+    # A peer joined (index 0) after this daemon's cached copy was taken.
+    server.bump(lambda o: o.update({"daemons": [entry("peer", "10.0.0.1", 0)]}))
+    store = MemoryStore(server, stale=stale)
+    sleeps: list[float] = []
+    out = cl.update_with_retry(store, lambda e: cl.upsert_entry(e, cl.Member("me", "10.0.0.2", CQ), 18),
+                               sleep=sleeps.append)
+    assert len(sleeps) == 1
+    assert sorted((d["nodeName"], d["index"]) for d in out["daemons"]) == [("me", 1), ("peer", 0)]
+    assert server.writes == 1
+
+
+def test_no_change_means_no_write() -> None:
+    server = FakeServer({"metadata": {"name": "u.cq"}, "daemons": [entry("me", "10.0.0.2", 0)]})
+    store = MemoryStore(server)
+    cl.update_with_retry(store, lambda e: cl.upsert_entry(e, cl.Member("me", "10.0.0.2", CQ), 18),
+                         sleep=lambda s: None)
+    assert server.writes == 0
+
+
+def test_endless_conflicts_give_up_after_the_bound() -> None:
+    server = FakeServer({"metadata": {"name": "u.cq"}, "daemons": []})
+    store = MemoryStore(server)
+
+    def always_conflict(obj):
+        raise ApiError(409, "Conflict", "modified")
+
+    store.write = always_conflict
+    with pytest.raises(cl.RetriesExhausted, match="after 3 attempts"):
+        cl.update_with_retry(store, lambda e: cl.upsert_entry(e, cl.Member("me", "1.1.1.1", CQ), 18),
+                             attempts=3, sleep=lambda s: None)
+
+
+def test_other_api_errors_are_not_retried() -> None:
+    server = FakeServer({"metadata": {"name": "u.cq"}, "daemons": []})
+    store = MemoryStore(server)
+
+    def forbidden(obj):
+        raise ApiError(403, "Forbidden", "no")
+
+    store.write = forbidden
+    with pytest.raises(ApiError, match="Forbidden"):
+        cl.update_with_retry(store, lambda e: cl.upsert_entry(e, cl.Member("me", "1.1.1.1", CQ), 18),
+                             sleep=lambda s: None)
