@@ -1,0 +1,126 @@
+"""The Helm chart: lint, render per mode, refuse invalid combinations, pass server-side dry-run."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cdriver.api import constants as c
+
+pytestmark = pytest.mark.integration
+
+CHART = Path(__file__).resolve().parents[2] / "helm" / "cdriver"
+NAMESPACE = "cdriver-system"
+KUBE_VERSION = "1.37.2"
+HOST_MODE = ["--set", "imex.mode=hostManaged", "--set", "featureGates.HostManagedIMEXDaemon=true"]
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    from cdriver.sim.binaries import helm_binary
+
+    return helm_binary(echo=False)
+
+
+def render(helm: Path, *args: str, namespace: str = NAMESPACE) -> subprocess.CompletedProcess:
+    return subprocess.run([str(helm), "template", "rel", str(CHART), "--namespace", namespace,
+                           "--kube-version", KUBE_VERSION, *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def objects(helm: Path, *args: str) -> list[dict]:
+    out = render(helm, *args)
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def by_kind(docs: list[dict], kind: str) -> dict[str, dict]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+def test_helm_lint_is_clean(helm: Path) -> None:
+    out = subprocess.run([str(helm), "lint", str(CHART), "--namespace", NAMESPACE], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "0 chart(s) failed" in out.stdout
+
+
+def test_default_render_has_every_driver_managed_object(helm: Path) -> None:
+    docs = objects(helm)
+    classes = by_kind(docs, "DeviceClass")
+    assert set(classes) == {c.DEVICE_CLASS_DEFAULT_CHANNEL, c.DEVICE_CLASS_DAEMON}
+    expr = classes[c.DEVICE_CLASS_DEFAULT_CHANNEL]["spec"]["selectors"][0]["cel"]["expression"]
+    assert "type == 'channel'" in expr and ".id == 0" in expr
+    assert set(by_kind(docs, "Deployment")) == {"rel-cdriver-controller"}
+    plugin = by_kind(docs, "DaemonSet")["rel-cdriver-kubelet-plugin"]
+    container = plugin["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["cdriver", "kubelet-plugin"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert env["IMEX_MODE"]["value"] == c.IMEX_MODE_DRIVER_MANAGED
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["plugins"]["mountPath"] == c.KUBELET_PLUGINS_DIR
+    assert mounts["plugins-registry"]["mountPath"] == c.KUBELET_REGISTRY_DIR
+    # Daemon pods run as the fixed service account the controller renders into DaemonSets.
+    assert c.DAEMON_SERVICE_ACCOUNT in by_kind(docs, "ServiceAccount")
+    # Release-prefixed cluster-scoped names: two installs cannot collide.
+    for name in by_kind(docs, "ClusterRole"):
+        assert name.startswith("rel-cdriver-")
+
+
+def test_feature_gates_render_sorted_with_trailing_comma(helm: Path) -> None:
+    docs = objects(helm, "--set", "featureGates.ComputeDomainCliques=false",
+                   "--set", "featureGates.IMEXDaemonsWithDNSNames=false")
+    ctr = by_kind(docs, "Deployment")["rel-cdriver-controller"]["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in ctr["env"]}
+    assert env["FEATURE_GATES"] == "ComputeDomainCliques=false,IMEXDaemonsWithDNSNames=false,"
+
+
+def test_host_managed_render_drops_daemon_objects(helm: Path) -> None:
+    docs = objects(helm, *HOST_MODE)
+    assert set(by_kind(docs, "DeviceClass")) == {c.DEVICE_CLASS_DEFAULT_CHANNEL}
+    assert c.DAEMON_SERVICE_ACCOUNT not in by_kind(docs, "ServiceAccount")
+    ctr = by_kind(docs, "DaemonSet")["rel-cdriver-kubelet-plugin"]["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in ctr["env"]}
+    assert env["IMEX_MODE"] == c.IMEX_MODE_HOST_MANAGED
+    assert env["IMEX_HOST_SOCKET_PATH"] == c.DEFAULT_HOST_IMEX_SOCKET
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "imex.mode=hostManaged"], "requires the alpha feature gate: set featureGates.HostManagedIMEXDaemon"),
+        (["--set", "imex.isolation=channel"], "imex.isolation=channel is reserved"),
+        (["--set", "imex.mode=elsewhere"], "imex.mode=\"elsewhere\" is not supported"),
+        (["--set", "featureGates.IMEXDaemonsWithDNSNames=false"], "requires featureGates.ComputeDomainCliques=false"),
+    ],
+)
+def test_invalid_combinations_fail_with_their_message(helm: Path, args: list[str], message: str) -> None:
+    out = render(helm, *args)
+    assert out.returncode != 0
+    assert message in out.stderr
+
+
+def test_install_into_default_namespace_is_refused(helm: Path) -> None:
+    out = render(helm, namespace="default")
+    assert out.returncode != 0
+    assert "default namespace is not supported" in out.stderr
+
+
+@pytest.mark.parametrize("mode_args", [[], HOST_MODE], ids=["driverManaged", "hostManaged"])
+def test_rendered_objects_pass_server_side_dry_run(helm: Path, raw, mode_args: list[str]) -> None:
+    from cdriver.kube.raw import RESOURCES, ApiError
+
+    try:
+        raw.create(RESOURCES["namespaces"], {"metadata": {"name": NAMESPACE}})
+    except ApiError as e:
+        if not e.already_exists:
+            raise
+    by_kind_resource = {res.kind: res for res in RESOURCES.values()}
+    for doc in objects(helm, *mode_args):
+        res = by_kind_resource[doc["kind"]]
+        ns = NAMESPACE if res.namespaced else None
+        raw.create(res, doc, namespace=ns, dry_run=True)
