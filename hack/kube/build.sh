@@ -19,6 +19,16 @@ mkdir -p "$CACHE_ROOT"
 
 log() { echo "[build-control-plane] $*" >&2; }
 
+TMP_DIRS=()
+cleanup() { local d; for d in "${TMP_DIRS[@]}"; do rm -rf "$d"; done; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+case "${1:-all}" in
+  all|etcd|kube|helm) ;;
+  *) log "unknown component '${1}': use one of all, etcd, kube, helm"; exit 2 ;;
+esac
+
 key_dir() { # component version module-dir
   local sum
   sum="$(cat "$3/go.mod" "$3/go.sum" | sha256sum | cut -c1-12)"
@@ -30,11 +40,20 @@ build_component() { # component version module-dir expected-binaries... -- go bu
   local bins=() ; while [[ "$1" != "--" ]]; do bins+=("$1"); shift; done; shift
   local out; out="$(key_dir "$comp" "$version" "$moddir")"
   exec 9>"$out.lock"
-  flock 9
+  if ! flock -n 9; then
+    log "$comp $version: another build holds $out.lock; waiting for it"
+    flock 9
+  fi
   if [[ -f "$out/.complete" ]]; then
     log "$comp $version: cached in $out"
   else
+    if ! command -v go >/dev/null 2>&1; then
+      log "Go was not found on PATH: install Go 1.26 or newer (with access to the Go module proxy)"
+      log "or point CDRIVER_ETCD_BIN_DIR / CDRIVER_KUBE_BIN_DIR / CDRIVER_HELM_BIN_DIR at prebuilt binaries"
+      exit 3
+    fi
     local tmp="$out.tmp.$$"
+    TMP_DIRS+=("$tmp")
     rm -rf "$tmp"; mkdir -p "$tmp"
     log "$comp $version: building into $out (a cold build takes many minutes on 2 cores)"
     local start=$SECONDS

@@ -1,0 +1,1 @@
+"""The ComputeDomain controller role (`cdriver controller`)."""

@@ -1,0 +1,194 @@
+"""`cdriver controller`: the cluster-level ComputeDomain controller (run as a Deployment).
+
+Every option has an environment twin; upstream's flag and variable names are kept where they
+exist (``--namespace``/NAMESPACE, ``--image-name``/IMAGE_NAME, ``--http-endpoint``, the
+``--leader-election-*`` group, ``--imex-mode``/IMEX_MODE, ...).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import logging
+import re
+import signal
+import socket
+import sys
+
+import click
+
+from cdriver.api import constants as C
+from cdriver.errors import CdriverError
+
+log = logging.getLogger(__name__)
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str, option: str) -> float:
+    """Seconds from ``"15s"``, ``"1m30s"``, ``"500ms"`` or a plain number of seconds."""
+    value = str(text).strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        parts = _DURATION.findall(value)
+        if not parts or "".join(n + u for n, u in parts) != value:
+            raise click.BadParameter(f"{value!r} is not a duration (e.g. 15s, 1m30s, 500ms)",
+                                     param_hint=option) from None
+        seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+    if seconds <= 0:
+        raise click.BadParameter(f"{value!r} must be positive", param_hint=option)
+    return seconds
+
+
+def _fail(message: str, code: int = 2) -> None:
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(code)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--kubeconfig", default=None, envvar="KUBECONFIG",
+              help="Kubeconfig file (default: the pod's service account).")
+@click.option("--namespace", default=C.DEFAULT_DRIVER_NAMESPACE, envvar=C.ENV_NAMESPACE,
+              show_default=True, show_envvar=True,
+              help="Driver namespace: daemon DaemonSets, daemon claim templates and cliques.")
+@click.option("--pod-name", default="", envvar=C.ENV_POD_NAME, show_envvar=True,
+              help="This pod's name (leader-election identity; default: the host name).")
+@click.option("--daemon-image", "--image-name", "daemon_image", default=None,
+              envvar=["DAEMON_IMAGE", "IMAGE_NAME"], show_envvar=True,
+              help="Image of the IMEX daemon pods (normally the controller's own image).")
+@click.option("--daemon-image-pull-secrets", "--cd-daemon-image-pull-secret-names",
+              "pull_secrets", default="", envvar="CD_DAEMON_IMAGE_PULL_SECRET_NAMES",
+              show_envvar=True, help="Comma-separated image pull Secret names for daemon pods.")
+@click.option("--log-verbosity-cd-daemon", "daemon_verbosity", type=int, default=None,
+              envvar="LOG_VERBOSITY_CD_DAEMON", show_envvar=True,
+              help="Log verbosity of daemon pods (default: this process's).")
+@click.option("--max-nodes-per-imex-domain", type=int,
+              default=C.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN, envvar=C.ENV_MAX_NODES,
+              show_default=True, show_envvar=True, help="Largest clique a daemon supports.")
+@click.option("--daemon-priority-class", default=C.DEFAULT_DAEMON_PRIORITY_CLASS,
+              envvar="DAEMON_PRIORITY_CLASS_NAME", show_default=True, show_envvar=True,
+              help="PriorityClass of daemon pods, so they schedule ahead of the workloads "
+                   "they serve ('' for none).")
+@click.option("--daemon-cpu", default=C.DEFAULT_DAEMON_CPU, envvar="DAEMON_CPU",
+              show_default=True, show_envvar=True,
+              help="CPU request and limit of the daemon container (Guaranteed QoS).")
+@click.option("--daemon-memory", default=C.DEFAULT_DAEMON_MEMORY, envvar="DAEMON_MEMORY",
+              show_default=True, show_envvar=True,
+              help="Memory request and limit of the daemon container (Guaranteed QoS).")
+@click.option("--imex-mode", default="driverManaged", envvar=C.ENV_IMEX_MODE, show_default=True,
+              show_envvar=True, help="driverManaged (daemons per domain) or hostManaged "
+                                     "(host nvidia-imex service; needs gate "
+                                     "HostManagedIMEXDaemon).")
+@click.option("--imex-isolation", default="domain", envvar=C.ENV_IMEX_ISOLATION,
+              show_default=True, show_envvar=True,
+              help="IMEX isolation: domain (channel is reserved).")
+@click.option("--http-endpoint", default="", envvar="HTTP_ENDPOINT", show_envvar=True,
+              help="HOST:PORT or :PORT for /metrics and /healthz (empty: no HTTP server).")
+@click.option("--metrics-path", default="/metrics", envvar="METRICS_PATH", show_default=True,
+              show_envvar=True, help="Path of the Prometheus metrics (empty: none).")
+@click.option("--workers", type=click.IntRange(1, 64), default=4, envvar="CONTROLLER_WORKERS",
+              show_default=True, show_envvar=True, help="Parallel reconciles.")
+@click.option("--cleanup-interval", default="10m", envvar="CLEANUP_INTERVAL",
+              show_default=True, show_envvar=True,
+              help="Period of the sweep for leftovers of deleted domains.")
+@click.option("--leader-election-enabled/--no-leader-election-enabled", default=False,
+              envvar="LEADER_ELECTION_ENABLED", show_envvar=True,
+              help="Run only while holding a Lease (for several replicas).")
+@click.option("--leader-election-lease-lock-namespace", "lease_namespace", default="",
+              envvar="LEADER_ELECTION_LEASE_LOCK_NAMESPACE", show_envvar=True,
+              help="Namespace of the Lease (default: --namespace).")
+@click.option("--leader-election-lease-lock-name", "lease_name", default=C.DEFAULT_LEASE_NAME,
+              envvar="LEADER_ELECTION_LEASE_LOCK_NAME", show_default=True, show_envvar=True)
+@click.option("--leader-election-lease-duration", "lease_duration", default="15s",
+              envvar="LEADER_ELECTION_LEASE_DURATION", show_default=True, show_envvar=True)
+@click.option("--leader-election-renew-deadline", "renew_deadline", default="10s",
+              envvar="LEADER_ELECTION_RENEW_DEADLINE", show_default=True, show_envvar=True)
+@click.option("--leader-election-retry-period", "retry_period", default="2s",
+              envvar="LEADER_ELECTION_RETRY_PERIOD", show_default=True, show_envvar=True)
+@click.pass_context
+def command(ctx: click.Context, **opts) -> None:
+    """Reconcile ComputeDomains: finalizer, claim templates, daemon DaemonSet, status, cleanup."""
+    root = ctx.find_root().obj if isinstance(ctx.find_root().obj, dict) else {}
+    try:
+        runner, http = _build(opts, root)
+    except CdriverError as exc:
+        _fail(str(exc))
+        return
+    faulthandler.register(signal.SIGUSR2, all_threads=True)
+    stop_signals = (signal.SIGTERM, signal.SIGINT)
+    for sig in stop_signals:
+        signal.signal(sig, lambda signum, frame: runner.finish(0))
+    if http is not None:
+        http.start()
+        log.info("serving /healthz and %s on port %d", opts["metrics_path"] or "(no metrics)",
+                 http.port)
+    runner.start()
+    code = None
+    while code is None:  # wake up regularly so signals are handled promptly
+        code = runner.wait(0.5)
+    if http is not None:
+        http.stop()
+    sys.exit(code)
+
+
+def _build(opts: dict, root: dict):
+    from cdriver import featuregates as fg
+    from cdriver.api.imex_mode import resolve_imex_config
+    from cdriver.kube.client import load_api_client
+    from cdriver.kube.raw import RawClient
+    from cdriver.roles.controller.main import ControllerConfig, LeaderConfig, Runner
+    from cdriver.roles.controller.metrics import ControllerMetrics, HttpServer
+    from cdriver.roles.controller.settings import DEFAULT_DAEMON_IMAGE, ControllerSettings, split_names
+
+    imex = resolve_imex_config(opts["imex_mode"], opts["imex_isolation"],
+                               root.get("feature_gates", ""))
+    for name in imex.overridden:
+        log.warning("feature gate %s is ignored in %s mode (no driver-run daemons)", name,
+                    imex.mode)
+    verbosity = opts["daemon_verbosity"]
+    settings = ControllerSettings(
+        namespace=opts["namespace"],
+        daemon_image=opts["daemon_image"] if opts["daemon_image"] is not None
+        else DEFAULT_DAEMON_IMAGE,
+        image_pull_secrets=split_names(opts["pull_secrets"]),
+        daemon_log_verbosity=int(root.get("verbosity", 0) if verbosity is None else verbosity),
+        max_nodes_per_imex_domain=opts["max_nodes_per_imex_domain"],
+        feature_gates_env=imex.gates.to_env(),
+        cliques_enabled=imex.gates.enabled(fg.COMPUTE_DOMAIN_CLIQUES),
+        host_managed=imex.host_managed,
+        daemon_priority_class=opts["daemon_priority_class"],
+        daemon_cpu=opts["daemon_cpu"],
+        daemon_memory=opts["daemon_memory"],
+    )
+    problems = settings.problems()
+    if problems:
+        raise CdriverError("invalid controller settings: " + "; ".join(problems))
+    config = ControllerConfig(
+        settings=settings, workers=opts["workers"],
+        cleanup_interval_seconds=parse_duration(opts["cleanup_interval"], "--cleanup-interval"))
+    leader = None
+    if opts["leader_election_enabled"]:
+        leader = LeaderConfig(
+            namespace=opts["lease_namespace"] or settings.namespace, name=opts["lease_name"],
+            lease_seconds=parse_duration(opts["lease_duration"],
+                                         "--leader-election-lease-duration"),
+            renew_seconds=parse_duration(opts["renew_deadline"],
+                                         "--leader-election-renew-deadline"),
+            retry_seconds=parse_duration(opts["retry_period"], "--leader-election-retry-period"))
+        if not leader.renew_seconds < leader.lease_seconds:
+            raise CdriverError("--leader-election-renew-deadline must be shorter than "
+                               "--leader-election-lease-duration")
+    metrics = ControllerMetrics()
+    raw = RawClient(load_api_client(opts["kubeconfig"]))
+    identity = opts["pod_name"] or socket.gethostname()
+    runner = Runner(raw, config, identity, leader, metrics)
+    http = None
+    if opts["http_endpoint"]:
+        try:
+            http = HttpServer(opts["http_endpoint"], metrics, opts["metrics_path"],
+                              runner.healthy)
+        except (ValueError, OSError) as exc:
+            raise CdriverError(f"--http-endpoint {opts['http_endpoint']!r}: {exc}") from exc
+    log.info("feature gates: %s", imex.gates.to_env())
+    return runner, http

@@ -1,0 +1,103 @@
+"""What to do next to tear a ComputeDomain down (pure).
+
+Order: delete every generated object that is not terminating yet (workload template, daemon
+template, DaemonSet — each independently, so a daemon template whose DaemonSet was never
+created is deleted too); strip the domain's label from every node; release the workload
+template's finalizer and wait until it is gone; then release the daemon template's and the
+DaemonSet's finalizers and wait until they are gone; finally release the domain's finalizer.
+The same plan cleans up after a domain that no longer exists (orphans), minus the last step.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from cdriver.api import constants as C
+
+ROLE_WORKLOAD_TEMPLATE = "workload-template"
+ROLE_DAEMON_TEMPLATE = "daemon-template"
+ROLE_DAEMON_SET = "daemon-set"
+
+
+@dataclass(frozen=True)
+class Generated:
+    """A generated object as seen in the caches."""
+
+    role: str
+    namespace: str
+    name: str
+    terminating: bool
+    has_finalizer: bool
+
+    def describe(self) -> str:
+        kind = "DaemonSet" if self.role == ROLE_DAEMON_SET else "ResourceClaimTemplate"
+        return f"{kind} {self.namespace}/{self.name}"
+
+
+class Action(enum.Enum):
+    DELETE = "delete"
+    UNLABEL_NODE = "unlabel-node"
+    REMOVE_FINALIZER = "remove-finalizer"
+    RELEASE_DOMAIN = "release-domain"
+
+
+@dataclass(frozen=True)
+class Step:
+    action: Action
+    target: Generated | None = None
+    node: str = ""
+
+
+@dataclass(frozen=True)
+class DeletionPlan:
+    """Steps to run now, in order, and what the plan then waits for (watch events)."""
+
+    steps: tuple[Step, ...]
+    waiting_for: tuple[str, ...] = field(default=())
+
+    @property
+    def releases_domain(self) -> bool:
+        return any(s.action is Action.RELEASE_DOMAIN for s in self.steps)
+
+    @property
+    def finished(self) -> bool:
+        """Once the steps ran, nothing is left to wait for."""
+        return not self.waiting_for
+
+
+def generated_from(obj: dict, role: str) -> Generated:
+    """Describe a cached object for the planner."""
+    meta = obj.get("metadata") or {}
+    return Generated(
+        role=role,
+        namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""),
+        terminating=bool(meta.get("deletionTimestamp")),
+        has_finalizer=C.FINALIZER in (meta.get("finalizers") or []),
+    )
+
+
+def _release(objs: list[Generated]) -> tuple[list[Step], list[str]]:
+    steps, waiting = [], []
+    for obj in objs:
+        if obj.terminating and obj.has_finalizer:
+            steps.append(Step(Action.REMOVE_FINALIZER, obj))
+        waiting.append(f"{obj.describe()} to disappear")
+    return steps, waiting
+
+
+def plan_deletion(objects: list[Generated], labelled_nodes: list[str],
+                  domain_exists: bool = True) -> DeletionPlan:
+    """The next steps given the generated objects and nodes labelled for the domain."""
+    steps = [Step(Action.DELETE, o) for o in objects if not o.terminating]
+    steps += [Step(Action.UNLABEL_NODE, node=n) for n in sorted(labelled_nodes)]
+    workload = [o for o in objects if o.role == ROLE_WORKLOAD_TEMPLATE]
+    daemon = [o for o in objects if o.role != ROLE_WORKLOAD_TEMPLATE]
+    phase = workload or daemon
+    if phase:
+        release, waiting = _release(phase)
+        return DeletionPlan(tuple(steps + release), tuple(waiting))
+    if domain_exists:
+        steps.append(Step(Action.RELEASE_DOMAIN))
+    return DeletionPlan(tuple(steps))

@@ -1,0 +1,188 @@
+"""The objects a ComputeDomain should have, rendered from jinja2 templates (pure).
+
+Driver-managed: a workload ResourceClaimTemplate in the domain's namespace, a daemon
+ResourceClaimTemplate and a DaemonSet ``computedomain-daemon-<uid>`` in the driver namespace.
+Host-managed: the workload template only, with allocationMode forced to Single.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import jinja2
+import yaml
+
+from cdriver.api import constants as C
+from cdriver.roles.controller.settings import ControllerSettings
+
+TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "templates" / "controller"
+WORKLOAD_TEMPLATE = "workload-claim-template.yaml.j2"
+DAEMON_CLAIM_TEMPLATE = "daemon-claim-template.yaml.j2"
+DAEMONSET_TEMPLATE = "daemonset.yaml.j2"
+
+#: Daemon container command and its probe command (`cdriver imex-daemon check`).
+DAEMON_RUN_COMMAND = ("cdriver", "imex-daemon", "run")
+DAEMON_CHECK_COMMAND = ("cdriver", "imex-daemon", "check")
+#: Env vars daemon pods take from the downward API: (name, fieldPath).
+DOWNWARD_ENV = (
+    (C.ENV_NODE_NAME, "spec.nodeName"),
+    (C.ENV_POD_IP, "status.podIP"),
+    (C.ENV_POD_NAME, "metadata.name"),
+    (C.ENV_POD_NAMESPACE, "metadata.namespace"),
+    (C.ENV_POD_UID, "metadata.uid"),
+)
+
+
+class DomainLike(Protocol):
+    """The ComputeDomain fields the generated objects depend on."""
+
+    name: str
+    namespace: str
+    uid: str
+    channel_template_name: str
+    allocation_mode: str
+
+
+@dataclass(frozen=True)
+class DesiredObjects:
+    """What a domain should have; daemon objects are None in host-managed mode."""
+
+    workload_template: dict
+    daemon_template: dict | None
+    daemon_set: dict | None
+
+
+@functools.lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+    )
+
+
+def render(template: str, **values: object) -> dict:
+    """Render one template and parse it into the object dict."""
+    text = _environment().get_template(template).render(**values)
+    obj = yaml.safe_load(text)
+    if not isinstance(obj, dict):  # pragma: no cover - a broken template is a bug
+        raise ValueError(f"template {template} did not render to an object")
+    return obj
+
+
+def channel_allocation_mode(requested: str, host_managed: bool) -> str:
+    """allocationMode for the channel config: host-managed supports channel 0 only."""
+    if host_managed or not requested:
+        return C.ALLOCATION_MODE_SINGLE
+    return requested
+
+
+def allocation_mode_forced(requested: str, host_managed: bool) -> bool:
+    """True when the domain asked for more than host-managed mode can give (an Event)."""
+    return host_managed and requested == C.ALLOCATION_MODE_ALL
+
+
+def _common(cd: DomainLike, target: str) -> dict[str, object]:
+    return {
+        "finalizer": C.FINALIZER,
+        "label_domain": C.LABEL_COMPUTE_DOMAIN,
+        "label_target": C.LABEL_TARGET,
+        "domain_uid": cd.uid,
+        "target": target,
+        "driver": C.DRIVER_NAME,
+        "api_version": C.API_VERSION,
+    }
+
+
+def workload_claim_template(cd: DomainLike, settings: ControllerSettings) -> dict:
+    """The channel ResourceClaimTemplate workload pods reference."""
+    return render(
+        WORKLOAD_TEMPLATE,
+        **_common(cd, C.TARGET_WORKLOAD),
+        name=cd.channel_template_name,
+        namespace=cd.namespace,
+        request_name=C.CHANNEL_REQUEST_NAME,
+        device_class=C.DEVICE_CLASS_DEFAULT_CHANNEL,
+        config_kind=C.KIND_CHANNEL_CONFIG,
+        allocation_mode=channel_allocation_mode(cd.allocation_mode, settings.host_managed),
+    )
+
+
+def daemon_claim_template(cd: DomainLike, settings: ControllerSettings) -> dict:
+    """The daemon ResourceClaimTemplate the daemon DaemonSet's pods use."""
+    return render(
+        DAEMON_CLAIM_TEMPLATE,
+        **_common(cd, C.TARGET_DAEMON),
+        name=C.daemon_object_name(cd.uid),
+        namespace=settings.namespace,
+        request_name=C.DAEMON_REQUEST_NAME,
+        device_class=C.DEVICE_CLASS_DAEMON,
+        config_kind=C.KIND_DAEMON_CONFIG,
+    )
+
+
+def daemon_set(cd: DomainLike, settings: ControllerSettings, claim_template_name: str) -> dict:
+    """The IMEX daemon DaemonSet; ``claim_template_name`` is the daemon template in use."""
+    return render(
+        DAEMONSET_TEMPLATE,
+        **_common(cd, C.TARGET_DAEMON),
+        name=C.daemon_object_name(cd.uid),
+        namespace=settings.namespace,
+        service_account=C.DAEMON_SERVICE_ACCOUNT,
+        priority_class=settings.daemon_priority_class,
+        image_pull_secrets=list(settings.image_pull_secrets),
+        claim_name=C.DAEMON_POD_CLAIM_NAME,
+        claim_template_name=claim_template_name,
+        container_name=C.DAEMON_CONTAINER_NAME,
+        image=settings.daemon_image,
+        run_command=list(DAEMON_RUN_COMMAND),
+        check_command=list(DAEMON_CHECK_COMMAND),
+        log_verbosity=settings.daemon_log_verbosity,
+        env_max_nodes=C.ENV_MAX_NODES,
+        max_nodes=settings.max_nodes_per_imex_domain,
+        downward_env=DOWNWARD_ENV,
+        env_feature_gates=C.ENV_FEATURE_GATES,
+        feature_gates=settings.feature_gates_env,
+        cpu=settings.daemon_cpu,
+        memory=settings.daemon_memory,
+    )
+
+
+def desired_objects(cd: DomainLike, settings: ControllerSettings) -> DesiredObjects:
+    """Everything the domain should have in the configured IMEX mode."""
+    workload = workload_claim_template(cd, settings)
+    if settings.host_managed:
+        return DesiredObjects(workload, None, None)
+    daemon_template = daemon_claim_template(cd, settings)
+    return DesiredObjects(
+        workload, daemon_template,
+        daemon_set(cd, settings, daemon_template["metadata"]["name"]),
+    )
+
+
+# --- ownership ---------------------------------------------------------------------------
+
+def labels_of(obj: dict) -> dict:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def domain_uid_of(obj: dict) -> str:
+    """The ComputeDomain UID an object is labelled with ("" if none)."""
+    return str(labels_of(obj).get(C.LABEL_COMPUTE_DOMAIN) or "")
+
+
+def owned_by(obj: dict, uid: str) -> bool:
+    """True if ``obj`` carries this domain's label: it is ours to adopt and manage."""
+    return domain_uid_of(obj) == uid
+
+
+def has_finalizer(obj: dict) -> bool:
+    return C.FINALIZER in ((obj.get("metadata") or {}).get("finalizers") or [])
+
+
+def is_terminating(obj: dict) -> bool:
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))

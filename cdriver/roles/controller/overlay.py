@@ -1,0 +1,110 @@
+"""Read-your-writes over informer caches.
+
+After a write the API server's answer is remembered until the informer shows the same or a
+newer resourceVersion, so a reconcile that runs before the watch event arrives neither
+repeats a create nor writes with a stale resourceVersion. Deletions leave a tombstone until
+the informer drops the object.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from cdriver.kube.raw import object_key
+
+#: Entries older than this are dropped: the informer has long caught up (or relisted).
+DEFAULT_TTL = 120.0
+
+
+def _rv(obj: dict | None) -> int:
+    try:
+        return int(((obj or {}).get("metadata") or {}).get("resourceVersion") or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+@dataclass
+class _Entry:
+    obj: dict | None  # None: deleted by us
+    rv: int
+    at: float
+
+
+class Overlay:
+    """Objects this process wrote, per resource plural and ``ns/name`` key."""
+
+    def __init__(self, ttl: float = DEFAULT_TTL, clock=time.monotonic) -> None:
+        self._ttl = ttl
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._entries: dict[tuple[str, str], _Entry] = {}
+
+    def record(self, resource: str, obj: dict) -> dict:
+        """Remember the API server's answer to a write; returns it."""
+        with self._lock:
+            self._entries[(resource, object_key(obj))] = _Entry(obj, _rv(obj), self._clock())
+        return obj
+
+    def record_gone(self, resource: str, key: str, last: dict | None = None) -> None:
+        """Remember that an object is gone (its last known resourceVersion, if any)."""
+        with self._lock:
+            self._entries[(resource, key)] = _Entry(None, _rv(last), self._clock())
+
+    def resolve(self, resource: str, key: str, cached: dict | None) -> dict | None:
+        """The newer of the informer's copy and ours (None: does not exist)."""
+        with self._lock:
+            entry = self._entries.get((resource, key))
+            if entry is None:
+                return cached
+            if self._clock() - entry.at > self._ttl:
+                del self._entries[(resource, key)]
+                return cached
+            if entry.obj is None:  # tombstone
+                if cached is None or (_rv(cached) > entry.rv and entry.rv):
+                    del self._entries[(resource, key)]
+                    return cached
+                return None
+            if cached is not None and _rv(cached) >= entry.rv:
+                del self._entries[(resource, key)]
+                return cached
+            return entry.obj
+
+    def observe(self, resource: str, obj: dict) -> None:
+        """An informer saw ``obj``: forget our copy once the informer has caught up."""
+        key = (resource, object_key(obj))
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry.obj is not None and _rv(obj) >= entry.rv:
+                del self._entries[key]
+
+    def observe_deleted(self, resource: str, obj: dict) -> None:
+        """An informer saw ``obj`` deleted: our copy (or tombstone) is obsolete."""
+        with self._lock:
+            self._entries.pop((resource, object_key(obj)), None)
+
+    def merge(self, resource: str, cached: list[dict], match) -> list[dict]:
+        """``cached`` objects resolved against ours, plus ours not cached yet that satisfy
+        ``match(obj)``."""
+        seen = set()
+        out = []
+        for obj in cached:
+            key = object_key(obj)
+            seen.add(key)
+            resolved = self.resolve(resource, key, obj)
+            if resolved is not None:
+                out.append(resolved)
+        with self._lock:
+            pending = [(k[1], e.obj) for k, e in self._entries.items()
+                       if k[0] == resource and e.obj is not None and k[1] not in seen]
+        for key, obj in pending:
+            if match(obj):
+                resolved = self.resolve(resource, key, None)
+                if resolved is not None:
+                    out.append(resolved)
+        return out
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)

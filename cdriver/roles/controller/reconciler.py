@@ -1,0 +1,474 @@
+"""Reconcile one ComputeDomain against the caches; run deletion and orphan-cleanup plans.
+
+Decisions come from the pure modules (`desired`, `status`, `deletion`, `cleanup`); this module
+reads the informer caches (through the read-your-writes `Overlay`) and performs the writes.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cdriver.api import constants as C
+from cdriver.api.types import ComputeDomain, ValidationError
+from cdriver.kube.events import EventRecorder
+from cdriver.kube.informer import Informer
+from cdriver.kube.raw import RESOURCES, ApiError, RawClient, object_key
+from cdriver.kube.workqueue import RequeueAfter
+from cdriver.roles.controller import deletion as D
+from cdriver.roles.controller import desired as W
+from cdriver.roles.controller import status as S
+from cdriver.roles.controller.cleanup import objects_of, orphan_domains
+from cdriver.roles.controller.metrics import ControllerMetrics
+from cdriver.roles.controller.overlay import Overlay
+from cdriver.roles.controller.settings import ControllerSettings
+
+log = logging.getLogger(__name__)
+
+CDS = RESOURCES["computedomains"]
+TEMPLATES = RESOURCES["resourceclaimtemplates"]
+DAEMON_SETS = RESOURCES["daemonsets"]
+PODS = RESOURCES["pods"]
+NODES = RESOURCES["nodes"]
+CLIQUES = RESOURCES["computedomaincliques"]
+
+INDEX_UID = "uid"
+INDEX_DOMAIN = "domain"
+INDEX_DOMAIN_TARGET = "domain-target"
+
+EVENT_INVALID = "InvalidComputeDomain"
+EVENT_ALLOCATION_MODE_FORCED = "AllocationModeForced"
+EVENT_CLEANUP_FAILED = "CleanupFailed"
+REASON_CONFLICT = "{kind}Conflict"
+REASON_CREATE_FAILED = "{kind}CreateFailed"
+REASON_TERMINATING = "{kind}Terminating"
+
+_ROLE_TARGET = {
+    D.ROLE_WORKLOAD_TEMPLATE: C.TARGET_WORKLOAD,
+    D.ROLE_DAEMON_TEMPLATE: C.TARGET_DAEMON,
+    D.ROLE_DAEMON_SET: C.TARGET_DAEMON,
+}
+
+
+def domain_target_index(obj: dict) -> list[str]:
+    """Index ``<uid>/<target>`` of generated objects."""
+    labels = W.labels_of(obj)
+    uid = labels.get(C.LABEL_COMPUTE_DOMAIN)
+    return [f"{uid}/{labels.get(C.LABEL_TARGET, '')}"] if uid else []
+
+
+def domain_index(obj: dict) -> list[str]:
+    """Index by the domain label (cliques: also the ``<uid>.`` name prefix)."""
+    uid = W.domain_uid_of(obj)
+    if uid:
+        return [uid]
+    if obj.get("kind") == C.KIND_COMPUTE_DOMAIN_CLIQUE:
+        name = (obj.get("metadata") or {}).get("name") or ""
+        return [name.split(".", 1)[0]] if "." in name else []
+    return []
+
+
+def parse_domain(obj: dict) -> ComputeDomain:
+    """Decode a domain's metadata and spec strictly (status is the controller's own output)."""
+    return ComputeDomain.from_dict({k: v for k, v in obj.items() if k != "status"})
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _kind(role: str) -> str:
+    return "DaemonSet" if role == D.ROLE_DAEMON_SET else "ResourceClaimTemplate"
+
+
+@dataclass
+class Caches:
+    """The informers the reconciler reads; daemon-side ones are None in host-managed mode."""
+
+    domains: Informer
+    templates: Informer
+    daemon_sets: Informer | None = None
+    pods: Informer | None = None
+    cliques: Informer | None = None
+    nodes: Informer | None = None
+
+    def all(self) -> list[Informer]:
+        return [i for i in (self.domains, self.templates, self.daemon_sets, self.pods,
+                            self.cliques, self.nodes) if i is not None]
+
+
+@dataclass
+class Timing:
+    """Retry intervals (short in tests)."""
+
+    #: Re-check a domain blocked by a problem a user must fix (no watch event tells us).
+    problem_retry_seconds: float = 30.0
+    #: Safety re-check while waiting for watch events (deletions, recreations).
+    wait_retry_seconds: float = 10.0
+
+
+class Reconciler:
+    """Brings one ComputeDomain (by cache key) to its desired state."""
+
+    def __init__(self, raw: RawClient, caches: Caches, settings: ControllerSettings,
+                 recorder: EventRecorder, metrics: ControllerMetrics,
+                 overlay: Overlay | None = None, timing: Timing | None = None,
+                 clock: Callable[[], str] = _now) -> None:
+        self.raw = raw
+        self.caches = caches
+        self.settings = settings
+        self.recorder = recorder
+        self.metrics = metrics
+        self.overlay = overlay or Overlay()
+        self.timing = timing or Timing()
+        self.clock = clock
+        self._invalid_seen: dict[str, str] = {}
+
+    # --- cache reads --------------------------------------------------------------------
+    def domain(self, key: str) -> dict | None:
+        return self.overlay.resolve(CDS.plural, key, self.caches.domains.get(key))
+
+    def domain_keys(self, uid: str) -> list[str]:
+        return [object_key(o) for o in self.caches.domains.by_index(INDEX_UID, uid)]
+
+    def known_uids(self) -> set[str]:
+        return {(o.get("metadata") or {}).get("uid", "") for o in self.caches.domains.list()}
+
+    def generated(self, role: str, uid: str) -> list[dict]:
+        """Generated objects of ``role`` labelled for ``uid`` (cache + our recent writes)."""
+        target = _ROLE_TARGET[role]
+        if role == D.ROLE_DAEMON_SET:
+            if self.caches.daemon_sets is None:
+                return []
+            informer, plural = self.caches.daemon_sets, DAEMON_SETS.plural
+            cached = informer.by_index(INDEX_DOMAIN, uid)
+        else:
+            informer, plural = self.caches.templates, TEMPLATES.plural
+            cached = informer.by_index(INDEX_DOMAIN_TARGET, f"{uid}/{target}")
+            if role == D.ROLE_DAEMON_TEMPLATE and self.settings.host_managed:
+                return []
+
+        def match(obj: dict) -> bool:
+            if W.domain_uid_of(obj) != uid:
+                return False
+            return role == D.ROLE_DAEMON_SET or W.labels_of(obj).get(C.LABEL_TARGET) == target
+
+        found = self.overlay.merge(plural, cached, match)
+        if role == D.ROLE_DAEMON_TEMPLATE:  # only the driver namespace holds daemon templates
+            found = [o for o in found if (o.get("metadata") or {}).get("namespace")
+                     == self.settings.namespace]
+        return sorted(found, key=object_key)
+
+    def labelled_nodes(self, uid: str) -> list[str]:
+        if self.caches.nodes is None:
+            return []
+        nodes = self.overlay.merge(NODES.plural, self.caches.nodes.by_index(INDEX_DOMAIN, uid),
+                                   lambda o: False)
+        return sorted((o.get("metadata") or {}).get("name", "") for o in nodes
+                      if W.domain_uid_of(o) == uid)
+
+    def pods(self, uid: str) -> list[dict]:
+        if self.caches.pods is None:
+            return []
+        return self.caches.pods.by_index(INDEX_DOMAIN, uid)
+
+    def cliques(self, uid: str) -> list[dict]:
+        if self.caches.cliques is None:
+            return []
+        return self.overlay.merge(CLIQUES.plural,
+                                  self.caches.cliques.by_index(INDEX_DOMAIN, uid),
+                                  lambda o: False)
+
+    # --- writes -------------------------------------------------------------------------
+    def _record(self, verb: str, plural: str, obj: dict) -> dict:
+        self.metrics.write(verb, plural)
+        if obj.get("metadata"):
+            self.overlay.record(plural, obj)
+        return obj
+
+    def _update(self, res, body: dict) -> dict:
+        return self._record("update", res.plural, self.raw.update(res, body))
+
+    def _with_finalizer(self, res, obj: dict) -> dict:
+        body = copy.deepcopy(obj)
+        body.setdefault("metadata", {}).setdefault("finalizers", []).append(C.FINALIZER)
+        return self._update(res, body)
+
+    def _without_finalizer(self, res, obj: dict) -> None:
+        body = copy.deepcopy(obj)
+        meta = body.setdefault("metadata", {})
+        meta["finalizers"] = [f for f in meta.get("finalizers") or [] if f != C.FINALIZER]
+        try:
+            self._update(res, body)
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+            self.overlay.record_gone(res.plural, object_key(obj), obj)
+
+    # --- reconcile ----------------------------------------------------------------------
+    def reconcile(self, key: str) -> None:
+        obj = self.domain(key)
+        if obj is None:
+            return
+        if (obj.get("metadata") or {}).get("deletionTimestamp"):
+            self.finalize(obj)
+            return
+        try:
+            cd = parse_domain(obj)
+        except ValidationError as exc:
+            self._invalid(obj, exc)
+            return
+        if C.FINALIZER not in ((obj.get("metadata") or {}).get("finalizers") or []):
+            obj = self._with_finalizer(CDS, obj)
+        problem: S.Problem | None = None
+        complete = True
+        if not self.settings.host_managed:
+            template, problem = self._ensure(obj, D.ROLE_DAEMON_TEMPLATE,
+                                             W.daemon_claim_template(cd, self.settings))
+            if template is not None:
+                daemon_set = W.daemon_set(cd, self.settings, template["metadata"]["name"])
+                ds, ds_problem = self._ensure(obj, D.ROLE_DAEMON_SET, daemon_set)
+                problem = problem or ds_problem
+                complete = ds is not None
+            else:
+                complete = False
+        workload, wl_problem = self._ensure(
+            obj, D.ROLE_WORKLOAD_TEMPLATE, W.workload_claim_template(cd, self.settings))
+        problem = wl_problem or problem
+        complete = complete and workload is not None
+        nodes = [] if self.settings.host_managed else self._nodes(obj, cd.uid)
+        self._write_status(obj, cd, nodes, problem)
+        if problem is not None:
+            raise RequeueAfter(self.timing.problem_retry_seconds
+                               if problem.warn else self.timing.wait_retry_seconds,
+                               f"{key}: {problem.reason}")
+        if not complete:  # pragma: no cover - every incomplete path carries a problem
+            raise RequeueAfter(self.timing.wait_retry_seconds, f"{key}: incomplete")
+
+    def _invalid(self, obj: dict, exc: ValidationError) -> None:
+        meta = obj.get("metadata") or {}
+        uid, rv = meta.get("uid", ""), meta.get("resourceVersion", "")
+        log.warning("%s: %s", object_key(obj), exc)
+        if self._invalid_seen.get(uid) != rv:
+            self._invalid_seen[uid] = rv
+            self.recorder.warning(obj, EVENT_INVALID, f"{exc}; fix the ComputeDomain (its "
+                                  "spec is immutable: delete and recreate it)")
+
+    def _ensure(self, cd_obj: dict, role: str, want: dict) -> tuple[dict | None, S.Problem | None]:
+        """Create or adopt one generated object; never overwrite someone else's."""
+        res = DAEMON_SETS if role == D.ROLE_DAEMON_SET else TEMPLATES
+        uid = (cd_obj.get("metadata") or {})["uid"]
+        existing = self.generated(role, uid)
+        if existing:
+            name = want["metadata"]["name"]
+            chosen = next((o for o in existing if o["metadata"]["name"] == name), existing[0])
+            if len(existing) > 1:
+                log.warning("%s: %d %ss labelled for domain %s; using %s", object_key(cd_obj),
+                            len(existing), _kind(role), uid, object_key(chosen))
+            return self._adopt(res, role, chosen)
+        try:
+            created = self._record("create", res.plural, self.raw.create(res, want))
+        except ApiError as exc:
+            return self._create_failed(cd_obj, res, role, want, uid, exc)
+        log.info("%s: created %s %s", object_key(cd_obj), _kind(role), object_key(created))
+        if role == D.ROLE_WORKLOAD_TEMPLATE:
+            self._note_forced_mode(cd_obj)
+        return created, None
+
+    def _adopt(self, res, role: str, obj: dict) -> tuple[dict | None, S.Problem | None]:
+        if W.is_terminating(obj):
+            # Someone deleted it while the domain lives: let it go, recreate it afterwards.
+            if W.has_finalizer(obj):
+                self._without_finalizer(res, obj)
+            kind = _kind(role)
+            return None, S.Problem(
+                REASON_TERMINATING.format(kind=kind),
+                f"{kind} {object_key(obj)} is being deleted; it is recreated once gone",
+                warn=False)
+        if not W.has_finalizer(obj):
+            obj = self._with_finalizer(res, obj)
+        return obj, None
+
+    def _create_failed(self, cd_obj: dict, res, role: str, want: dict, uid: str,
+                       exc: ApiError) -> tuple[dict | None, S.Problem | None]:
+        kind = _kind(role)
+        meta = want["metadata"]
+        where = f"{meta['namespace']}/{meta['name']}"
+        if exc.already_exists:
+            current = self.raw.get_or_none(res, meta["name"], meta["namespace"])
+            if current is None:
+                raise exc  # deleted meanwhile: retry
+            if W.owned_by(current, uid):
+                self.overlay.record(res.plural, current)
+                return self._adopt(res, role, current)
+            owner = W.domain_uid_of(current)
+            whose = (f"it belongs to ComputeDomain {owner}" if owner
+                     else f"it has no {C.LABEL_COMPUTE_DOMAIN} label")
+            fix = ("delete or rename that object, or recreate this ComputeDomain with another "
+                   "spec.channel.resourceClaimTemplate.name" if role == D.ROLE_WORKLOAD_TEMPLATE
+                   else "delete that object")
+            return None, S.Problem(
+                REASON_CONFLICT.format(kind=kind),
+                f"{kind} {where} already exists and {whose}; it was left untouched. To fix: "
+                f"{fix}.")
+        if exc.invalid or exc.forbidden or exc.status in (400, 404):
+            return None, S.Problem(
+                REASON_CREATE_FAILED.format(kind=kind),
+                f"creating {kind} {where} failed: {exc.message or exc}")
+        raise exc
+
+    def _note_forced_mode(self, cd_obj: dict) -> None:
+        mode = ((cd_obj.get("spec") or {}).get("channel") or {}).get("allocationMode") or ""
+        if W.allocation_mode_forced(mode, self.settings.host_managed):
+            self.recorder.warning(
+                cd_obj, EVENT_ALLOCATION_MODE_FORCED,
+                "allocationMode All is not available with host-managed IMEX: the workload "
+                "ResourceClaimTemplate hands out channel 0 only (allocationMode Single)")
+
+    def _nodes(self, cd_obj: dict, uid: str) -> list[dict]:
+        pods = self.pods(uid)
+        cliques: list[dict] = []
+        if self.settings.cliques_enabled:
+            hosts = {S.pod_node_name(p) for p in pods} - {""}
+            for clique in self.cliques(uid):
+                kept = S.prune_clique(clique, hosts)
+                if kept is not None:
+                    clique = self._prune(clique, kept)
+                cliques.append(clique)
+        current = ((cd_obj.get("status") or {}).get("nodes")) or []
+        return S.aggregate_nodes(current, cliques, pods, self.settings.cliques_enabled)
+
+    def _prune(self, clique: dict, kept: list[dict]) -> dict:
+        body = copy.deepcopy(clique)
+        if kept:
+            body["daemons"] = kept
+        else:
+            body.pop("daemons", None)
+        gone = sorted({d.get("nodeName") for d in clique.get("daemons") or []}
+                      - {d.get("nodeName") for d in kept})
+        log.info("clique %s: removing entries of nodes without a daemon pod: %s",
+                 object_key(clique), ", ".join(map(str, gone)))
+        return self._update(CLIQUES, body)
+
+    def _write_status(self, obj: dict, cd: ComputeDomain, nodes: list[dict],
+                      problem: S.Problem | None) -> None:
+        current = obj.get("status") or {}
+        want = S.desired_status(
+            current, cd.num_nodes, nodes, cd.channel_template_name, self.settings.host_managed,
+            problem, int((obj.get("metadata") or {}).get("generation") or 0), self.clock(),
+            forced_single=W.allocation_mode_forced(cd.allocation_mode,
+                                                   self.settings.host_managed))
+        if not S.status_differs(current, want):
+            return
+        body = copy.deepcopy(obj)
+        body["status"] = want
+        self._record("update_status", CDS.plural, self.raw.update_status(CDS, body))
+        previous = next((c.get("reason") for c in current.get("conditions") or []
+                         if c.get("type") == C.CONDITION_READY), None)
+        if problem is not None and problem.warn and previous != problem.reason:
+            self.recorder.warning(obj, problem.reason, problem.message)
+        log.info("%s: status %s (%s)", object_key(obj), want["status"],
+                 want["conditions"][0]["reason"])
+
+    # --- deletion -----------------------------------------------------------------------
+    def _state(self, uid: str) -> tuple[list[D.Generated], dict[tuple[str, str], dict]]:
+        generated, objects = [], {}
+        for role in (D.ROLE_WORKLOAD_TEMPLATE, D.ROLE_DAEMON_TEMPLATE, D.ROLE_DAEMON_SET):
+            for obj in self.generated(role, uid):
+                g = D.generated_from(obj, role)
+                generated.append(g)
+                objects[(role, object_key(obj))] = obj
+        return generated, objects
+
+    def finalize(self, cd_obj: dict) -> None:
+        """Tear a deleted domain down, step by step, then release its finalizer."""
+        if C.FINALIZER not in ((cd_obj.get("metadata") or {}).get("finalizers") or []):
+            return
+        uid = cd_obj["metadata"]["uid"]
+        generated, objects = self._state(uid)
+        plan = D.plan_deletion(generated, self.labelled_nodes(uid), domain_exists=True)
+        self._execute(plan, uid, objects, cd_obj)
+        if plan.releases_domain:
+            log.info("%s: cleaned up, finalizer released", object_key(cd_obj))
+            return
+        raise RequeueAfter(self.timing.wait_retry_seconds,
+                           f"{object_key(cd_obj)}: waiting for " + "; ".join(plan.waiting_for))
+
+    def _execute(self, plan: D.DeletionPlan, uid: str, objects: dict[tuple[str, str], dict],
+                 cd_obj: dict | None) -> None:
+        for step in plan.steps:
+            if step.action is D.Action.DELETE:
+                self._delete(step.target, objects)
+            elif step.action is D.Action.UNLABEL_NODE:
+                self._unlabel(step.node, uid)
+            elif step.action is D.Action.REMOVE_FINALIZER:
+                target = step.target
+                res = DAEMON_SETS if target.role == D.ROLE_DAEMON_SET else TEMPLATES
+                self._without_finalizer(
+                    res, objects[(target.role, f"{target.namespace}/{target.name}")])
+            elif step.action is D.Action.RELEASE_DOMAIN and cd_obj is not None:
+                self._without_finalizer(CDS, cd_obj)
+
+    def _delete(self, target: D.Generated, objects: dict) -> None:
+        res = DAEMON_SETS if target.role == D.ROLE_DAEMON_SET else TEMPLATES
+        key = f"{target.namespace}/{target.name}"
+        try:
+            result = self.raw.delete(res, target.name, target.namespace)
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+            self.overlay.record_gone(res.plural, key, objects.get((target.role, key)))
+            return
+        self.metrics.write("delete", res.plural)
+        if result.get("kind") == res.kind and result.get("metadata"):
+            self.overlay.record(res.plural, result)
+        else:
+            self.overlay.record_gone(res.plural, key, objects.get((target.role, key)))
+        log.info("deleted %s", target.describe())
+
+    def _unlabel(self, node: str, uid: str) -> None:
+        path = "/metadata/labels/" + C.LABEL_COMPUTE_DOMAIN.replace("~", "~0").replace("/", "~1")
+        patch = [{"op": "test", "path": path, "value": uid}, {"op": "remove", "path": path}]
+        try:
+            result = self.raw.patch(NODES, node, patch, patch_type="json")
+        except ApiError as exc:
+            if exc.not_found or exc.invalid:  # node gone, or label already changed/removed
+                return
+            raise
+        self._record("patch", NODES.plural, result)
+        log.info("removed label %s=%s from node %s", C.LABEL_COMPUTE_DOMAIN, uid, node)
+
+    # --- orphans ------------------------------------------------------------------------
+    def labelled_objects(self) -> list[dict]:
+        out = list(self.caches.templates.list())
+        for informer in (self.caches.daemon_sets, self.caches.nodes):
+            if informer is not None:
+                out.extend(informer.list())
+        return out
+
+    def sweep(self) -> bool:
+        """Clean up after domains that no longer exist; True when nothing is left waiting."""
+        candidates = orphan_domains(self.known_uids(), self.labelled_objects())
+        if not candidates:
+            return True
+        live = {(o.get("metadata") or {}).get("uid") for o in self.raw.list(CDS)["items"]}
+        done = True
+        for uid in sorted(candidates - live):
+            generated, objects = self._state(uid)
+            nodes = [(o.get("metadata") or {}).get("name", "")
+                     for o in objects_of(uid, self.caches.nodes.list())] \
+                if self.caches.nodes is not None else []
+            plan = D.plan_deletion(generated, nodes, domain_exists=False)
+            try:
+                self._execute(plan, uid, objects, None)
+            except ApiError as exc:
+                log.warning("cleanup of domain %s failed: %s", uid, exc)
+                done = False
+                continue
+            if plan.steps:
+                log.info("cleaned up after deleted domain %s (%d steps)", uid, len(plan.steps))
+            done = done and plan.finished
+        return done

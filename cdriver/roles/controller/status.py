@@ -1,0 +1,236 @@
+"""ComputeDomain status from cliques and daemon pods (pure).
+
+- Cliques gate on: ``status.nodes`` is every daemon entry of the domain's cliques plus one entry
+  per non-fabric daemon pod (its clique label present and empty).
+- Cliques gate off (legacy): daemons write their own fabric entries; entries whose IP no longer
+  belongs to a fabric daemon pod of the domain are dropped, non-fabric entries are rebuilt.
+- ``status.status``: Ready unless fewer nodes than ``numNodes`` or any node NotReady; always
+  Ready in host-managed mode (meaning: admitted and workload template created); NotReady while
+  a problem (e.g. a name conflict) blocks the domain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cdriver.api import constants as C
+
+#: Reasons of the Ready condition.
+REASON_NODES_READY = "NodesReady"
+REASON_AWAITING_WORKLOADS = "AwaitingWorkloads"
+REASON_WAITING_FOR_NODES = "WaitingForNodes"
+REASON_NODES_NOT_READY = "NodesNotReady"
+REASON_HOST_MANAGED = "HostManagedAdmitted"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something that blocks the domain and that a user must fix (reason + message)."""
+
+    reason: str
+    message: str
+    #: Worth a Warning Event (a user can act on it); transient states are not.
+    warn: bool = True
+
+
+# --- daemon pods -------------------------------------------------------------------------
+
+def pod_node_name(pod: dict) -> str:
+    """Node a daemon pod runs on or is bound for (DaemonSet pods name it in their affinity
+    before the scheduler binds them)."""
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName"):
+        return str(spec["nodeName"])
+    terms = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+             .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
+        "nodeSelectorTerms") or []
+    for term in terms:
+        for field in term.get("matchFields") or []:
+            if field.get("key") == "metadata.name" and field.get("operator") == "In":
+                values = field.get("values") or []
+                if len(values) == 1:
+                    return str(values[0])
+    return ""
+
+
+def pod_ready(pod: dict) -> bool:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return cond.get("status") == "True"
+    return False
+
+
+def is_non_fabric(pod: dict) -> bool:
+    """The daemon labelled its pod with an empty clique ID: the node has no NVLink fabric."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return C.LABEL_CLIQUE_ID in labels and labels[C.LABEL_CLIQUE_ID] == ""
+
+
+def non_fabric_entries(pods: list[dict]) -> list[dict]:
+    """Node entries for daemons on nodes without fabric (index -1, clique "")."""
+    out = []
+    for pod in pods:
+        if not is_non_fabric(pod):
+            continue
+        name = (pod.get("spec") or {}).get("nodeName") or ""
+        ip = (pod.get("status") or {}).get("podIP") or ""
+        if not name or not ip:
+            continue
+        out.append({
+            "name": name, "ipAddress": ip, "cliqueID": "", "index": -1,
+            "status": C.STATUS_READY if pod_ready(pod) else C.STATUS_NOT_READY,
+        })
+    return out
+
+
+# --- node list ---------------------------------------------------------------------------
+
+def _clique_entry(daemon: dict) -> dict:
+    entry = {
+        "name": str(daemon.get("nodeName") or ""),
+        "ipAddress": str(daemon.get("ipAddress") or ""),
+        "cliqueID": str(daemon.get("cliqueID") or ""),
+        "index": int(daemon.get("index", 0) or 0),
+        # The CRDs default a missing status to NotReady; write it out so what we compare is
+        # what the API server stores.
+        "status": str(daemon.get("status") or C.STATUS_NOT_READY),
+    }
+    return entry
+
+
+def _dedup_sorted(entries: list[dict]) -> list[dict]:
+    by_name: dict[str, dict] = {}
+    for entry in entries:
+        if entry.get("name"):
+            by_name.setdefault(entry["name"], entry)
+    return [by_name[name] for name in sorted(by_name)]
+
+
+def nodes_from_cliques(cliques: list[dict], pods: list[dict]) -> list[dict]:
+    """status.nodes with the cliques gate on: clique daemon entries + non-fabric pods."""
+    entries = [_clique_entry(d) for clique in cliques for d in (clique.get("daemons") or [])]
+    return _dedup_sorted(entries + non_fabric_entries(pods))
+
+
+def nodes_legacy(current: list[dict], pods: list[dict]) -> list[dict]:
+    """status.nodes with the cliques gate off: keep daemon-written fabric entries whose IP is a
+    live fabric daemon pod's, rebuild the non-fabric ones."""
+    fabric_ips = {
+        (pod.get("status") or {}).get("podIP")
+        for pod in pods if not is_non_fabric(pod)
+    } - {None, ""}
+    kept = [dict(e) for e in current
+            if e.get("cliqueID") and e.get("ipAddress") in fabric_ips]
+    return _dedup_sorted(kept + non_fabric_entries(pods))
+
+
+def aggregate_nodes(current: list[dict], cliques: list[dict], pods: list[dict],
+                    cliques_enabled: bool) -> list[dict]:
+    """The domain's node list from its cliques and daemon pods (both already filtered)."""
+    if cliques_enabled:
+        return nodes_from_cliques(cliques, pods)
+    return nodes_legacy(current, pods)
+
+
+# --- clique pruning ----------------------------------------------------------------------
+
+def prune_clique(clique: dict, nodes_with_pods: set[str]) -> list[dict] | None:
+    """The clique's daemons without entries for nodes that run no daemon pod of the domain,
+    or None when nothing must go."""
+    daemons = clique.get("daemons") or []
+    kept = [d for d in daemons if d.get("nodeName") in nodes_with_pods]
+    if len(kept) == len(daemons):
+        return None
+    return kept
+
+
+# --- global status -----------------------------------------------------------------------
+
+def global_status(num_nodes: int, nodes: list[dict], host_managed: bool = False,
+                  problem: Problem | None = None) -> str:
+    """Ready or NotReady per the numNodes rule (numNodes is a minimum)."""
+    if problem is not None:
+        return C.STATUS_NOT_READY
+    if host_managed:
+        return C.STATUS_READY
+    if len(nodes) < num_nodes:
+        return C.STATUS_NOT_READY
+    if any(n.get("status") == C.STATUS_NOT_READY for n in nodes):
+        return C.STATUS_NOT_READY
+    return C.STATUS_READY
+
+
+def ready_count(nodes: list[dict]) -> int:
+    return sum(1 for n in nodes if n.get("status") == C.STATUS_READY)
+
+
+def explain(num_nodes: int, nodes: list[dict], template: str, host_managed: bool,
+            problem: Problem | None, forced_single: bool = False) -> tuple[str, str]:
+    """(reason, message) of the Ready condition."""
+    if problem is not None:
+        return problem.reason, problem.message
+    if host_managed:
+        message = (
+            f"host-managed IMEX: the domain is admitted and its workload ResourceClaimTemplate "
+            f"{template!r} exists. Ready does NOT report the health of the host nvidia-imex "
+            "service; the node plugin checks it when a channel is prepared."
+        )
+        if forced_single:
+            message += " allocationMode All was reduced to Single (host-managed mode gives "\
+                       "channel 0 only)."
+        return REASON_HOST_MANAGED, message
+    ready, total = ready_count(nodes), len(nodes)
+    if total < num_nodes:
+        return REASON_WAITING_FOR_NODES, (
+            f"{total} of at least {num_nodes} nodes (spec.numNodes) run a daemon, {ready} ready")
+    not_ready = sorted(n["name"] for n in nodes if n.get("status") == C.STATUS_NOT_READY)
+    if not_ready:
+        return REASON_NODES_NOT_READY, (
+            f"{ready} of {total} nodes ready; not ready: {', '.join(not_ready)}")
+    if total == 0:
+        return REASON_AWAITING_WORKLOADS, (
+            "no node runs a daemon for this domain yet; nodes join when workload pods using "
+            f"ResourceClaimTemplate {template!r} are prepared (each workload waits for its own "
+            "node's daemon)")
+    return REASON_NODES_READY, f"{ready} of {total} nodes ready"
+
+
+def desired_status(
+    current: dict, num_nodes: int, nodes: list[dict], template: str, host_managed: bool,
+    problem: Problem | None, generation: int, now: str, forced_single: bool = False,
+) -> dict:
+    """The full status to write. ``current`` is the status as read; lastTransitionTime is
+    kept while the condition's status does not change."""
+    status = global_status(num_nodes, nodes, host_managed, problem)
+    reason, message = explain(num_nodes, nodes, template, host_managed, problem, forced_single)
+    cond_status = "True" if status == C.STATUS_READY else "False"
+    previous = next((c for c in current.get("conditions") or []
+                     if c.get("type") == C.CONDITION_READY), None)
+    transition = now
+    if previous and previous.get("status") == cond_status and previous.get("lastTransitionTime"):
+        transition = previous["lastTransitionTime"]
+    out: dict = {"status": status}
+    if nodes:
+        out["nodes"] = nodes
+    out["readyNodes"] = f"{ready_count(nodes)}/{len(nodes)}"
+    out["conditions"] = [{
+        "type": C.CONDITION_READY, "status": cond_status, "reason": reason,
+        "message": message, "lastTransitionTime": transition,
+        "observedGeneration": int(generation or 0),
+    }]
+    return out
+
+
+def _nodes_key(nodes: list[dict]) -> dict[str, dict]:
+    return {n.get("name"): n for n in nodes or []}
+
+
+def status_differs(current: dict, desired: dict) -> bool:
+    """True when writing ``desired`` would change anything (node order is irrelevant)."""
+    if current.get("status") != desired.get("status"):
+        return True
+    if current.get("readyNodes") != desired.get("readyNodes"):
+        return True
+    if _nodes_key(current.get("nodes") or []) != _nodes_key(desired.get("nodes") or []):
+        return True
+    return (current.get("conditions") or []) != (desired.get("conditions") or [])

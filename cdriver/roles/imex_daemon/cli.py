@@ -1,0 +1,118 @@
+"""`cdriver imex-daemon [run|check]`: the container command and the probe of a daemon pod.
+
+Identity options come from the environment as the DaemonSet and CDI set it (CLIQUE_ID,
+COMPUTE_DOMAIN_*, NODE_NAME, POD_*, MAX_NODES_PER_IMEX_DOMAIN); flags override. `run` is the
+default subcommand. `check` stays light: it imports neither the Kubernetes client nor jinja2.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from cdriver.api import constants as c
+from cdriver.errors import CdriverError
+
+from .inputs import RawInputs
+
+
+def _fail(message: str) -> None:
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(1)
+
+
+@click.group(invoke_without_command=True)
+@click.option("--cliqueid", "clique_id", default="", envvar=c.ENV_CLIQUE_ID, show_envvar=True,
+              help="NVLink clique ID <clusterUUID>.<cliqueId> (injected by CDI; empty on non-fabric nodes).")
+@click.option("--compute-domain-uuid", "cd_uid", default="", envvar=c.ENV_CD_UUID, show_envvar=True,
+              help="ComputeDomain UID (injected by CDI).")
+@click.option("--compute-domain-name", "cd_name", default="", envvar=c.ENV_CD_NAME, show_envvar=True,
+              help="ComputeDomain name (injected by CDI).")
+@click.option("--compute-domain-namespace", "cd_namespace", default="default", envvar=c.ENV_CD_NAMESPACE,
+              show_envvar=True, help="ComputeDomain namespace (injected by CDI).")
+@click.option("--node-name", default="", envvar=c.ENV_NODE_NAME, show_envvar=True,
+              help="This node's name (downward API spec.nodeName).")
+@click.option("--pod-ip", default="", envvar=c.ENV_POD_IP, show_envvar=True,
+              help="This pod's IP (downward API status.podIP): IMEX command bind IP and advertised IP.")
+@click.option("--pod-name", default="", envvar=c.ENV_POD_NAME, show_envvar=True,
+              help="This pod's name (downward API metadata.name).")
+@click.option("--pod-namespace", default="", envvar=c.ENV_POD_NAMESPACE, show_envvar=True,
+              help="This pod's namespace, the driver namespace (downward API metadata.namespace).")
+@click.option("--pod-uid", default="", envvar=c.ENV_POD_UID, show_envvar=True,
+              help="This pod's UID (downward API metadata.uid), for the clique's owner reference.")
+@click.option("--max-nodes-per-imex-domain", "max_nodes", default="", envvar=c.ENV_MAX_NODES, show_envvar=True,
+              help="Maximum members of one clique: bounds indices and the DNS-name peer list.")
+@click.option("--imexd-dir", default=c.IMEXD_DIR, envvar=c.ENV_IMEXD_DIR, show_envvar=True, show_default=True,
+              help="Directory mounted by CDI with the config template; imexd.cfg and nodes.cfg go here.")
+@click.option("--hosts-file", default=c.HOSTS_FILE, envvar=c.ENV_IMEX_HOSTS_FILE, show_envvar=True,
+              show_default=True, help="Hosts file that maps peer DNS names to IPs (DNS-name mode).")
+@click.option("--imex-binary", default=c.IMEX_DAEMON_BINARY, show_default=True,
+              help="nvidia-imex executable (looked up on PATH).")
+@click.option("--imex-ctl-binary", "ctl_binary", default=c.IMEX_CTL_BINARY, show_default=True,
+              help="nvidia-imex-ctl executable (looked up on PATH).")
+@click.option("--kubeconfig", default=None, envvar="KUBECONFIG",
+              help="Kubeconfig file (default: the pod's service account).")
+@click.pass_context
+def command(ctx: click.Context, **options: str) -> None:
+    """Per-ComputeDomain IMEX daemon: join the clique, run nvidia-imex, report readiness."""
+    root = ctx.find_root().obj if isinstance(ctx.find_root().obj, dict) else {}
+    gates = root.get("feature_gates") or os.environ.get(c.ENV_FEATURE_GATES, "")
+    ctx.obj = RawInputs(feature_gates=gates, **options)
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(run_command)
+
+
+@command.command("run")
+@click.option("--max-restart-backoff", type=float, default=30.0, show_default=True,
+              help="Upper bound in seconds of the delay before restarting a crashed nvidia-imex.")
+@click.option("--recheck-interval", type=float, default=5.0, show_default=True,
+              help="Seconds between checks whether a blocked IMEX port became free.")
+@click.option("--stop-grace", type=float, default=10.0, show_default=True,
+              help="Seconds nvidia-imex gets to exit after SIGTERM before SIGKILL.")
+@click.pass_obj
+def run_command(raw: RawInputs, max_restart_backoff: float = 30.0, recheck_interval: float = 5.0,
+                stop_grace: float = 10.0) -> None:
+    """Run the daemon until SIGTERM (the default subcommand)."""
+    from dataclasses import replace
+
+    from .inputs import parse_settings
+
+    try:
+        settings = parse_settings(replace(raw, max_backoff=max_restart_backoff,
+                                          recheck_seconds=recheck_interval, stop_grace=stop_grace))
+        from .main import run
+
+        code = run(settings)
+    except CdriverError as exc:
+        _fail(str(exc))
+    sys.exit(code)
+
+
+@command.command("check")
+@click.option("--timeout", type=float, default=5.0, show_default=True,
+              help="Seconds to wait for nvidia-imex-ctl.")
+@click.pass_obj
+def check_command(raw: RawInputs, timeout: float) -> None:
+    """Probe: succeed only if the local nvidia-imex answers exactly READY."""
+    from cdriver.imex import ctl
+
+    from . import failures
+    from .inputs import parse_check_settings
+    from .readiness import probe_passed
+
+    settings = parse_check_settings(raw, timeout)
+    if not settings.clique_id:
+        click.echo(c.IMEX_CHECK_NOOP_MESSAGE)
+        return
+    state = failures.read_state(settings.paths.state)
+    if state is not None:
+        _fail(f"IMEX daemon check failed: {state.get('message') or state['phase']}")
+    result = ctl.probe_ready(settings.ctl_binary, config_path=str(settings.paths.config), timeout=timeout)
+    if probe_passed(result.returncode, result.output):
+        return
+    output = result.output.strip() or "<no output>"
+    if result.returncode != 0:
+        _fail(f"IMEX daemon check failed: error running {c.IMEX_CTL_BINARY} (exit {result.returncode}): {output}")
+    _fail(f"IMEX daemon not ready: {result.output!r}")

@@ -1,0 +1,340 @@
+"""Clique membership: this node's entry in ComputeDomainClique `<cdUID>.<cliqueID>`.
+
+Pure part: index assignment and entry upsert/remove/status over plain entry lists (shared
+with the legacy ComputeDomain.status.nodes path, whose key field is `name`).
+Effects: `CliqueStore` (read-your-writes cache over the API) and `update_with_retry`, the
+optimistic-concurrency loop: every write carries the resourceVersion it was computed from;
+a 409 re-reads the object and recomputes, so two daemons joining at once get distinct indices.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from cdriver.api import constants as c
+from cdriver.errors import CdriverError
+
+log = logging.getLogger(__name__)
+
+KEY_CLIQUE = "nodeName"  # list-map key of ComputeDomainClique.daemons
+KEY_CD_STATUS = "name"  # list-map key of ComputeDomain.status.nodes
+
+
+class IndexExhausted(CdriverError):
+    """Every index below MAX_NODES_PER_IMEX_DOMAIN is taken in this clique."""
+
+
+class RetriesExhausted(CdriverError):
+    """The optimistic update kept conflicting; the caller retries later."""
+
+
+@dataclass(frozen=True)
+class Member:
+    """This daemon as it appears in the membership list."""
+
+    node_name: str
+    ip_address: str
+    clique_id: str
+
+
+# --- pure: entries -------------------------------------------------------------------
+
+
+def entry_index(entry: dict) -> int | None:
+    """The entry's index, or None when absent or not a non-negative integer."""
+    value = entry.get("index")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def used_indices(entries: list[dict], clique_id: str, exclude_node: str = "",
+                 key: str = KEY_CLIQUE) -> set[int]:
+    """Indices held by entries of `clique_id` (other than `exclude_node`)."""
+    used: set[int] = set()
+    for entry in entries:
+        if entry.get("cliqueID") != clique_id or entry.get(key) == exclude_node:
+            continue
+        index = entry_index(entry)
+        if index is not None:
+            used.add(index)
+    return used
+
+
+def next_free_index(used: set[int], max_nodes: int) -> int:
+    """Lowest non-negative index not in `used`; holes left by departed nodes are reused."""
+    index = 0
+    while index in used:
+        index += 1
+    if index >= max_nodes:
+        raise IndexExhausted(
+            f"no free index in the clique: all {max_nodes} indices (MAX_NODES_PER_IMEX_DOMAIN) are "
+            "taken; remove a node from the ComputeDomain or raise the controller's "
+            "maxNodesPerIMEXDomain setting"
+        )
+    return index
+
+
+def find_entry(entries: list[dict], node_name: str, key: str = KEY_CLIQUE) -> dict | None:
+    """The entry for `node_name`, or None."""
+    for entry in entries:
+        if entry.get(key) == node_name:
+            return entry
+    return None
+
+
+def upsert_entry(entries: list[dict], member: Member, max_nodes: int,
+                 key: str = KEY_CLIQUE) -> tuple[list[dict], bool]:
+    """Return (entries with this node's entry present and current, changed).
+
+    An existing entry of the same node keeps its index and status (a restarted daemon keeps
+    its DNS name); only its IP and clique are refreshed. A new entry takes the lowest free
+    index of its clique and starts NotReady. Raises IndexExhausted when none is free.
+    """
+    out = copy.deepcopy(entries)
+    mine = find_entry(out, member.node_name, key)
+    if mine is None:
+        index = next_free_index(used_indices(out, member.clique_id, member.node_name, key), max_nodes)
+        out.append({
+            key: member.node_name,
+            "ipAddress": member.ip_address,
+            "cliqueID": member.clique_id,
+            "index": index,
+            "status": c.STATUS_NOT_READY,
+        })
+        return out, True
+    changed = False
+    if mine.get("cliqueID") != member.clique_id:
+        mine["cliqueID"] = member.clique_id
+        changed = True
+    index = entry_index(mine)
+    others = used_indices(out, member.clique_id, member.node_name, key)
+    if index is None or index >= max_nodes or index in others:
+        mine["index"] = next_free_index(others, max_nodes)
+        changed = True
+    if mine.get("ipAddress") != member.ip_address:
+        mine["ipAddress"] = member.ip_address
+        changed = True
+    return out, changed
+
+
+def remove_entry(entries: list[dict], node_name: str, key: str = KEY_CLIQUE) -> tuple[list[dict], bool]:
+    """Return (entries without this node's entry, changed). Matches by node name only."""
+    out = [copy.deepcopy(e) for e in entries if e.get(key) != node_name]
+    return out, len(out) != len(entries)
+
+
+def set_entry_status(entries: list[dict], node_name: str, status: str,
+                     key: str = KEY_CLIQUE) -> tuple[list[dict], bool]:
+    """Return (entries with this node's status set, changed); unchanged if the node is absent."""
+    out = copy.deepcopy(entries)
+    mine = find_entry(out, node_name, key)
+    if mine is None or mine.get("status", c.STATUS_NOT_READY) == status:
+        return out, False
+    mine["status"] = status
+    return out, True
+
+
+def entry_status(entry: dict | None) -> str | None:
+    """Status of an entry as readers see it (absent status means NotReady), None if no entry."""
+    if entry is None:
+        return None
+    return entry.get("status") or c.STATUS_NOT_READY
+
+
+# --- pure: the clique object ---------------------------------------------------------
+
+
+def pod_owner_reference(pod_name: str, pod_uid: str) -> dict:
+    """Owner reference to a daemon pod (no controller flag: every member pod is an owner)."""
+    return {"apiVersion": "v1", "kind": "Pod", "name": pod_name, "uid": pod_uid}
+
+
+def ensure_owner_reference(obj: dict, owner: dict) -> bool:
+    """Add `owner` to obj.metadata.ownerReferences unless its UID is there; True if added."""
+    refs = obj.setdefault("metadata", {}).setdefault("ownerReferences", [])
+    if any(ref.get("uid") == owner["uid"] for ref in refs):
+        return False
+    refs.append(dict(owner))
+    return True
+
+
+def new_clique(name: str, namespace: str, cd_uid: str, clique_id: str, owner: dict) -> dict:
+    """A ComputeDomainClique with no members yet, owned by this daemon's pod."""
+    return {
+        "apiVersion": c.API_VERSION,
+        "kind": c.KIND_COMPUTE_DOMAIN_CLIQUE,
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {c.LABEL_COMPUTE_DOMAIN: cd_uid, c.LABEL_CLIQUE_ID: clique_id},
+            "ownerReferences": [dict(owner)],
+        },
+    }
+
+
+def resource_version(obj: dict | None) -> int:
+    """Integer resourceVersion of an object (0 when absent or not numeric)."""
+    if not obj:
+        return 0
+    try:
+        return int(obj.get("metadata", {}).get("resourceVersion", "0"))
+    except ValueError:
+        return 0
+
+
+def backoff_delay(attempt: int, base: float = 0.005, cap: float = 6.0,
+                  rng: Callable[[], float] = random.random) -> float:
+    """Delay before retry `attempt` (1-based): base*2^(n-1) capped, jittered by +-25 %."""
+    delay = min(cap, base * (2 ** max(0, attempt - 1)))
+    return delay * (0.75 + 0.5 * rng())
+
+
+# --- effects -------------------------------------------------------------------------
+
+
+class MembershipStore(Protocol):
+    """Where membership entries live (a clique object, or a ComputeDomain's status)."""
+
+    key: str
+    description: str
+
+    def observe(self, obj: dict | None) -> None: ...
+    def forget(self) -> None: ...
+    def current(self) -> dict | None: ...
+    def needs_write(self, obj: dict) -> bool: ...
+    def refresh(self) -> dict | None: ...
+    def ensure(self) -> dict: ...
+    def write(self, obj: dict) -> dict: ...
+    def entries(self, obj: dict | None) -> list[dict]: ...
+    def with_entries(self, obj: dict, entries: list[dict]) -> dict: ...
+
+
+class CliqueStore:
+    """The ComputeDomainClique of this daemon: create, read (own writes win), update."""
+
+    key = KEY_CLIQUE
+
+    def __init__(self, raw: Any, namespace: str, name: str, cd_uid: str, clique_id: str,
+                 owner: dict) -> None:
+        from cdriver.kube.raw import RESOURCES
+
+        self.raw = raw
+        self.res = RESOURCES["computedomaincliques"]
+        self.namespace = namespace
+        self.name = name
+        self.cd_uid = cd_uid
+        self.clique_id = clique_id
+        self.owner = owner
+        self.description = f"ComputeDomainClique {namespace}/{name}"
+        self._latest: dict | None = None
+
+    def observe(self, obj: dict | None) -> None:
+        """Take an object seen on the watch or returned by a write, if newer than ours."""
+        if obj is None or obj.get("metadata", {}).get("name") != self.name:
+            return
+        if self._latest is None or resource_version(obj) >= resource_version(self._latest):
+            self._latest = copy.deepcopy(obj)
+
+    def forget(self) -> None:
+        """The object was deleted (watch DELETED)."""
+        self._latest = None
+
+    def current(self) -> dict | None:
+        return copy.deepcopy(self._latest) if self._latest is not None else None
+
+    def refresh(self) -> dict | None:
+        from cdriver.kube.raw import ApiError
+
+        try:
+            obj = self.raw.get(self.res, self.name, namespace=self.namespace)
+        except ApiError as exc:
+            if exc.not_found:
+                self._latest = None
+                return None
+            raise
+        self._latest = obj
+        return copy.deepcopy(obj)
+
+    def ensure(self) -> dict:
+        """The clique, created (with labels and our owner reference) if it does not exist."""
+        from cdriver.kube.raw import ApiError
+
+        obj = self.current() or self.refresh()
+        if obj is not None:
+            return obj
+        body = new_clique(self.name, self.namespace, self.cd_uid, self.clique_id, self.owner)
+        try:
+            created = self.raw.create(self.res, body, namespace=self.namespace)
+            log.info("Created %s", self.description)
+        except ApiError as exc:
+            if not exc.already_exists:
+                raise
+            created = self.raw.get(self.res, self.name, namespace=self.namespace)
+        self.observe(created)
+        return copy.deepcopy(created)
+
+    def needs_write(self, obj: dict) -> bool:
+        """True when this pod is not yet an owner (a new pod of the same node)."""
+        refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+        return not any(ref.get("uid") == self.owner["uid"] for ref in refs)
+
+    def write(self, obj: dict) -> dict:
+        ensure_owner_reference(obj, self.owner)
+        out = self.raw.update(self.res, obj, namespace=self.namespace)
+        self.observe(out)
+        return out
+
+    def entries(self, obj: dict | None) -> list[dict]:
+        if not obj:
+            return []
+        return [e for e in (obj.get("daemons") or []) if isinstance(e, dict)]
+
+    def with_entries(self, obj: dict, entries: list[dict]) -> dict:
+        out = copy.deepcopy(obj)
+        if entries:
+            out["daemons"] = entries
+        else:
+            out.pop("daemons", None)
+        return out
+
+
+
+Mutation = Callable[[list[dict]], tuple[list[dict], bool]]
+
+
+def update_with_retry(store: MembershipStore, mutate: Mutation, *, attempts: int = 12,
+                      sleep: Callable[[float], Any], what: str = "update") -> dict:
+    """Apply `mutate` to the store's entries and write, retrying on conflicts.
+
+    Each attempt recomputes from the newest object (own writes, watch, or a fresh GET after a
+    conflict), so a decision is never written over a version it was not computed from.
+    Returns the object as stored; raises RetriesExhausted after `attempts` conflicts.
+    """
+    from cdriver.kube.raw import ApiError
+
+    obj = store.current()
+    if obj is None:
+        obj = store.ensure()
+    for attempt in range(1, attempts + 1):
+        entries, changed = mutate(store.entries(obj))
+        if not changed and not store.needs_write(obj):
+            return obj
+        try:
+            return store.write(store.with_entries(obj, entries))
+        except ApiError as exc:
+            if not (exc.conflict or exc.not_found):
+                raise
+            delay = backoff_delay(attempt)
+            log.info("%s of %s: %s (attempt %d), retrying in %.3fs", what, store.description,
+                     "conflict" if exc.conflict else "object gone", attempt, delay)
+            sleep(delay)
+            obj = store.refresh()
+            if obj is None:
+                obj = store.ensure()
+    raise RetriesExhausted(f"{what} of {store.description} still conflicting after {attempts} attempts")

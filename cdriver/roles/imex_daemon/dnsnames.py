@@ -1,0 +1,74 @@
+"""DNS-name mode: a static peer list of synthetic names, resolved through this container's hosts file.
+
+nodes.cfg always lists compute-domain-daemon-0000 .. <max-1>; which of those names resolve,
+and to which pod IP, is decided by the block this module maintains in the hosts file. A peer
+change therefore needs only a SIGUSR1 to nvidia-imex, never a restart.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from cdriver.api import constants as c
+from cdriver.imex import config as imex_config
+from cdriver.imex import hosts as imex_hosts
+
+from .clique import entry_index
+
+log = logging.getLogger(__name__)
+
+
+def static_names(max_nodes: int) -> list[str]:
+    """The peer names of a clique of at most `max_nodes` members, in index order."""
+    return [c.dns_name(i) for i in range(max_nodes)]
+
+
+def static_nodes_config(max_nodes: int) -> str:
+    """nodes.cfg body for DNS-name mode (one name per line)."""
+    return imex_config.dns_nodes_config(max_nodes)
+
+
+def dns_mapping(entries: list[dict], clique_id: str, max_nodes: int) -> tuple[dict[str, str], list[str]]:
+    """Map name -> IP for the same-clique entries; also return a problem per unusable entry.
+
+    An entry without a valid index (< max) or without an IP cannot be given a name; it is
+    left out and reported instead of stopping the daemon.
+    """
+    mapping: dict[str, str] = {}
+    problems: list[str] = []
+    for entry in entries:
+        if entry.get("cliqueID") != clique_id:
+            continue
+        node = entry.get("nodeName") or entry.get("name") or "?"
+        index = entry_index(entry)
+        ip = entry.get("ipAddress") or ""
+        if index is None or index >= max_nodes:
+            problems.append(
+                f"entry of node {node} has index {entry.get('index')!r}, outside 0..{max_nodes - 1}")
+            continue
+        if not ip:
+            problems.append(f"entry of node {node} has no ipAddress")
+            continue
+        name = c.dns_name(index)
+        if name in mapping and mapping[name] != ip:
+            problems.append(f"index {index} is claimed by two entries ({mapping[name]} and {ip} of {node})")
+            continue
+        mapping[name] = ip
+    return mapping, problems
+
+
+def describe_mapping(mapping: dict[str, str]) -> str:
+    """`name -> ip` pairs sorted by name, for the log."""
+    if not mapping:
+        return "empty"
+    return ", ".join(f"{name} -> {mapping[name]}" for name in sorted(mapping))
+
+
+def update_hosts_file(path: Path, mapping: dict[str, str]) -> bool:
+    """Rewrite the daemon block of the hosts file to `mapping` in place; True if it changed.
+
+    Lines outside the block are kept; repeated rewrites do not accumulate headers or blank
+    lines. In place, because a container's /etc/hosts is a bind mount a rename cannot replace.
+    """
+    return imex_hosts.rewrite_hosts_file(path, mapping)

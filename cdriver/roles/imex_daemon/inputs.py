@@ -1,0 +1,254 @@
+"""Daemon inputs: CDI-injected identity, downward-API env and flags, turned into settings.
+
+Pure validation: every problem names the variable, the value and the fix, and all problems
+are reported at once.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from cdriver import featuregates
+from cdriver.api import constants as c
+from cdriver.errors import CdriverError
+
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+class InputError(CdriverError):
+    """The daemon's environment or flags are unusable; the message lists every problem."""
+
+
+@dataclass(frozen=True)
+class RawInputs:
+    """Inputs as they arrive (strings from env vars or flags), before validation."""
+
+    clique_id: str = ""
+    cd_uid: str = ""
+    cd_name: str = ""
+    cd_namespace: str = "default"
+    node_name: str = ""
+    pod_ip: str = ""
+    pod_name: str = ""
+    pod_namespace: str = ""
+    pod_uid: str = ""
+    max_nodes: str = ""
+    feature_gates: str = ""
+    imexd_dir: str = c.IMEXD_DIR
+    hosts_file: str = c.HOSTS_FILE
+    imex_binary: str = c.IMEX_DAEMON_BINARY
+    ctl_binary: str = c.IMEX_CTL_BINARY
+    kubeconfig: str | None = None
+    max_backoff: float = 30.0
+    recheck_seconds: float = 5.0
+    stop_grace: float = 10.0
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Files the daemon reads and writes inside the /imexd mount and the container."""
+
+    imexd_dir: Path
+    hosts_file: Path
+
+    @property
+    def template(self) -> Path:
+        """Config template the kubelet plugin copied in when it prepared the daemon claim."""
+        return self.imexd_dir / c.IMEXD_TEMPLATE_NAME
+
+    @property
+    def config(self) -> Path:
+        return self.imexd_dir / c.IMEXD_CONFIG_NAME
+
+    @property
+    def nodes_config(self) -> Path:
+        return self.imexd_dir / c.IMEXD_NODES_CONFIG_NAME
+
+    @property
+    def state(self) -> Path:
+        """Daemon state shared with `check` (e.g. a port conflict that blocks start-up)."""
+        return self.imexd_dir / c.IMEXD_STATE_NAME
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Validated inputs of `imex-daemon run`."""
+
+    clique_id: str
+    cd_uid: str
+    cd_name: str
+    cd_namespace: str
+    node_name: str
+    pod_ip: str
+    pod_name: str
+    pod_namespace: str
+    pod_uid: str
+    max_nodes: int
+    gates: featuregates.FeatureGates
+    paths: Paths
+    imex_binary: str
+    ctl_binary: str
+    kubeconfig: str | None = None
+    max_backoff: float = 30.0
+    recheck_seconds: float = 5.0
+    stop_grace: float = 10.0
+
+    @property
+    def dns_names(self) -> bool:
+        """Static DNS-name peer list + hosts block + SIGUSR1 (else raw IPs + restart)."""
+        return self.gates.enabled(featuregates.IMEX_DAEMONS_WITH_DNS_NAMES)
+
+    @property
+    def cliques(self) -> bool:
+        """Publish in a ComputeDomainClique (else in ComputeDomain.status.nodes)."""
+        return self.gates.enabled(featuregates.COMPUTE_DOMAIN_CLIQUES)
+
+    @property
+    def clique_name(self) -> str:
+        return c.clique_object_name(self.cd_uid, self.clique_id)
+
+    @property
+    def pod_key(self) -> str:
+        return f"{self.pod_namespace}/{self.pod_name}"
+
+
+@dataclass(frozen=True)
+class CheckSettings:
+    """Inputs of `imex-daemon check` (the probe): only what the probe needs."""
+
+    clique_id: str
+    paths: Paths
+    ctl_binary: str
+    timeout: float = 5.0
+
+
+def cdi_missing_message() -> str:
+    """Why a daemon without its CDI identity cannot run, and what to check."""
+    return (
+        f"{c.ENV_CD_UUID} is empty: the CDI container edits of the daemon claim were not applied "
+        f"to this container (they carry {c.ENV_CD_UUID}, {c.ENV_CD_NAME}, {c.ENV_CD_NAMESPACE}, "
+        f"{c.ENV_CLIQUE_ID} and the {c.IMEXD_DIR} mount). Check that the container runtime has CDI "
+        "enabled (containerd: enable_cdi = true; CRI-O enables it by default) and that the pod "
+        f"requests its ResourceClaim of DeviceClass {c.DEVICE_CLASS_DAEMON}."
+    )
+
+
+def _required(problems: list[str], env: str, value: str, hint: str) -> None:
+    if not value:
+        problems.append(f"{env} is empty; {hint}")
+
+
+def _parse_max_nodes(problems: list[str], text: str) -> int:
+    value = text.strip()
+    try:
+        number = int(value)
+    except ValueError:
+        problems.append(
+            f"{c.ENV_MAX_NODES}={value!r} is not an integer; set it to the maximum number of nodes "
+            f"per IMEX domain (the controller renders {c.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN} by default)"
+        )
+        return 0
+    if number < 1:
+        problems.append(
+            f"{c.ENV_MAX_NODES}={number} leaves no index for any daemon; set it to at least 1 "
+            f"(the controller renders {c.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN} by default)"
+        )
+    return number
+
+
+def _parse_gates(problems: list[str], text: str) -> featuregates.FeatureGates | None:
+    try:
+        return featuregates.FeatureGates.parse(text)
+    except featuregates.FeatureGateError as exc:
+        problems.append(f"{c.ENV_FEATURE_GATES}={text!r}: {exc}")
+        return None
+
+
+def _check_clique_id(problems: list[str], clique_id: str) -> None:
+    if len(clique_id) > 63 or not _LABEL_VALUE.match(clique_id):
+        problems.append(
+            f"{c.ENV_CLIQUE_ID}={clique_id!r} is not a valid label value (<clusterUUID>.<cliqueId>, "
+            "at most 63 characters); it comes from the kubelet plugin's NVML fabric discovery, "
+            "check the plugin's log on this node"
+        )
+
+
+def _check_pod_ip(problems: list[str], pod_ip: str) -> None:
+    if not pod_ip:
+        problems.append(f"{c.ENV_POD_IP} is empty; set it from the downward API field status.podIP")
+        return
+    try:
+        ipaddress.ip_address(pod_ip)
+    except ValueError:
+        problems.append(f"{c.ENV_POD_IP}={pod_ip!r} is not an IP address; set it from status.podIP")
+
+
+def _fail(problems: list[str]) -> None:
+    if problems:
+        lines = "\n".join(f"  - {p}" for p in problems)
+        raise InputError(f"invalid imex-daemon inputs:\n{lines}")
+
+
+def parse_settings(raw: RawInputs) -> Settings:
+    """Validate `run` inputs; raise InputError naming every bad value and its fix."""
+    if not raw.cd_uid.strip():
+        raise InputError(cdi_missing_message())
+    problems: list[str] = []
+    gates = _parse_gates(problems, raw.feature_gates)
+    clique_id = raw.clique_id.strip()
+    downward = "set it from the downward API in the daemon pod spec"
+    _required(problems, c.ENV_POD_NAME, raw.pod_name, f"{downward} (metadata.name)")
+    _required(problems, c.ENV_POD_NAMESPACE, raw.pod_namespace, f"{downward} (metadata.namespace)")
+    max_nodes = 0
+    if clique_id:
+        _check_clique_id(problems, clique_id)
+        _required(problems, c.ENV_NODE_NAME, raw.node_name, f"{downward} (spec.nodeName)")
+        _required(problems, c.ENV_POD_UID, raw.pod_uid, f"{downward} (metadata.uid)")
+        _check_pod_ip(problems, raw.pod_ip)
+        max_nodes = _parse_max_nodes(problems, raw.max_nodes)
+        if gates is not None and not gates.enabled(featuregates.COMPUTE_DOMAIN_CLIQUES):
+            _required(problems, c.ENV_CD_NAME, raw.cd_name,
+                      "it is injected by CDI with the ComputeDomain identity; re-create the daemon pod")
+            _required(problems, c.ENV_CD_NAMESPACE, raw.cd_namespace,
+                      "it is injected by CDI with the ComputeDomain identity; re-create the daemon pod")
+    elif raw.max_nodes.strip():
+        max_nodes = _parse_max_nodes(problems, raw.max_nodes)
+    for name, value in (("--max-restart-backoff", raw.max_backoff),
+                        ("--recheck-interval", raw.recheck_seconds), ("--stop-grace", raw.stop_grace)):
+        if value <= 0:
+            problems.append(f"{name}={value} must be a positive number of seconds")
+    _fail(problems)
+    assert gates is not None
+    return Settings(
+        clique_id=clique_id,
+        cd_uid=raw.cd_uid.strip(),
+        cd_name=raw.cd_name.strip(),
+        cd_namespace=raw.cd_namespace.strip() or "default",
+        node_name=raw.node_name.strip(),
+        pod_ip=raw.pod_ip.strip(),
+        pod_name=raw.pod_name.strip(),
+        pod_namespace=raw.pod_namespace.strip(),
+        pod_uid=raw.pod_uid.strip(),
+        max_nodes=max_nodes,
+        gates=gates,
+        paths=Paths(Path(raw.imexd_dir), Path(raw.hosts_file)),
+        imex_binary=raw.imex_binary,
+        ctl_binary=raw.ctl_binary,
+        kubeconfig=raw.kubeconfig or None,
+        max_backoff=raw.max_backoff,
+        recheck_seconds=raw.recheck_seconds,
+        stop_grace=raw.stop_grace,
+    )
+
+
+def parse_check_settings(raw: RawInputs, timeout: float = 5.0) -> CheckSettings:
+    """Settings of the probe; never fails on identity (an empty clique is a no-op success)."""
+    return CheckSettings(
+        clique_id=raw.clique_id.strip(),
+        paths=Paths(Path(raw.imexd_dir), Path(raw.hosts_file)),
+        ctl_binary=raw.ctl_binary,
+        timeout=timeout,
+    )

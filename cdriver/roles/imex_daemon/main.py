@@ -1,0 +1,511 @@
+"""`imex-daemon run`: one loop that keeps clique membership, peer names, nvidia-imex and
+readiness converged.
+
+Watch events (clique or ComputeDomain, own pod), nvidia-imex exits, the self-probe and
+SIGTERM all land in one queue; a single thread applies them and reconciles, so membership
+writes never race each other inside the daemon. Every API write is resourceVersion-guarded.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import IO, Any
+
+from cdriver.api import constants as c
+from cdriver.errors import CdriverError
+from cdriver.imex import config as imex_config
+
+from . import clique as cl
+from . import dnsnames, failures, legacy, readiness
+from .inputs import Settings
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "compute-domain-daemon"
+RESYNC_SECONDS = 240.0
+REMOVE_DEADLINE = 10.0
+STOP = "stop"
+
+
+class DaemonError(CdriverError):
+    """The daemon cannot start (message says what and how to fix it)."""
+
+
+class ImexReadyProbe:
+    """After each (re)start of nvidia-imex, run `nvidia-imex-ctl -q` until it answers READY.
+
+    Posts `on_ready(pid)` once per child; runs in its own thread so a slow ctl never blocks
+    the daemon loop. Probes start fast (the stand-in is ready within tens of ms) and back off.
+    """
+
+    def __init__(self, probe: Callable[[], bool], current_pid: Callable[[], int | None],
+                 on_ready: Callable[[int], None], initial: float = 0.02, maximum: float = 1.0) -> None:
+        self.probe = probe
+        self.current_pid = current_pid
+        self.on_ready = on_ready
+        self.initial = initial
+        self.maximum = maximum
+        self._armed = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="imex-ready-probe", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def arm(self) -> None:
+        self._armed.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._armed.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._armed.wait()
+            self._armed.clear()
+            delay = self.initial
+            while not self._stop.is_set():
+                pid = self.current_pid()
+                if pid is not None and self.probe() and self.current_pid() == pid:
+                    self.on_ready(pid)
+                    break
+                if self._stop.wait(delay):
+                    return
+                delay = min(self.maximum, delay * 2)
+
+
+class Daemon:
+    """The long-running daemon of one ComputeDomain on one node."""
+
+    def __init__(self, settings: Settings, raw: Any, *, echo: IO[str] | None = None,
+                 initial_backoff: float = 1.0, probe_timeout: float = 5.0) -> None:
+        self.s = settings
+        self.raw = raw
+        self.q: queue.SimpleQueue = queue.SimpleQueue()  # put() is safe in signal handlers
+        self.stopping = threading.Event()
+        self.member = cl.Member(settings.node_name, settings.pod_ip, settings.clique_id)
+        self.pod_ref = {"apiVersion": "v1", "kind": "Pod",
+                        "metadata": {"name": settings.pod_name, "namespace": settings.pod_namespace,
+                                     "uid": settings.pod_uid}}
+        self.echo = echo if echo is not None else sys.stderr
+        self.initial_backoff = initial_backoff
+        self.probe_timeout = probe_timeout
+        self.pod: dict | None = None
+        self.store: Any = None
+        self.watchers: list[Any] = []
+        self.imex: Any = None
+        self.prober: ImexReadyProbe | None = None
+        self.recorder: Any = None
+        self.ports: list[int] = []
+        self.mapping: dict[str, str] | None = None  # DNS mode: last applied name -> IP
+        self.ip_peers: list[str] | None = None  # IP mode: last applied peer list
+        self.ready_pid: int | None = None  # child that answered READY since its start
+        self.blocked: str | None = None  # port conflict message
+        self.start_error: str | None = None
+        self.recheck_at = 0.0
+        self.retry_at: float | None = None
+        self.failures = 0
+        self.last_error = ""
+        self.last_problems: list[str] = []
+        self.last_wait_log = ""
+        self.reloads = 0
+
+    # --- inputs from other threads ----------------------------------------------------
+
+    def request_stop(self, *_: Any) -> None:
+        """Begin graceful shutdown (signal handler safe)."""
+        self.stopping.set()
+        self.q.put((STOP,))
+
+    def _post(self, *event: Any) -> None:
+        self.q.put(event)
+
+    # --- entry point ------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run until SIGTERM; returns the process exit code."""
+        log.info("Starting IMEX daemon for ComputeDomain %s/%s (uid %s) on node %s, pod %s, IP %s, "
+                 "clique %r; feature gates: %s", self.s.cd_namespace, self.s.cd_name, self.s.cd_uid,
+                 self.s.node_name, self.s.pod_key, self.s.pod_ip, self.s.clique_id,
+                 self.s.gates.to_env())
+        self.label_pod()
+        if not self.s.clique_id:
+            log.info("Clique ID is empty: this node is not NVLink fabric-attached, so no IMEX daemon "
+                     "runs here; `check` succeeds as a no-op. Waiting for SIGTERM.")
+            self.stopping.wait()
+            log.info("Exiting")
+            return 0
+        self.prepare_files()
+        self.start_watchers()
+        try:
+            self.loop()
+        finally:
+            self.shutdown()
+        log.info("Exiting")
+        return 0
+
+    # --- start-up ---------------------------------------------------------------------
+
+    def label_pod(self) -> None:
+        """Label this pod with its clique ID (empty for non-fabric nodes), as the controller expects."""
+        from cdriver.kube.raw import RESOURCES, ApiError
+
+        patch = {"metadata": {"labels": {c.LABEL_CLIQUE_ID: self.s.clique_id}}}
+        for attempt in range(1, 8):
+            try:
+                self.raw.patch(RESOURCES["pods"], self.s.pod_name, patch, namespace=self.s.pod_namespace)
+                return
+            except ApiError as exc:
+                if not exc.unavailable or attempt == 7:
+                    raise DaemonError(
+                        f"cannot label pod {self.s.pod_key} with {c.LABEL_CLIQUE_ID}: {exc}; check that "
+                        "POD_NAME/POD_NAMESPACE name this pod and that the service account may patch pods"
+                    ) from None
+                log.info("labelling pod %s: %s (attempt %d)", self.s.pod_key, exc, attempt)
+                if self.stopping.wait(cl.backoff_delay(attempt, base=0.2, cap=3.0)):
+                    return
+
+    def prepare_files(self) -> None:
+        """Render imexd.cfg from the template the plugin placed; write the static nodes.cfg."""
+        paths = self.s.paths
+        if not paths.template.is_file():
+            raise DaemonError(
+                f"IMEX config template {paths.template} does not exist: the kubelet plugin writes it "
+                f"when it prepares the daemon claim and CDI mounts it at {c.IMEXD_DIR}; check the "
+                "plugin's log on this node and that the container runtime applied the claim's CDI edits"
+            )
+        template = imex_config.load_template(paths.template)
+        try:
+            text = imex_config.render_config(template, str(paths.nodes_config), self.s.pod_ip,
+                                             source=str(paths.template))
+        except imex_config.ImexConfigError as exc:
+            raise DaemonError(f"cannot render the IMEX config: {exc}") from None
+        imex_config.write_file_atomic(paths.config, text)
+        self.ports = failures.imex_ports(imex_config.parse_config(text))
+        if self.s.dns_names:
+            imex_config.write_file_atomic(paths.nodes_config, dnsnames.static_nodes_config(self.s.max_nodes))
+        failures.clear_state(paths.state)
+        log.info("Wrote %s (command service on %s) and %s", paths.config, self.s.pod_ip, paths.nodes_config)
+
+    def start_watchers(self) -> None:
+        from cdriver.imex.supervisor import ProcessSupervisor
+        from cdriver.kube.events import EventRecorder
+        from cdriver.kube.informer import Informer
+        from cdriver.kube.raw import RESOURCES
+
+        self.recorder = EventRecorder(self.raw, COMPONENT, host=self.s.node_name)
+        if self.s.cliques:
+            self.store = cl.CliqueStore(self.raw, self.s.pod_namespace, self.s.clique_name, self.s.cd_uid,
+                                        self.s.clique_id, cl.pod_owner_reference(self.s.pod_name, self.s.pod_uid))
+            members = Informer(self.raw, RESOURCES["computedomaincliques"], namespace=self.s.pod_namespace,
+                               field_selector=f"metadata.name={self.s.clique_name}",
+                               resync_seconds=RESYNC_SECONDS)
+        else:
+            self.store = legacy.DomainStatusStore(self.raw, self.s.cd_namespace, self.s.cd_name, self.s.cd_uid)
+            members = Informer(self.raw, RESOURCES["computedomains"], namespace=self.s.cd_namespace,
+                               field_selector=f"metadata.name={self.s.cd_name}", resync_seconds=RESYNC_SECONDS)
+        members.add_handler(on_add=lambda o: self._post("members", o),
+                            on_update=lambda _old, o: self._post("members", o),
+                            on_delete=lambda o: self._post("members-deleted", o))
+        pods = readiness.PodWatcher(self.raw, self.s.pod_namespace, self.s.pod_name,
+                                    lambda p: self._post("pod", p), resync_seconds=RESYNC_SECONDS)
+        pods.informer.add_handler(on_delete=lambda p: self._post("pod-deleted", p))
+        self.imex = ProcessSupervisor(
+            [self.s.imex_binary, "-c", str(self.s.paths.config)], max_backoff=self.s.max_backoff,
+            initial_backoff=min(self.initial_backoff, self.s.max_backoff), echo=self.echo,
+            on_exit=lambda rc, expected: self._post("imex-exit", rc, expected), name=c.IMEX_DAEMON_BINARY)
+        self.prober = ImexReadyProbe(self._probe_once, lambda: self.imex.pid,
+                                     lambda pid: self._post("imex-ready", pid))
+        self.prober.start()
+        self.watchers = [members, pods.informer]
+        for informer in self.watchers:
+            informer.start()
+        self._post("start")
+
+    def _probe_once(self) -> bool:
+        from cdriver.imex import ctl
+
+        result = ctl.probe_ready(self.s.ctl_binary, config_path=str(self.s.paths.config),
+                                 timeout=self.probe_timeout)
+        return readiness.probe_passed(result.returncode, result.output)
+
+    # --- the loop -----------------------------------------------------------------------
+
+    def _timeout(self) -> float | None:
+        deadlines = [t for t in (self.retry_at, self.recheck_at if self._waiting_recheck() else None)
+                     if t is not None]
+        if not deadlines:
+            return None
+        return max(0.0, min(deadlines) - time.monotonic())
+
+    def _waiting_recheck(self) -> bool:
+        return bool(self.blocked or self.start_error) and not self.imex.active
+
+    def loop(self) -> None:
+        while True:
+            try:
+                events = [self.q.get(timeout=self._timeout())]
+            except queue.Empty:
+                events = []
+            while True:
+                try:
+                    events.append(self.q.get_nowait())
+                except queue.Empty:
+                    break
+            for event in events:
+                if event[0] == STOP:
+                    return
+                self.apply(event)
+            now = time.monotonic()
+            if events or (self.retry_at is not None and now >= self.retry_at) or \
+                    (self._waiting_recheck() and now >= self.recheck_at):
+                self.reconcile_safely()
+
+    def apply(self, event: tuple) -> None:
+        kind = event[0]
+        if kind == "members":
+            self.store.observe(event[1])
+        elif kind == "members-deleted":
+            log.info("%s was deleted; joining again", self.store.description)
+            self.store.forget()
+        elif kind == "pod":
+            self.pod = event[1]
+        elif kind == "pod-deleted":
+            self.pod = None
+        elif kind == "imex-ready":
+            if event[1] == self.imex.pid and self.ready_pid != event[1]:
+                self.ready_pid = event[1]
+                log.info("nvidia-imex (pid %d) answers READY", event[1])
+        elif kind == "imex-exit":
+            self.on_imex_exit(event[1], event[2])
+
+    def reconcile_safely(self) -> None:
+        from cdriver.imex.hosts import HostsError
+        from cdriver.kube.raw import ApiError
+
+        try:
+            self.reconcile()
+        except (ApiError, cl.RetriesExhausted, cl.IndexExhausted, legacy.DomainMissing, HostsError,
+                imex_config.ImexConfigError, OSError) as exc:
+            self.failures += 1
+            delay = cl.backoff_delay(self.failures, base=0.05, cap=6.0)
+            self.retry_at = time.monotonic() + delay
+            message = str(exc)
+            level = logging.WARNING if message != self.last_error else logging.INFO
+            log.log(level, "reconcile failed (attempt %d, retrying in %.2fs): %s", self.failures, delay, message)
+            self.last_error = message
+            return
+        self.failures = 0
+        self.retry_at = None
+        self.last_error = ""
+
+    def reconcile(self) -> None:
+        key = self.store.key
+        obj = cl.update_with_retry(
+            self.store, lambda entries: cl.upsert_entry(entries, self.member, self.s.max_nodes, key),
+            sleep=self.stopping.wait, what="join")
+        entries = self.store.entries(obj)
+        if self.s.dns_names:
+            self.sync_names(entries)
+        else:
+            self.sync_ips(obj, entries)
+        self.sync_status()
+
+    # --- peers ----------------------------------------------------------------------------
+
+    def sync_names(self, entries: list[dict]) -> None:
+        """DNS-name mode: hosts block for this clique's members; SIGUSR1 on change."""
+        mapping, problems = dnsnames.dns_mapping(entries, self.s.clique_id, self.s.max_nodes)
+        if problems != self.last_problems:
+            for problem in problems:
+                log.warning("clique %s: %s; that member gets no name", self.s.clique_name, problem)
+            self.last_problems = problems
+        if mapping != self.mapping:
+            dnsnames.update_hosts_file(self.s.paths.hosts_file, mapping)
+            log.info("Peer names in %s: %s", self.s.paths.hosts_file, dnsnames.describe_mapping(mapping))
+            self.mapping = mapping
+            if self.imex.running:
+                self._reload()
+        if self.s.pod_ip in mapping.values() and not self.imex.active:
+            self.start_imex()
+
+    def _reload(self) -> None:
+        from cdriver.imex.supervisor import SupervisorError
+
+        try:
+            self.imex.reload()
+            self.reloads += 1
+            log.info("Sent SIGUSR1 to nvidia-imex (pid %s) to re-resolve its peers", self.imex.pid)
+        except SupervisorError as exc:
+            log.info("peer change not signalled (%s); the next start reads the new names", exc)
+
+    def sync_ips(self, cd: dict, entries: list[dict]) -> None:
+        """IP mode: nodes.cfg of this clique's IPs once numNodes have joined; restart on change."""
+        complete, seen, want = legacy.peers_complete(cd, entries)
+        if not complete:
+            line = f"numNodes: {want}, nodes seen: {seen}"
+            if line != self.last_wait_log:
+                log.info("Waiting for all nodes of the ComputeDomain to join (%s)", line)
+                self.last_wait_log = line
+            return
+        ips = legacy.peer_ips(entries, self.s.clique_id)
+        if ips != self.ip_peers:
+            imex_config.write_file_atomic(self.s.paths.nodes_config, legacy.ip_nodes_config(ips))
+            log.info("Wrote %s: %s", self.s.paths.nodes_config, ", ".join(ips) or "empty")
+            self.ip_peers = ips
+            if self.imex.active:
+                log.info("Restarting nvidia-imex for the new peer list")
+                self.imex.restart(self.s.stop_grace)
+                self.ready_pid = None
+                self.prober.arm()
+        if self.s.pod_ip in ips and not self.imex.active:
+            self.start_imex()
+
+    # --- nvidia-imex -----------------------------------------------------------------------
+
+    def start_imex(self) -> None:
+        """Start nvidia-imex unless another process holds its port (then say who and how to fix)."""
+        from cdriver.imex.supervisor import SupervisorError
+
+        now = time.monotonic()
+        if (self.blocked or self.start_error) and now < self.recheck_at:
+            return
+        holder = failures.find_port_holder(self.s.pod_ip, self.ports)
+        if holder is not None:
+            self.block(failures.port_conflict_message(self.s.pod_ip, holder))
+            return
+        self.unblock()
+        try:
+            self.imex.start()
+        except SupervisorError as exc:
+            message = f"{exc}"
+            if message != self.start_error:
+                log.error("%s", message)
+                self.recorder.warning(self.pod_ref, c.EVENT_REASON_IMEX_START_FAILED, message)
+            self.start_error = message
+            self.recheck_at = now + self.s.recheck_seconds
+            return
+        self.start_error = None
+        self.ready_pid = None
+        self.prober.arm()
+
+    def block(self, message: str) -> None:
+        """Hold nvidia-imex back while its port is taken; tell the user and the probe."""
+        if message != self.blocked:
+            log.error("%s", message)
+            self.recorder.warning(self.pod_ref, c.EVENT_REASON_IMEX_PORT_CONFLICT,
+                                  failures.truncate_event_message(message))
+            failures.write_state(self.s.paths.state, failures.PHASE_PORT_CONFLICT, message)
+        self.blocked = message
+        self.recheck_at = time.monotonic() + self.s.recheck_seconds
+        if self.imex.active:
+            self.imex.stop(self.s.stop_grace)
+        self.ready_pid = None
+
+    def unblock(self) -> None:
+        if self.blocked:
+            log.info("IMEX ports on %s are free now; starting nvidia-imex", self.s.pod_ip)
+            failures.clear_state(self.s.paths.state)
+            self.blocked = None
+
+    def on_imex_exit(self, rc: int, expected: bool) -> None:
+        if expected:
+            return
+        was_ready = self.ready_pid is not None
+        self.ready_pid = None
+        lines = self.imex.last_output_lines(10)
+        restarts = self.imex.restart_count
+        if not was_ready:
+            holder = failures.find_port_holder(self.s.pod_ip, self.ports)
+            if holder is not None:
+                self.block(failures.port_conflict_message(self.s.pod_ip, holder))
+                return
+            message = failures.startup_failure_message(rc, restarts, lines)
+            reason = c.EVENT_REASON_IMEX_START_FAILED
+        else:
+            message = failures.crash_message(rc, restarts, lines)
+            reason = c.EVENT_REASON_IMEX_RESTARTED
+        log.warning("%s", message)
+        self.recorder.warning(self.pod_ref, reason, failures.truncate_event_message(message))
+        self.prober.arm()
+
+    # --- readiness ----------------------------------------------------------------------------
+
+    def imex_ready(self) -> bool:
+        return self.ready_pid is not None and self.ready_pid == self.imex.pid
+
+    def sync_status(self) -> None:
+        key = self.store.key
+        mine = cl.find_entry(self.store.entries(self.store.current()), self.s.node_name, key)
+        if mine is None:
+            return
+        want = readiness.desired_status(readiness.pod_is_ready(self.pod), self.imex_ready(), bool(self.blocked))
+        if cl.entry_status(mine) == want:
+            return
+        cl.update_with_retry(self.store, lambda e: cl.set_entry_status(e, self.s.node_name, want, key),
+                             sleep=self.stopping.wait, what="status update")
+        log.info("Entry of node %s in %s is now %s", self.s.node_name, self.store.description, want)
+
+    # --- shutdown -------------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Stop nvidia-imex, leave the clique (by node name), stop watching."""
+        if self.prober is not None:
+            self.prober.stop()
+        if self.imex is not None:
+            self.imex.stop(self.s.stop_grace)
+        if self.store is not None:
+            self.leave()
+        for informer in self.watchers:
+            informer.stop()
+        failures.clear_state(self.s.paths.state)
+
+    def leave(self) -> None:
+        from cdriver.kube.raw import ApiError
+
+        deadline = time.monotonic() + REMOVE_DEADLINE
+
+        def sleep(delay: float) -> None:
+            if time.monotonic() + delay > deadline:
+                raise cl.RetriesExhausted(f"removal did not finish within {REMOVE_DEADLINE:g}s")
+            time.sleep(delay)
+
+        key = self.store.key
+        try:
+            if self.store.current() is None and self.store.refresh() is None:
+                return
+            if cl.find_entry(self.store.entries(self.store.current()), self.s.node_name, key) is None:
+                return
+            cl.update_with_retry(self.store, lambda e: cl.remove_entry(e, self.s.node_name, key),
+                                 sleep=sleep, what="leave")
+        except (ApiError, cl.RetriesExhausted, legacy.DomainMissing) as exc:
+            log.warning("could not remove node %s from %s: %s; the controller drops stale entries",
+                        self.s.node_name, self.store.description, exc)
+            return
+        log.info("Successfully removed daemon of node %s (IP %s) from %s (from ComputeDomain %s/%s)",
+                 self.s.node_name, self.s.pod_ip, self.store.description, self.s.cd_namespace,
+                 self.s.cd_name or self.s.cd_uid)
+
+
+def install_signal_handlers(daemon: Daemon) -> None:
+    """SIGTERM (kubelet) and SIGINT (a terminal) stop the daemon gracefully."""
+    signal.signal(signal.SIGTERM, daemon.request_stop)
+    signal.signal(signal.SIGINT, daemon.request_stop)
+
+
+def run(settings: Settings) -> int:
+    """Build the API client and run the daemon until SIGTERM."""
+    from cdriver.kube.client import new_raw_client
+
+    raw = new_raw_client(settings.kubeconfig)
+    daemon = Daemon(settings, raw)
+    install_signal_handlers(daemon)
+    return daemon.run()

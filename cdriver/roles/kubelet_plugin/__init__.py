@@ -1,0 +1,1 @@
+"""`cdriver kubelet-plugin`: the DRA node plugin for IMEX channels and IMEX daemons."""

@@ -1,0 +1,294 @@
+"""What a ResourceClaim asks of this plugin: decoded, validated, as plain data.
+
+Pure functions only. `plan_claim` turns an allocated ResourceClaim (the API dict) into a
+`ClaimPlan`, rejecting bad input with an error that names the claim, the field and the fix.
+`check_devices_free` decides whether the checkpoint lets this claim take its devices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from cdriver.api import constants as C
+from cdriver.api.types import ChannelConfig, DaemonConfig, ValidationError, decode_opaque_config
+from cdriver.roles.kubelet_plugin.devices import DeviceRef, parse_device
+from cdriver.roles.kubelet_plugin.errors import ClaimError, permanent, retryable
+
+SOURCE_CLASS = "FromClass"
+SOURCE_CLAIM = "FromClaim"
+KIND_CHANNEL = C.DEVICE_TYPE_CHANNEL
+KIND_DAEMON = C.DEVICE_TYPE_DAEMON
+
+
+@dataclass(frozen=True)
+class AllocatedDevice:
+    """One allocation result of this driver in a claim."""
+
+    request: str
+    pool: str
+    device: str
+    ref: DeviceRef
+    admin_access: bool = False
+
+    def to_dict(self) -> dict:
+        return {
+            "request": self.request,
+            "pool": self.pool,
+            "device": self.device,
+            "type": self.ref.type,
+            "id": self.ref.id,
+            "adminAccess": self.admin_access,
+        }
+
+
+@dataclass(frozen=True)
+class ClaimPlan:
+    """A claim this plugin must prepare: one kind (channel or daemon) for one ComputeDomain."""
+
+    uid: str
+    namespace: str
+    name: str
+    kind: str
+    domain_id: str
+    devices: tuple[AllocatedDevice, ...] = field(default_factory=tuple)
+    all_channels: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"{self.namespace}/{self.name}:{self.uid}"
+
+
+@dataclass(frozen=True)
+class HeldDevice:
+    """A device that a prepared claim holds, as recorded in the checkpoint."""
+
+    claim_uid: str
+    device: str
+    type: str
+    id: int
+    admin_access: bool = False
+
+
+def claim_label(claim: dict) -> str:
+    meta = claim.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}:{meta.get('uid', '')}"
+
+
+def _top_request(request: str) -> str:
+    return request.split("/", 1)[0]
+
+
+def our_results(claim: dict, driver: str = C.DRIVER_NAME) -> list[dict]:
+    """Allocation results of this driver (status.allocation.devices.results[])."""
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    results = (allocation.get("devices") or {}).get("results") or []
+    return [r for r in results if isinstance(r, dict) and r.get("driver") == driver]
+
+
+def decode_configs(claim: dict, driver: str = C.DRIVER_NAME) -> list[tuple[list[str], ChannelConfig | DaemonConfig]]:
+    """This driver's opaque configs in precedence order (class configs, then claim configs).
+
+    Later entries win. Raises a permanent ClaimError for an unknown source, a non-opaque
+    entry, or parameters that do not decode strictly.
+    """
+    label = claim_label(claim)
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    entries = (allocation.get("devices") or {}).get("config") or []
+    by_source: dict[str, list[tuple[list[str], ChannelConfig | DaemonConfig]]] = {
+        SOURCE_CLASS: [],
+        SOURCE_CLAIM: [],
+    }
+    for i, entry in enumerate(entries):
+        where = f"claim {label}: status.allocation.devices.config[{i}]"
+        source = entry.get("source") if isinstance(entry, dict) else None
+        if source not in by_source:
+            raise permanent(f"{where}: invalid config source {source!r}; expected {SOURCE_CLASS} or {SOURCE_CLAIM}")
+        opaque = entry.get("opaque")
+        if not isinstance(opaque, dict):
+            raise permanent(f"{where}: only opaque parameters are supported by {driver}")
+        if opaque.get("driver") != driver:
+            continue
+        try:
+            config = decode_opaque_config(opaque.get("parameters"))
+        except ValidationError as exc:
+            raise permanent(f"{where}: error decoding config parameters: {exc}") from None
+        requests = [str(r) for r in entry.get("requests") or []]
+        by_source[source].append((requests, config))
+    return by_source[SOURCE_CLASS] + by_source[SOURCE_CLAIM]
+
+
+def _config_kind(config: ChannelConfig | DaemonConfig) -> str:
+    return KIND_CHANNEL if isinstance(config, ChannelConfig) else KIND_DAEMON
+
+
+def _config_name(config: ChannelConfig | DaemonConfig) -> str:
+    return C.KIND_CHANNEL_CONFIG if isinstance(config, ChannelConfig) else C.KIND_DAEMON_CONFIG
+
+
+def config_for(
+    request: str, ref: DeviceRef, configs: list[tuple[list[str], ChannelConfig | DaemonConfig]], label: str
+) -> ChannelConfig | DaemonConfig | None:
+    """The config that applies to one allocation result (highest precedence wins)."""
+    for requests, config in reversed(configs):
+        if requests:
+            if request in requests or _top_request(request) in requests:
+                if _config_kind(config) != ref.type:
+                    raise permanent(
+                        f"claim {label}: cannot apply {_config_name(config)} to request {request!r}, which "
+                        f"was allocated {ref.type} device {ref.name}; use the config kind that matches "
+                        "the device class"
+                    )
+                return config
+        elif _config_kind(config) == ref.type:
+            return config
+    return None
+
+
+def plan_claim(claim: dict, node_name: str, driver: str = C.DRIVER_NAME) -> ClaimPlan:
+    """Decode and validate an allocated claim into a ClaimPlan (raises ClaimError)."""
+    meta = claim.get("metadata") or {}
+    label = claim_label(claim)
+    allocation = (claim.get("status") or {}).get("allocation")
+    if not allocation:
+        raise permanent(
+            f"claim {label} has no allocation (status.allocation is empty); "
+            "kubelet should only prepare allocated claims"
+        )
+    configs = decode_configs(claim, driver)
+    devices: list[AllocatedDevice] = []
+    chosen: list[ChannelConfig | DaemonConfig] = []
+    for result in our_results(claim, driver):
+        request, device, pool = (
+            str(result.get("request", "")),
+            str(result.get("device", "")),
+            str(result.get("pool", "")),
+        )
+        ref = parse_device(device)
+        if ref is None:
+            raise permanent(
+                f"claim {label}: requested device {device!r} is not allocatable: this driver "
+                "offers channel-<0..2047> and daemon-0"
+            )
+        if pool and pool != node_name:
+            raise permanent(
+                f"claim {label}: device {device} was allocated from pool {pool!r}, but this "
+                f"plugin serves node {node_name!r}"
+            )
+        config = config_for(request, ref, configs, label)
+        if config is None:
+            want = C.KIND_CHANNEL_CONFIG if ref.type == KIND_CHANNEL else C.KIND_DAEMON_CONFIG
+            raise permanent(
+                f"claim {label}: no {want} (with domainID) applies to request {request!r}; create the claim "
+                "from the ResourceClaimTemplate that the ComputeDomain controller generates"
+            )
+        devices.append(AllocatedDevice(request, pool, device, ref, bool(result.get("adminAccess"))))
+        chosen.append(config)
+    if not devices:
+        return ClaimPlan(
+            uid=str(meta.get("uid", "")),
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            kind="",
+            domain_id="",
+        )
+    kinds = {d.ref.type for d in devices}
+    if len(kinds) > 1:
+        raise permanent(f"claim {label} mixes channel and daemon devices; use one claim per kind")
+    domains = sorted({c.domain_id for c in chosen})
+    if len(domains) > 1:
+        raise permanent(
+            f"claim {label} refers to several ComputeDomains ({', '.join(domains)}); "
+            "a claim belongs to exactly one ComputeDomain"
+        )
+    kind = kinds.pop()
+    if kind == KIND_CHANNEL and len(devices) != 1:
+        raise permanent(
+            f"claim {label} was allocated {len(devices)} channel devices; a ComputeDomain "
+            "channel claim takes exactly one (set allocationMode: All to get every channel)"
+        )
+    all_channels = any(isinstance(c, ChannelConfig) and c.all_channels for c in chosen)
+    return ClaimPlan(
+        uid=str(meta.get("uid", "")),
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        kind=kind,
+        domain_id=domains[0],
+        devices=tuple(devices),
+        all_channels=all_channels,
+    )
+
+
+def check_devices_free(plan: ClaimPlan, held: Iterable[HeldDevice], host_managed: bool) -> None:
+    """Raise a retryable ClaimError if another prepared claim holds what this claim needs.
+
+    ``held`` lists the devices of *completed* claims. In driver-managed mode every channel
+    claim uses channel 0 (an ``All`` claim uses every channel), so any prepared channel
+    blocks another channel claim; in host-managed mode the allocated channel id counts.
+    Devices shared through admin access never conflict.
+    """
+    others = [h for h in held if h.claim_uid != plan.uid]
+    if plan.kind == KIND_CHANNEL:
+        wanted = plan.devices[0].ref.id if host_managed else 0
+        for h in others:
+            if h.type != KIND_CHANNEL:
+                continue
+            used = h.id if host_managed else 0
+            if used == wanted:
+                raise retryable(
+                    f"claim {plan.label}: channel {wanted} already allocated by claim {h.claim_uid} "
+                    "(according to the checkpoint); one ComputeDomain channel claim per node at a "
+                    "time: it is freed when that claim's pod is gone"
+                )
+    for dev in plan.devices:
+        if dev.admin_access:
+            continue
+        for h in others:
+            if not h.admin_access and h.device == dev.device:
+                raise retryable(
+                    f"claim {plan.label}: device {dev.device} is already allocated to "
+                    f"claim {h.claim_uid} (according to the checkpoint); it is freed when "
+                    "that claim's pod is gone"
+                )
+
+
+def check_domain_namespace(plan: ClaimPlan, cd: Mapping | None) -> None:
+    """A channel claim must live in its ComputeDomain's namespace (permanent error otherwise)."""
+    if cd is None:
+        raise permanent(
+            f"claim {plan.label}: ComputeDomain with UID {plan.domain_id} not found; it was "
+            "deleted, or the claim was not created from its ResourceClaimTemplate"
+        )
+    cd_ns = (cd.get("metadata") or {}).get("namespace", "")
+    cd_name = (cd.get("metadata") or {}).get("name", "")
+    if cd_ns != plan.namespace:
+        raise permanent(
+            f"claim {plan.label}: the ResourceClaim's namespace {plan.namespace!r} is different than the "
+            f"ComputeDomain's namespace {cd_ns!r} (ComputeDomain {cd_ns}/{cd_name}, UID {plan.domain_id}); "
+            "create the workload in the ComputeDomain's namespace"
+        )
+
+
+def check_claim_identity(claim: dict, uid: str) -> None:
+    """The claim fetched from the API must be the one kubelet asked for."""
+    got = (claim.get("metadata") or {}).get("uid", "")
+    if got != uid:
+        raise permanent(
+            f"claim {claim_label(claim)}: kubelet asked for UID {uid}, but the API has UID "
+            f"{got}: the claim was deleted and re-created"
+        )
+
+
+__all__ = [
+    "AllocatedDevice",
+    "ClaimError",
+    "ClaimPlan",
+    "HeldDevice",
+    "check_claim_identity",
+    "check_devices_free",
+    "check_domain_namespace",
+    "config_for",
+    "decode_configs",
+    "our_results",
+    "plan_claim",
+]

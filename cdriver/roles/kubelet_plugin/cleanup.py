@@ -1,0 +1,110 @@
+"""Periodic sweeps: claims stuck in PrepareStarted whose ResourceClaim is gone, and per-domain
+directories of ComputeDomains that no longer exist."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from cdriver.checkpoint import ClaimState
+from cdriver.dra.node_service import ClaimRef
+from cdriver.kube.raw import RESOURCES, ApiError
+from cdriver.roles.kubelet_plugin.errors import ClaimError
+from cdriver.roles.kubelet_plugin.state import PluginState
+
+log = logging.getLogger(__name__)
+
+CLAIMS = RESOURCES["resourceclaims"]
+
+
+@dataclass
+class SweepReport:
+    """What one sweep removed."""
+
+    claims: list[str] = field(default_factory=list)
+    domain_dirs: list[str] = field(default_factory=list)
+
+
+def stale_domain_dirs(dir_names: list[str], known_domains: set[str], used_domains: set[str]) -> list[str]:
+    """Per-domain directories whose ComputeDomain is gone and that no claim here still uses."""
+    return sorted(n for n in dir_names if n not in known_domains and n not in used_domains)
+
+
+class Sweeper:
+    """Runs `sweep` at start and every ``interval`` seconds in a thread."""
+
+    def __init__(self, state: PluginState, unprepare: Callable[[ClaimRef], bool], interval: float) -> None:
+        self.state = state
+        self.unprepare = unprepare
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="sweeper", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sweep()
+            except Exception:  # noqa: BLE001 - a failed sweep is retried next period
+                log.exception("cleanup sweep failed")
+            if self._stop.wait(self.interval):
+                return
+
+    def sweep(self) -> SweepReport:
+        report = SweepReport()
+        self._sweep_claims(report)
+        self._sweep_domain_dirs(report)
+        if report.claims or report.domain_dirs:
+            log.info(
+                "cleanup: unprepared stale claims %s; removed domain dirs %s",
+                report.claims or "none",
+                report.domain_dirs or "none",
+            )
+        return report
+
+    def _sweep_claims(self, report: SweepReport) -> None:
+        for uid, rec in self.state.store.read().claims.items():
+            if rec.state != ClaimState.PREPARE_STARTED or not rec.name:
+                continue
+            try:
+                claim = self.state.raw.get(CLAIMS, rec.name, rec.namespace)
+                if (claim.get("metadata") or {}).get("uid") == uid:
+                    continue  # still wanted: kubelet will retry Prepare
+            except ApiError as exc:
+                if not exc.not_found:
+                    log.warning("cleanup: cannot check claim %s/%s: %s", rec.namespace, rec.name, exc)
+                    continue
+            ref = ClaimRef(namespace=rec.namespace, name=rec.name, uid=uid)
+            try:
+                if self.unprepare(ref):
+                    report.claims.append(str(ref))
+            except ClaimError as exc:
+                log.warning("cleanup: cannot unprepare stale claim %s: %s", ref, exc)
+
+    def _sweep_domain_dirs(self, report: SweepReport) -> None:
+        domains = self.state.config.domains_dir
+        if not self.state.cds.synced:
+            return
+        try:
+            names = [p.name for p in domains.iterdir() if p.is_dir() and not p.is_symlink()]
+        except FileNotFoundError:
+            return
+        known = {(cd.get("metadata") or {}).get("uid", "") for cd in self.state.cds.list()}
+        used = {rec.domain_id for rec in self.state.store.read().claims.values()}
+        for name in stale_domain_dirs(names, known, used):
+            try:
+                shutil.rmtree(domains / name)
+                report.domain_dirs.append(name)
+            except OSError as exc:
+                log.warning("cleanup: cannot remove %s: %s", domains / name, exc)

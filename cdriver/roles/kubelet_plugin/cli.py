@@ -1,0 +1,224 @@
+"""`cdriver kubelet-plugin`: the DRA node plugin (run as a DaemonSet on every GPU node).
+
+Every option has an environment twin; upstream's flag and variable names are kept. Paths
+(kubelet dirs, CDI root, driver root) are options so a simulated node can point them at its
+own root directory.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import logging
+import re
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from cdriver.api import constants as C
+from cdriver.errors import CdriverError
+
+log = logging.getLogger(__name__)
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_seconds(text: str, option: str) -> float:
+    """Seconds from ``"30s"``, ``"1m30s"``, ``"500ms"`` or a plain number."""
+    value = str(text).strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        parts = _DURATION.findall(value)
+        if not parts or "".join(n + u for n, u in parts) != value:
+            raise click.BadParameter(
+                f"{value!r} is not a duration (e.g. 30s, 1m30s, 500ms)", param_hint=option
+            ) from None
+        seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+    if seconds <= 0:
+        raise click.BadParameter(f"{value!r} must be positive", param_hint=option)
+    return seconds
+
+
+def _opt(*names: str, **kw):
+    kw.setdefault("show_envvar", True)
+    return click.option(*names, **kw)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@_opt("--node-name", envvar=C.ENV_NODE_NAME, required=True, help="This node's name (also the pool name).")
+@_opt(
+    "--namespace",
+    default=C.DEFAULT_DRIVER_NAMESPACE,
+    envvar=C.ENV_NAMESPACE,
+    show_default=True,
+    help="Driver namespace (where ComputeDomainCliques live).",
+)
+@_opt("--kubeconfig", default=None, envvar="KUBECONFIG", help="Kubeconfig file (default: in-cluster account).")
+@_opt(
+    "--cdi-root",
+    default=C.CDI_STATIC_DIR,
+    envvar="CDI_ROOT",
+    show_default=True,
+    help="Directory for CDI spec files (one the container runtime reads).",
+)
+@_opt(
+    "--nvidia-driver-root",
+    "--host-driver-root",
+    "driver_root",
+    default="/",
+    envvar=[C.ENV_DRIVER_ROOT, "HOST_DRIVER_ROOT"],
+    show_default=True,
+    help="Root of the NVIDIA driver installation on the host (CDI host paths use it).",
+)
+@_opt(
+    "--container-driver-root",
+    default="",
+    envvar="DRIVER_ROOT_CTR_PATH",
+    help="Where this process sees the driver root (default: --nvidia-driver-root).",
+)
+@_opt(
+    "--kubelet-registrar-directory-path",
+    "registrar_dir",
+    default=C.KUBELET_REGISTRY_DIR,
+    envvar="KUBELET_REGISTRAR_DIRECTORY_PATH",
+    show_default=True,
+    help="Kubelet's plugin registry directory.",
+)
+@_opt(
+    "--kubelet-plugins-directory-path",
+    "plugins_dir",
+    default=C.KUBELET_PLUGINS_DIR,
+    envvar="KUBELET_PLUGINS_DIRECTORY_PATH",
+    show_default=True,
+    help="Parent of the plugin's data directory.",
+)
+@_opt(
+    "--healthcheck-port",
+    type=int,
+    default=-1,
+    envvar="HEALTHCHECK_PORT",
+    show_default=True,
+    help="TCP port of the gRPC health service (0: any free port, <0: off).",
+)
+@_opt("--http-endpoint", default="", envvar="HTTP_ENDPOINT", help="HOST:PORT or :PORT for metrics (empty: off).")
+@_opt("--metrics-path", default="/metrics", envvar="METRICS_PATH", show_default=True, help="Metrics HTTP path.")
+@_opt(
+    "--imex-mode",
+    default=C.IMEX_MODE_DRIVER_MANAGED,
+    envvar=C.ENV_IMEX_MODE,
+    show_default=True,
+    help="driverManaged (a daemon per domain) or hostManaged (host nvidia-imex; gate HostManagedIMEXDaemon).",
+)
+@_opt(
+    "--imex-isolation",
+    default=C.IMEX_ISOLATION_DOMAIN,
+    envvar=C.ENV_IMEX_ISOLATION,
+    show_default=True,
+    help="IMEX isolation: domain (channel is reserved).",
+)
+@_opt(
+    "--imex-host-socket-path",
+    default=C.DEFAULT_HOST_IMEX_SOCKET,
+    envvar="IMEX_HOST_SOCKET_PATH",
+    show_default=True,
+    help="Host nvidia-imex command socket, inside the driver root (hostManaged only).",
+)
+@_opt(
+    "--gpu-clique-label-enabled/--no-gpu-clique-label-enabled",
+    default=False,
+    envvar="GPU_CLIQUE_LABEL_ENABLED",
+    help=f"Own the node label {C.LABEL_NODE_CLIQUE} (do not also run GFD).",
+)
+@_opt(
+    "--imex-config-template",
+    default=None,
+    envvar="IMEX_CONFIG_TEMPLATE",
+    help="IMEX config template copied into each domain directory (default: the bundled one).",
+)
+@_opt(
+    "--prepare-timeout",
+    default="30s",
+    envvar="PREPARE_TIMEOUT",
+    show_default=True,
+    help="How long one Prepare waits for local readiness (keep it below kubelet's 45s).",
+)
+@_opt(
+    "--cleanup-interval",
+    default="10m",
+    envvar="CLEANUP_INTERVAL",
+    show_default=True,
+    help="Period of the stale-claim and domain-directory sweeps.",
+)
+@_opt(
+    "--host-probe-interval",
+    default="1s",
+    envvar="HOST_PROBE_INTERVAL",
+    show_default=True,
+    help="Pause between host nvidia-imex probes while a Prepare waits (hostManaged).",
+)
+@click.pass_context
+def command(ctx: click.Context, **opts) -> None:
+    """Serve the DRA node API for IMEX channels and daemons on this node."""
+    root = ctx.find_root().obj if isinstance(ctx.find_root().obj, dict) else {}
+    try:
+        config = build_config(opts, root.get("feature_gates", ""))
+    except click.BadParameter:
+        raise
+    except CdriverError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(2)
+    from cdriver.roles.kubelet_plugin.main import run
+
+    faulthandler.register(signal.SIGUSR2, all_threads=True)
+    try:
+        run(config)
+    except CdriverError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(1)
+
+
+def build_config(opts: dict, feature_gates: str):
+    """Validate options (IMEX mode, isolation, gates, durations) into a PluginConfig."""
+    from cdriver.api.imex_mode import resolve_imex_config
+    from cdriver.roles.kubelet_plugin.config import PluginConfig
+
+    imex = resolve_imex_config(opts["imex_mode"], opts["imex_isolation"], feature_gates)
+    for name in imex.overridden:
+        log.warning("feature gate %s is ignored in %s mode (no driver-run daemons)", name, imex.mode)
+    prepare_timeout = parse_seconds(opts["prepare_timeout"], "--prepare-timeout")
+    if prepare_timeout >= 45:
+        raise click.BadParameter("must be below kubelet's 45s call timeout", param_hint="--prepare-timeout")
+    config = PluginConfig(
+        node_name=opts["node_name"],
+        namespace=opts["namespace"],
+        kubeconfig=opts["kubeconfig"],
+        cdi_root=Path(opts["cdi_root"]),
+        driver_root=Path(opts["driver_root"]),
+        container_driver_root=Path(opts["container_driver_root"]) if opts["container_driver_root"] else None,
+        registrar_dir=Path(opts["registrar_dir"]),
+        plugins_dir=Path(opts["plugins_dir"]),
+        healthcheck_port=opts["healthcheck_port"],
+        http_endpoint=opts["http_endpoint"],
+        metrics_path=opts["metrics_path"],
+        imex_mode=imex.mode,
+        imex_isolation=imex.isolation,
+        imex_host_socket_path=opts["imex_host_socket_path"],
+        gpu_clique_label_enabled=opts["gpu_clique_label_enabled"],
+        imex_config_template=Path(opts["imex_config_template"]) if opts["imex_config_template"] else None,
+        prepare_timeout=prepare_timeout,
+        cleanup_interval=parse_seconds(opts["cleanup_interval"], "--cleanup-interval"),
+        host_probe_interval=parse_seconds(opts["host_probe_interval"], "--host-probe-interval"),
+        gates=imex.gates,
+    )
+    log.info(
+        "kubelet plugin settings: node %s, mode %s, driver root %s, CDI root %s, feature gates %s",
+        config.node_name,
+        config.imex_mode,
+        config.driver_root,
+        config.cdi_root,
+        imex.gates.to_env(),
+    )
+    return config

@@ -1,0 +1,85 @@
+"""Settings of one kubelet plugin process and the paths derived from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cdriver import featuregates as fg
+from cdriver.api import constants as C
+
+DEFAULT_PREPARE_TIMEOUT = 30.0  # below kubelet's 45 s per-call deadline
+DEFAULT_CLEANUP_INTERVAL = 600.0
+DEFAULT_HOST_PROBE_INTERVAL = 1.0
+DEFAULT_SLICE_RETRY = 5.0
+DOMAINS_DIR_NAME = "domains"
+
+
+@dataclass(frozen=True)
+class PluginConfig:
+    """Everything the plugin needs to know about its node; paths are host paths."""
+
+    node_name: str
+    namespace: str = C.DEFAULT_DRIVER_NAMESPACE
+    kubeconfig: str | None = None
+    cdi_root: Path = Path(C.CDI_STATIC_DIR)
+    #: Driver root as the host (and the container runtime) sees it: CDI host paths use it.
+    driver_root: Path = Path("/")
+    #: Where this process reads the driver root (defaults to ``driver_root``).
+    container_driver_root: Path | None = None
+    registrar_dir: Path = Path(C.KUBELET_REGISTRY_DIR)
+    plugins_dir: Path = Path(C.KUBELET_PLUGINS_DIR)
+    healthcheck_port: int = -1
+    http_endpoint: str = ""
+    metrics_path: str = "/metrics"
+    imex_mode: str = C.IMEX_MODE_DRIVER_MANAGED
+    imex_isolation: str = C.IMEX_ISOLATION_DOMAIN
+    imex_host_socket_path: str = C.DEFAULT_HOST_IMEX_SOCKET
+    gpu_clique_label_enabled: bool = False
+    imex_config_template: Path | None = None
+    prepare_timeout: float = DEFAULT_PREPARE_TIMEOUT
+    cleanup_interval: float = DEFAULT_CLEANUP_INTERVAL
+    host_probe_interval: float = DEFAULT_HOST_PROBE_INTERVAL
+    grpc_workers: int = 16
+    gates: fg.FeatureGates = field(default_factory=fg.FeatureGates)
+
+    @property
+    def host_managed(self) -> bool:
+        return self.imex_mode == C.IMEX_MODE_HOST_MANAGED
+
+    @property
+    def read_root(self) -> Path:
+        """The driver root as readable by this process."""
+        return self.container_driver_root or self.driver_root
+
+    @property
+    def plugin_dir(self) -> Path:
+        return self.plugins_dir / C.DRIVER_NAME
+
+    @property
+    def dra_socket(self) -> Path:
+        return self.plugin_dir / C.DRA_SOCKET_NAME
+
+    @property
+    def registration_socket(self) -> Path:
+        return self.registrar_dir / C.REGISTRATION_SOCKET_NAME
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.plugin_dir / C.CHECKPOINT_FILE_NAME
+
+    @property
+    def domains_dir(self) -> Path:
+        return self.plugin_dir / DOMAINS_DIR_NAME
+
+    def domain_dir(self, domain_id: str) -> Path:
+        return self.domains_dir / domain_id
+
+    @property
+    def dev_root(self) -> Path:
+        """Host-side root of the device nodes: the driver root if it has a dev dir, else ``/``."""
+        return self.driver_root if (self.read_root / "dev").is_dir() else Path("/")
+
+    @property
+    def use_cliques(self) -> bool:
+        return self.gates.enabled(fg.COMPUTE_DOMAIN_CLIQUES)

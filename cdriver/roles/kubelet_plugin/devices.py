@@ -1,0 +1,54 @@
+"""The devices this node offers: IMEX channels and the IMEX daemon slot, by name.
+
+All channels are known locally, but only ``channel-0`` (and ``daemon-0`` in driver-managed
+mode) is published: a ComputeDomain hands out channel 0 and injects more channels itself when
+its allocation mode is ``All``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from cdriver.api import constants as C
+
+#: Number of IMEX channels a node has (fixed by the NVIDIA driver).
+CHANNEL_COUNT = C.IMEX_CHANNEL_COUNT
+DAEMON_COUNT = 1
+
+_NAME_RE = re.compile(r"^(channel|daemon)-(0|[1-9][0-9]{0,4})$")
+
+
+@dataclass(frozen=True)
+class DeviceRef:
+    """A device of this driver: its type (``channel``/``daemon``) and numeric id."""
+
+    type: str
+    id: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.type}-{self.id}"
+
+
+def parse_device(name: str) -> DeviceRef | None:
+    """The device called ``name`` if this node has it, else None."""
+    match = _NAME_RE.match(name or "")
+    if not match:
+        return None
+    ref = DeviceRef(match.group(1), int(match.group(2)))
+    limit = CHANNEL_COUNT if ref.type == C.DEVICE_TYPE_CHANNEL else DAEMON_COUNT
+    return ref if ref.id < limit else None
+
+
+def published_devices(host_managed: bool) -> list[DeviceRef]:
+    """Devices listed in this node's ResourceSlice, sorted by name."""
+    devices = [DeviceRef(C.DEVICE_TYPE_CHANNEL, 0)]
+    if not host_managed:
+        devices.append(DeviceRef(C.DEVICE_TYPE_DAEMON, 0))
+    return sorted(devices, key=lambda d: d.name)
+
+
+def slice_device(ref: DeviceRef) -> dict:
+    """resource.k8s.io/v1 ResourceSlice device entry with the ``type`` and ``id`` attributes."""
+    return {"name": ref.name, "attributes": {"type": {"string": ref.type}, "id": {"int": ref.id}}}

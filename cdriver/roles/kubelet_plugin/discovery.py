@@ -1,0 +1,143 @@
+"""Facts about this node's NVIDIA driver, read once at start from the driver root.
+
+Channel major and clique ID come from `cdriver.nvml.discover`; this module adds what only
+the plugin needs: the fabric-imex-mgmt capability device, the driver-version floor of the
+DNS-names mode, and the device nodes of the base CDI spec.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from cdriver import featuregates as fg
+from cdriver.api import constants as C
+from cdriver.cdi.model import DeviceNode
+from cdriver.errors import CdriverError
+from cdriver.roles.kubelet_plugin.cdi_edits import CapDevice, host_path
+from cdriver.roles.kubelet_plugin.config import PluginConfig
+
+log = logging.getLogger(__name__)
+
+#: IMEX daemons with DNS names need this driver version or newer.
+MIN_DRIVER_VERSION_DNS_NAMES = "570.158.01"
+#: Device nodes (below <dev root>/dev) that make up the base spec's ``all`` device.
+BASE_DEVICE_DIRS = (("", "nvidia"), ("nvidia-caps", "nvidia-cap"), ("nvidia-caps-imex-channels", "channel"))
+BASE_EXCLUDED_PREFIXES = ("nvidia-fs", "nvidia-nvswitch", "nvidia-nvlink")
+
+
+class DiscoveryError(CdriverError):
+    """The driver root does not provide what the plugin needs."""
+
+
+@dataclass(frozen=True)
+class NodeDiscovery:
+    """Driver facts for this node."""
+
+    channel_major: int
+    clique_id: str  # "" when no GPU is attached to a multi-node NVLink fabric
+    driver_version: str = ""
+    #: Channels injected for allocationMode All: the channel nodes present below the dev root,
+    #: or every channel the driver supports when the root has none (the runtime creates them).
+    channel_count: int = C.IMEX_CHANNEL_COUNT
+
+
+def check_driver_version(version: str, minimum: str = MIN_DRIVER_VERSION_DNS_NAMES) -> None:
+    """Raise DiscoveryError if ``version`` is older than ``minimum`` (or unparsable)."""
+    from cdriver.nvml.discover import version_tuple
+
+    try:
+        too_old = version_tuple(version) < version_tuple(minimum)
+    except ValueError:
+        too_old = True
+    if too_old:
+        raise DiscoveryError(
+            f"NVIDIA driver version {version or '(unknown)'} is older than {minimum}, which "
+            f"{fg.IMEX_DAEMONS_WITH_DNS_NAMES} needs: upgrade the driver, or set "
+            f"--feature-gates {fg.IMEX_DAEMONS_WITH_DNS_NAMES}=false,{fg.COMPUTE_DOMAIN_CLIQUES}=false"
+        )
+
+
+def fabric_mgmt_device(read_root: Path) -> CapDevice:
+    """The fabric-imex-mgmt capability device (for daemon claims on fabric nodes)."""
+    from cdriver.nvml import discover as nvml
+
+    try:
+        cap = nvml.fabric_mgmt_capability(read_root)
+    except CdriverError as exc:
+        raise DiscoveryError(str(exc)) from None
+    return CapDevice(major=cap.major, minor=cap.minor, mode=cap.mode & 0o7777)
+
+
+def base_device_nodes(read_root: Path, dev_root: Path) -> list[DeviceNode]:
+    """Every NVIDIA character device below ``<read_root>/dev`` (or /dev), sorted by path."""
+    dev = (read_root if (read_root / "dev").is_dir() else Path("/")) / "dev"
+    nodes = []
+    for sub, prefix in BASE_DEVICE_DIRS:
+        directory = dev / sub if sub else dev
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if not entry.name.startswith(prefix) or entry.name.startswith(BASE_EXCLUDED_PREFIXES):
+                continue
+            try:
+                st = entry.stat(follow_symlinks=True)
+            except OSError:
+                continue
+            if not stat.S_ISCHR(st.st_mode):
+                continue
+            path = "/dev/" + (f"{sub}/{entry.name}" if sub else entry.name)
+            nodes.append(
+                DeviceNode(
+                    path=path,
+                    host_path=host_path(dev_root, path),
+                    type="c",
+                    major=os.major(st.st_rdev),
+                    minor=os.minor(st.st_rdev),
+                    file_mode=stat.S_IMODE(st.st_mode),
+                )
+            )
+    return nodes
+
+
+def present_channel_count(read_root: Path) -> int:
+    """How many channel nodes channel0..channelN-1 exist below ``<read_root>/dev`` (0 if none)."""
+    directory = read_root / C.IMEX_CHANNELS_DEV_DIR.lstrip("/")
+    try:
+        names = set(os.listdir(directory))
+    except OSError:
+        return 0
+    count = 0
+    while count < C.IMEX_CHANNEL_COUNT and f"channel{count}" in names:
+        count += 1
+    return count
+
+
+def discover(config: PluginConfig) -> NodeDiscovery:
+    """Read channel major, clique ID and driver version; apply the version floor."""
+    from cdriver.nvml import discover as nvml
+
+    root = config.read_root
+    major = nvml.channel_major(str(root))
+    strict = config.gates.enabled(fg.CRASH_ON_NVLINK_FABRIC_ERRORS)
+    clique_id = nvml.clique_id(str(root), strict=strict)
+    version = ""
+    if config.gates.enabled(fg.IMEX_DAEMONS_WITH_DNS_NAMES) and not config.host_managed:
+        version = nvml.driver_version(str(root))
+        check_driver_version(version)
+    log.info(
+        "node %s: IMEX channel major %d, clique ID %r%s",
+        config.node_name,
+        major,
+        clique_id,
+        f", driver {version}" if version else "",
+    )
+    present = present_channel_count(root)
+    return NodeDiscovery(
+        channel_major=major, clique_id=clique_id, driver_version=version, channel_count=present or C.IMEX_CHANNEL_COUNT
+    )

@@ -1,0 +1,93 @@
+"""The DRA node driver kubelet talks to: per-claim Prepare/Unprepare, metrics, error mapping.
+
+Claims of one call are handled concurrently, and so are calls (the gRPC server has a thread
+pool): a workload's channel claim waiting for readiness never blocks the daemon claim that
+makes it ready. Only the checkpoint lock serialises state changes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from cdriver.dra.node_service import ClaimRef, PrepareResult
+from cdriver.roles.kubelet_plugin.errors import ClaimError
+from cdriver.roles.kubelet_plugin.metrics import OP_PREPARE, OP_UNPREPARE
+from cdriver.roles.kubelet_plugin.prepare import Preparer
+from cdriver.roles.kubelet_plugin.state import PluginState
+from cdriver.roles.kubelet_plugin.unprepare import Unpreparer
+
+log = logging.getLogger(__name__)
+
+
+class ComputeDomainDriver:
+    """Implements `cdriver.dra.node_service.NodeDriver`."""
+
+    def __init__(self, state: PluginState, max_parallel_claims: int = 32) -> None:
+        self.state = state
+        self.preparer = Preparer(state)
+        self.unpreparer = Unpreparer(state)
+        self._pool = ThreadPoolExecutor(max_workers=max_parallel_claims, thread_name_prefix="claim")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _map(self, fn: Callable[[ClaimRef], object], claims: list[ClaimRef]) -> list:
+        if len(claims) == 1:
+            return [fn(claims[0])]
+        return list(self._pool.map(fn, claims))
+
+    # -- prepare -------------------------------------------------------------------------
+    def prepare_claims(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
+        deadline = time.monotonic() + self.state.config.prepare_timeout
+        results = self._map(lambda ref: self._prepare_one(ref, deadline), claims)
+        return {ref.uid: res for ref, res in zip(claims, results, strict=True)}
+
+    def _prepare_one(self, ref: ClaimRef, deadline: float) -> PrepareResult:
+        metrics = self.state.metrics
+        start = time.monotonic()
+        inflight = metrics.inflight.labels(metrics.driver, OP_PREPARE)
+        inflight.inc()
+        try:
+            prepared = self.preparer.prepare(ref, deadline)
+        except ClaimError as exc:
+            metrics.observe_error(OP_PREPARE, "prepare_devices")
+            log.log(
+                logging.WARNING if exc.permanent else logging.INFO, "prepare %s failed (%s): %s", ref, exc.kind, exc
+            )
+            return PrepareResult(error=str(exc))
+        except Exception as exc:  # noqa: BLE001 - a bug must not take the call down
+            metrics.observe_error(OP_PREPARE, "internal")
+            log.exception("prepare %s: unexpected error", ref)
+            return PrepareResult(error=f"claim {ref}: internal error: {exc}")
+        finally:
+            inflight.dec()
+        metrics.observe_success(OP_PREPARE, time.monotonic() - start)
+        return PrepareResult(devices=prepared.devices)
+
+    # -- unprepare -----------------------------------------------------------------------
+    def unprepare_claims(self, claims: list[ClaimRef]) -> dict[str, str]:
+        results = self._map(self._unprepare_one, claims)
+        return {ref.uid: err for ref, err in zip(claims, results, strict=True)}
+
+    def _unprepare_one(self, ref: ClaimRef) -> str:
+        metrics = self.state.metrics
+        start = time.monotonic()
+        inflight = metrics.inflight.labels(metrics.driver, OP_UNPREPARE)
+        inflight.inc()
+        try:
+            self.unpreparer.unprepare(ref)
+        except ClaimError as exc:
+            metrics.observe_error(OP_UNPREPARE, "unprepare_devices")
+            log.warning("unprepare %s failed: %s", ref, exc)
+            return str(exc)
+        except Exception as exc:  # noqa: BLE001
+            metrics.observe_error(OP_UNPREPARE, "internal")
+            log.exception("unprepare %s: unexpected error", ref)
+            return f"claim {ref}: internal error: {exc}"
+        finally:
+            inflight.dec()
+        metrics.observe_success(OP_UNPREPARE, time.monotonic() - start)
+        return ""

@@ -1,0 +1,223 @@
+"""Start-up, serving and shutdown of the kubelet plugin.
+
+Order: validate settings → discover the driver → base CDI spec → checkpoint → caches synced →
+DRA socket → registration socket (kubelet never sees an endpoint that does not serve) →
+sweeps, health, metrics → ResourceSlice. Shutdown removes the registration socket first.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from cdriver.api import constants as C
+from cdriver.cdi.writer import write_spec
+from cdriver.checkpoint import CheckpointStore
+from cdriver.dra import health, node_service, registration, sockets
+from cdriver.errors import CdriverError
+from cdriver.kube.client import load_api_client
+from cdriver.kube.events import EventRecorder
+from cdriver.kube.informer import Informer, uid_index
+from cdriver.kube.raw import RESOURCES, RawClient
+from cdriver.roles.kubelet_plugin import cdi_edits
+from cdriver.roles.kubelet_plugin.cleanup import Sweeper
+from cdriver.roles.kubelet_plugin.config import PluginConfig
+from cdriver.roles.kubelet_plugin.devices import published_devices
+from cdriver.roles.kubelet_plugin.discovery import NodeDiscovery, base_device_nodes, discover
+from cdriver.roles.kubelet_plugin.driver import ComputeDomainDriver
+from cdriver.roles.kubelet_plugin.metrics import PluginMetrics, serve_metrics
+from cdriver.roles.kubelet_plugin.resourceslice import SlicePublisher, slice_field_selector
+from cdriver.roles.kubelet_plugin.state import UID_INDEX, BackgroundEvents, PluginState
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "cdriver-kubelet-plugin"
+SYNC_TIMEOUT = 60.0
+
+
+class StartupError(CdriverError):
+    """The plugin cannot start; the message says what to fix."""
+
+
+@dataclass
+class Plugin:
+    """A running plugin: `start()`, then `wait()` or `stop()`."""
+
+    config: PluginConfig
+    raw: RawClient | None = None
+    state: PluginState | None = None
+    driver: ComputeDomainDriver | None = None
+    registration: registration.RegistrationServicer | None = None
+    health_port: int | None = None
+    _servers: list[tuple[grpc.Server, Path | None]] = field(default_factory=list)
+    _informers: list[Informer] = field(default_factory=list)
+    _sweeper: Sweeper | None = None
+    _slices: SlicePublisher | None = None
+    _metrics_server: object = None
+    _stopped: threading.Event = field(default_factory=threading.Event)
+
+    # -- start ---------------------------------------------------------------------------
+    def start(self) -> None:
+        cfg = self.config
+        try:
+            cfg.plugin_dir.mkdir(mode=0o750, parents=True, exist_ok=True)
+            cfg.cdi_root.mkdir(mode=0o750, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StartupError(
+                f"cannot create the plugin directories ({exc}); check --kubelet-plugins-directory-path and --cdi-root"
+            ) from None
+        if not cfg.cdi_root.is_dir():
+            raise StartupError(f"--cdi-root {cfg.cdi_root} is not a directory")
+        found = discover(cfg)
+        self._write_base_spec(found)
+        store = CheckpointStore(cfg.checkpoint_path)
+        checkpoint = store.read()  # an unusable checkpoint stops the start, with its recovery step
+        log.info("checkpoint %s: %d claims", cfg.checkpoint_path, len(checkpoint.claims))
+
+        raw = self.raw or RawClient(load_api_client(cfg.kubeconfig))
+        self.raw = raw
+        cds = Informer(raw, RESOURCES[C.PLURAL_COMPUTE_DOMAINS])
+        cds.add_index(UID_INDEX, uid_index)
+        cliques = None
+        if cfg.use_cliques and not cfg.host_managed:
+            cliques = Informer(raw, RESOURCES[C.PLURAL_COMPUTE_DOMAIN_CLIQUES], namespace=cfg.namespace)
+        node = Informer(raw, RESOURCES["nodes"], field_selector=f"metadata.name={cfg.node_name}")
+        slices = Informer(raw, RESOURCES["resourceslices"], field_selector=slice_field_selector(cfg.node_name))
+        metrics = PluginMetrics(cfg.node_name)
+        state = PluginState(
+            config=cfg,
+            discovery=found,
+            raw=raw,
+            store=store,
+            cds=cds,
+            cliques=cliques,
+            node=node,
+            metrics=metrics,
+            events=BackgroundEvents(EventRecorder(raw, COMPONENT, cfg.node_name)),
+        )
+        self.state = state
+        state.refresh_prepared_gauge(checkpoint.claims)
+        for inf in (cds, cliques, node):
+            if inf is not None:
+                inf.add_handler(
+                    on_add=state.notifier.notify, on_update=state.notifier.notify, on_delete=state.notifier.notify
+                )
+        self._informers = [i for i in (cds, cliques, node, slices) if i is not None]
+        for inf in self._informers:
+            inf.start()
+        for inf in self._informers:
+            if not inf.wait_synced(SYNC_TIMEOUT):
+                raise StartupError(
+                    f"could not list {inf.name} from the API server {raw.server} within "
+                    f"{SYNC_TIMEOUT:.0f}s; check connectivity and the plugin's RBAC"
+                )
+        if node.get_by_name(cfg.node_name) is None:
+            raise StartupError(
+                f"node {cfg.node_name!r} does not exist in the cluster; set --node-name / NODE_NAME to this node's name"
+            )
+
+        self.driver = ComputeDomainDriver(state)
+        dra = node_service.serve_node_service(cfg.dra_socket, self.driver, max_workers=cfg.grpc_workers)
+        self._servers.append((dra, cfg.dra_socket))
+        self.registration = registration.RegistrationServicer(C.DRIVER_NAME, str(cfg.dra_socket))
+        reg = registration.serve_registration(cfg.registration_socket, self.registration)
+        self._servers.insert(0, (reg, cfg.registration_socket))
+
+        self._sweeper = Sweeper(state, self.driver.unpreparer.unprepare, cfg.cleanup_interval)
+        self._sweeper.start()
+        if cfg.healthcheck_port >= 0:
+            server, port = health.serve_health_tcp(
+                cfg.healthcheck_port,
+                lambda: health.probe_plugin_sockets(cfg.registration_socket, cfg.dra_socket, timeout=5),
+            )
+            self.health_port = port
+            self._servers.append((server, None))
+        if cfg.http_endpoint and cfg.metrics_path:
+            self._metrics_server = serve_metrics(metrics.registry, cfg.http_endpoint, cfg.metrics_path)
+
+        self._slices = SlicePublisher(
+            raw,
+            slices,
+            cfg.node_name,
+            lambda: str(((state.node_object() or {}).get("metadata") or {}).get("uid") or ""),
+            published_devices(cfg.host_managed),
+        )
+        self._slices.start()
+        if cfg.gpu_clique_label_enabled and found.clique_id:
+            self.driver.preparer.labeler.set_label(C.LABEL_NODE_CLIQUE, found.clique_id)
+            log.info("labelled node %s %s=%s", cfg.node_name, C.LABEL_NODE_CLIQUE, found.clique_id)
+        log.info(
+            "kubelet plugin for node %s ready (%s mode; DRA socket %s, registration socket %s)",
+            cfg.node_name,
+            cfg.imex_mode,
+            cfg.dra_socket,
+            cfg.registration_socket,
+        )
+
+    def _write_base_spec(self, found: NodeDiscovery) -> None:
+        nodes = base_device_nodes(self.config.read_root, self.config.dev_root)
+        spec = cdi_edits.base_spec(nodes)
+        path = write_spec(self.config.cdi_root, cdi_edits.BASE_SPEC_NAME, spec)
+        log.info("wrote base CDI spec %s (%d device nodes)", path, len(nodes))
+
+    # -- run / stop ----------------------------------------------------------------------
+    def wait(self) -> None:
+        self._stopped.wait()
+
+    def stop(self) -> None:
+        """Stop serving: registration socket first (kubelet deregisters), then the rest.
+        ResourceSlices stay; kubelet removes them when the plugin stays away."""
+        if self._stopped.is_set():
+            return
+        log.info("kubelet plugin for node %s shutting down", self.config.node_name)
+        for server, path in self._servers:
+            sockets.stop_server(server, path, grace=2.0)
+        self._servers.clear()
+        if self._slices is not None:
+            self._slices.stop()
+        if self._sweeper is not None:
+            self._sweeper.stop()
+        if (
+            self.config.gpu_clique_label_enabled
+            and self.driver is not None
+            and self.state is not None
+            and self.state.discovery.clique_id
+        ):
+            try:
+                self.driver.preparer.labeler.set_label(C.LABEL_NODE_CLIQUE, None)
+            except CdriverError as exc:
+                log.warning("could not remove label %s: %s", C.LABEL_NODE_CLIQUE, exc)
+        for inf in self._informers:
+            inf.stop()
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+        if self.driver is not None:
+            self.driver.close()
+        if self.state is not None:
+            self.state.events.close()
+        self._stopped.set()
+        log.info("shutdown")
+
+
+def run(config: PluginConfig) -> None:
+    """Run until SIGTERM/SIGINT/SIGHUP/SIGQUIT; raises CdriverError on a failed start."""
+    plugin = Plugin(config)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("received %s", signal.Signals(signum).name)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, on_signal)
+    try:
+        plugin.start()
+        while not stop.wait(1.0):
+            pass
+    finally:
+        plugin.stop()

@@ -1,0 +1,115 @@
+"""Prometheus metrics of the kubelet plugin (names compatible with the upstream driver)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+
+from cdriver.api import constants as C
+
+log = logging.getLogger(__name__)
+
+OP_PREPARE = "prepare"
+OP_UNPREPARE = "unprepare"
+DURATION_BUCKETS = tuple(0.005 * 2**k for k in range(13))  # 5 ms .. 20 s
+DEVICE_TYPES = (C.DEVICE_TYPE_CHANNEL, C.DEVICE_TYPE_DAEMON, "unknown")
+
+
+class PluginMetrics:
+    """All series live in a private registry so tests and several plugins can coexist."""
+
+    def __init__(self, node_name: str, driver: str = C.DRIVER_NAME) -> None:
+        self.node_name = node_name
+        self.driver = driver
+        self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        self.requests = Counter(
+            "nvidia_dra_requests",
+            "Successful DRA requests by operation.",
+            ["driver", "operation"],
+            registry=self.registry,
+        )
+        self.duration = Histogram(
+            "nvidia_dra_request_duration_seconds",
+            "Duration of successful DRA requests per claim.",
+            ["driver", "operation"],
+            buckets=DURATION_BUCKETS,
+            registry=self.registry,
+        )
+        self.inflight = Gauge(
+            "nvidia_dra_requests_inflight",
+            "Claims being prepared or unprepared now.",
+            ["driver", "operation"],
+            registry=self.registry,
+        )
+        self.prepare_errors = Counter(
+            "nvidia_dra_node_prepare_errors",
+            "Failed claim preparations.",
+            ["driver", "error_type"],
+            registry=self.registry,
+        )
+        self.unprepare_errors = Counter(
+            "nvidia_dra_node_unprepare_errors",
+            "Failed claim unpreparations.",
+            ["driver", "error_type"],
+            registry=self.registry,
+        )
+        self.prepared_devices = Gauge(
+            "nvidia_dra_prepared_devices",
+            "Devices of completely prepared claims.",
+            ["node", "driver", "device_type"],
+            registry=self.registry,
+        )
+        for op in (OP_PREPARE, OP_UNPREPARE):
+            self.requests.labels(driver, op)
+            self.inflight.labels(driver, op)
+            self.duration.labels(driver, op)
+        for t in DEVICE_TYPES:
+            self.prepared_devices.labels(node_name, driver, t).set(0)
+
+    def observe_success(self, operation: str, seconds: float) -> None:
+        self.requests.labels(self.driver, operation).inc()
+        self.duration.labels(self.driver, operation).observe(seconds)
+
+    def observe_error(self, operation: str, error_type: str) -> None:
+        counter = self.prepare_errors if operation == OP_PREPARE else self.unprepare_errors
+        counter.labels(self.driver, error_type).inc()
+
+    def set_prepared_devices(self, device_types: Iterable[str]) -> None:
+        counts = dict.fromkeys(DEVICE_TYPES, 0)
+        for t in device_types:
+            counts[t if t in counts else "unknown"] += 1
+        for t, n in counts.items():
+            self.prepared_devices.labels(self.node_name, self.driver, t).set(n)
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+        log.debug("metrics: " + format, *args)
+
+
+def serve_metrics(registry: CollectorRegistry, endpoint: str, path: str = "/metrics") -> WSGIServer:
+    """Serve ``registry`` on ``host:port`` (``:8081`` = all interfaces) at ``path`` in a thread."""
+    host, _, port = endpoint.rpartition(":")
+    if not port.isdigit():
+        raise ValueError(f"--http-endpoint {endpoint!r}: expected HOST:PORT or :PORT")
+    metrics_app = make_wsgi_app(registry)
+    path = "/" + path.strip("/")
+
+    def app(environ, start_response):
+        if environ.get("PATH_INFO", "/").rstrip("/") != path.rstrip("/"):
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not found\n"]
+        return metrics_app(environ, start_response)
+
+    server = make_server(host or "0.0.0.0", int(port), app, handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
+    log.info("serving metrics on http://%s:%d%s", host or "0.0.0.0", server.server_port, path)
+    return server

@@ -1,0 +1,102 @@
+"""The node labels this plugin owns: ``resource.nvidia.com/computeDomain`` (and optionally
+``nvidia.com/gpu.clique``). Writes are conditional, so concurrent writers cannot lose updates."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from cdriver.api import constants as C
+from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.roles.kubelet_plugin.errors import retryable
+
+log = logging.getLogger(__name__)
+
+NODES = RESOURCES["nodes"]
+MAX_ATTEMPTS = 5
+
+
+def _labels(node: dict | None) -> dict:
+    return ((node or {}).get("metadata") or {}).get("labels") or {}
+
+
+def _rv(node: dict | None) -> str:
+    return str(((node or {}).get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _json_pointer(key: str) -> str:
+    return "/metadata/labels/" + key.replace("~", "~0").replace("/", "~1")
+
+
+class NodeLabeler:
+    """Adds and removes the ComputeDomain label of one node."""
+
+    def __init__(self, raw: RawClient, node_name: str, cached_node: Callable[[], dict | None]) -> None:
+        self.raw = raw
+        self.node_name = node_name
+        self.cached_node = cached_node
+
+    def ensure_domain(self, domain_id: str, label_is_stale: Callable[[str], bool]) -> bool:
+        """Make the node carry ``computeDomain=<domain_id>``; True if a write was needed.
+
+        A label for another domain is replaced only if ``label_is_stale(other)`` (that domain
+        is gone and nothing here still uses it); otherwise a retryable error explains who owns
+        the node.
+        """
+        node = self.cached_node()
+        for _ in range(MAX_ATTEMPTS):
+            if node is None:
+                node = self._get()
+            current = _labels(node).get(C.LABEL_COMPUTE_DOMAIN)
+            if current == domain_id:
+                return False
+            if current and not label_is_stale(current):
+                raise retryable(
+                    f"node {self.node_name} already belongs to ComputeDomain {current} (label "
+                    f"{C.LABEL_COMPUTE_DOMAIN}={current}); a node serves one ComputeDomain at a time, so "
+                    "this claim can be prepared once that domain's workloads have left the node"
+                )
+            if current:
+                log.info("replacing stale label %s=%s on node %s", C.LABEL_COMPUTE_DOMAIN, current, self.node_name)
+            patch = {"metadata": {"labels": {C.LABEL_COMPUTE_DOMAIN: domain_id}, "resourceVersion": _rv(node)}}
+            try:
+                self.raw.patch(NODES, self.node_name, patch)
+                log.info("labelled node %s %s=%s", self.node_name, C.LABEL_COMPUTE_DOMAIN, domain_id)
+                return True
+            except ApiError as exc:
+                if not exc.conflict:
+                    raise retryable(
+                        f"cannot label node {self.node_name} with {C.LABEL_COMPUTE_DOMAIN}={domain_id}: {exc}"
+                    ) from None
+                node = None  # stale cache: read fresh and decide again
+        raise retryable(f"cannot label node {self.node_name}: it kept changing during {MAX_ATTEMPTS} attempts")
+
+    def remove_domain(self, domain_id: str) -> bool:
+        """Remove the label if (and only if) it still names ``domain_id``; True if removed."""
+        node = self.cached_node()
+        if node is not None and _labels(node).get(C.LABEL_COMPUTE_DOMAIN) not in (None, domain_id):
+            return False
+        ops = [
+            {"op": "test", "path": _json_pointer(C.LABEL_COMPUTE_DOMAIN), "value": domain_id},
+            {"op": "remove", "path": _json_pointer(C.LABEL_COMPUTE_DOMAIN)},
+        ]
+        try:
+            self.raw.patch(NODES, self.node_name, ops, patch_type="json")
+        except ApiError as exc:
+            if exc.invalid or exc.status == 422 or exc.not_found:
+                return False  # label absent or names another domain: nothing of ours to remove
+            raise retryable(
+                f"cannot remove label {C.LABEL_COMPUTE_DOMAIN}={domain_id} from node {self.node_name}: {exc}"
+            ) from None
+        log.info("removed label %s=%s from node %s", C.LABEL_COMPUTE_DOMAIN, domain_id, self.node_name)
+        return True
+
+    def set_label(self, key: str, value: str | None) -> None:
+        """Set (or with None, remove) an arbitrary label with a merge patch."""
+        self.raw.patch(NODES, self.node_name, {"metadata": {"labels": {key: value}}})
+
+    def _get(self) -> dict:
+        try:
+            return self.raw.get(NODES, self.node_name)
+        except ApiError as exc:
+            raise retryable(f"cannot read node {self.node_name}: {exc}") from None

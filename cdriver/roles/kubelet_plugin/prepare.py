@@ -1,0 +1,304 @@
+"""NodePrepareResources for one claim: decide (pure, in `claims`), then effects in order.
+
+Order, each step idempotent so a killed plugin converges on the retried call:
+1. read the claim; a completely prepared claim returns its recorded devices;
+2. plan: decode the opaque config strictly and check the claim against its ComputeDomain;
+3. under the checkpoint lock: check channel ownership, record PrepareStarted (intent first);
+4. effects without the lock (so other claims progress): node label + wait for local
+   readiness (driver-managed), host daemon probe (host-managed), or the daemon's config dir;
+5. under the lock: re-check ownership, write the claim CDI spec, record PrepareCompleted.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from cdriver.api import constants as C
+from cdriver.atomic import atomic_write
+from cdriver.cdi.model import ContainerEdits
+from cdriver.cdi.writer import claim_spec_name, remove_spec, write_spec
+from cdriver.checkpoint import CheckpointError, ClaimRecord, ClaimState
+from cdriver.dra.node_service import ClaimRef, PreparedDevice
+from cdriver.errors import CdriverError
+from cdriver.imex.config import load_template
+from cdriver.kube.events import NORMAL, WARNING
+from cdriver.kube.raw import RESOURCES, ApiError
+from cdriver.roles.kubelet_plugin import cdi_edits, claims
+from cdriver.roles.kubelet_plugin.claims import KIND_CHANNEL, KIND_DAEMON, ClaimPlan
+from cdriver.roles.kubelet_plugin.discovery import DiscoveryError, fabric_mgmt_device
+from cdriver.roles.kubelet_plugin.errors import ClaimError, permanent, retryable
+from cdriver.roles.kubelet_plugin.host import check_host_imex
+from cdriver.roles.kubelet_plugin.node_labels import NodeLabeler
+from cdriver.roles.kubelet_plugin.readiness import node_readiness
+from cdriver.roles.kubelet_plugin.state import PluginState, held_devices
+
+log = logging.getLogger(__name__)
+
+CLAIMS = RESOURCES["resourceclaims"]
+#: How long a channel claim waits for its ComputeDomain to show up in the cache.
+CD_APPEAR_TIMEOUT = 2.0
+EVENT_NOT_FABRIC = "IMEXChannelNotInjected"
+EVENT_WAITING = "WaitingForIMEXDaemon"
+EVENT_HOST_NOT_READY = "HostIMEXDaemonNotReady"
+
+
+@dataclass
+class Prepared:
+    """Result of preparing one claim."""
+
+    devices: list[PreparedDevice]
+    cached: bool = False  # answered from the checkpoint (already prepared)
+
+
+def record_devices(records: list[PreparedDevice], plan: ClaimPlan) -> list[dict]:
+    """Checkpoint form of the devices: what kubelet gets back plus type/id for ownership checks."""
+    out = []
+    for pd, dev in zip(records, plan.devices, strict=True):
+        d = pd.to_dict()
+        d.update(type=dev.ref.type, id=dev.ref.id, admin_access=dev.admin_access)
+        out.append(d)
+    return out
+
+
+class Preparer:
+    """Prepares claims on this node. Thread-safe: state changes go through the checkpoint lock."""
+
+    def __init__(self, state: PluginState) -> None:
+        self.state = state
+        self.config = state.config
+        self.labeler = NodeLabeler(state.raw, state.config.node_name, state.node_object)
+        self._template: str | None = None
+
+    # -- entry point ---------------------------------------------------------------------
+    def prepare(self, ref: ClaimRef, deadline: float | None = None) -> Prepared:
+        """Prepare ``ref``; raises ClaimError (permanent or retryable) with a user-facing message."""
+        if deadline is None:
+            deadline = time.monotonic() + self.config.prepare_timeout
+        try:
+            return self._prepare(ref, deadline)
+        except CheckpointError as exc:
+            raise retryable(f"claim {ref}: {exc}") from None
+        except ClaimError:
+            raise
+        except CdriverError as exc:
+            raise retryable(f"claim {ref}: {exc}") from None
+
+    def _prepare(self, ref: ClaimRef, deadline: float) -> Prepared:
+        store = self.state.store
+        done = self._completed(store.read().claims.get(ref.uid))
+        if done is not None:
+            return done
+        claim = self._fetch_claim(ref)
+        plan = claims.plan_claim(claim, self.config.node_name)
+        if not plan.devices:
+            return Prepared(devices=[])
+        cd = self._check_domain(plan)
+        with store.locked() as cp:
+            done = self._completed(cp.claims.get(ref.uid))
+            if done is not None:
+                return done
+            claims.check_devices_free(plan, held_devices(cp.claims), self.config.host_managed)
+            cp.claims[ref.uid] = ClaimRecord(
+                uid=ref.uid,
+                name=ref.name,
+                namespace=ref.namespace,
+                state=ClaimState.PREPARE_STARTED,
+                domain_id=plan.domain_id,
+                kind=plan.kind,
+                devices=[d.to_dict() for d in plan.devices],
+            )
+        if plan.kind == KIND_CHANNEL:
+            edits = self._channel_effects(plan, claim, cd, deadline)
+        else:
+            edits = self._daemon_effects(plan, cd)
+        return self._complete(plan, edits)
+
+    # -- steps ---------------------------------------------------------------------------
+    @staticmethod
+    def _completed(rec: ClaimRecord | None) -> Prepared | None:
+        if rec is None or rec.state != ClaimState.PREPARE_COMPLETED:
+            return None
+        return Prepared(devices=[PreparedDevice.from_dict(d) for d in rec.devices], cached=True)
+
+    def _fetch_claim(self, ref: ClaimRef) -> dict:
+        try:
+            claim = self.state.raw.get(CLAIMS, ref.name, ref.namespace)
+        except ApiError as exc:
+            if exc.not_found:
+                raise permanent(
+                    f"claim {ref}: ResourceClaim {ref.namespace}/{ref.name} does not exist "
+                    "(deleted before it was prepared)"
+                ) from None
+            raise retryable(f"claim {ref}: cannot read ResourceClaim: {exc}") from None
+        claims.check_claim_identity(claim, ref.uid)
+        return claim
+
+    def _check_domain(self, plan: ClaimPlan) -> dict | None:
+        """The claim's ComputeDomain from the cache (waiting briefly for a new one)."""
+        if plan.kind == KIND_DAEMON:
+            if self.config.host_managed:
+                raise permanent(
+                    f"claim {plan.label}: ComputeDomain daemon claims are not supported with "
+                    f"--imex-mode={C.IMEX_MODE_HOST_MANAGED}: the host runs nvidia-imex itself; delete the "
+                    "claim (it can only come from a stale or hand-written object)"
+                )
+            return self.state.compute_domain(plan.domain_id)
+        deadline = time.monotonic() + CD_APPEAR_TIMEOUT
+        cd = self.state.notifier.wait_for(lambda: self.state.compute_domain(plan.domain_id), deadline)
+        claims.check_domain_namespace(plan, cd)
+        return cd
+
+    def _channel_effects(self, plan: ClaimPlan, claim: dict, cd: dict | None, deadline: float) -> ContainerEdits:
+        clique_id = self.state.discovery.clique_id
+        if self.config.host_managed:
+            if clique_id:
+                self._wait_host_ready(plan, claim, deadline)
+        else:
+            self.labeler.ensure_domain(plan.domain_id, self._label_is_stale)
+            self._wait_ready(plan, claim, cd, deadline)
+        if not clique_id:
+            msg = (
+                f"node {self.config.node_name} is not attached to a multi-node NVLink fabric (no clique ID): "
+                f"claim {plan.namespace}/{plan.name} prepared without IMEX channel devices; pin workloads to "
+                f"fabric nodes with node affinity on {C.LABEL_NODE_CLIQUE}"
+            )
+            log.warning("%s", msg)
+            self.state.events.emit(claim, WARNING, EVENT_NOT_FABRIC, msg)
+            return ContainerEdits()
+        dev = plan.devices[0]
+        if self.config.host_managed or not plan.all_channels:
+            channels = [dev.ref.id if self.config.host_managed else 0]
+        else:
+            channels = list(range(self.state.discovery.channel_count))
+        return cdi_edits.channel_edits(channels, self.state.discovery.channel_major, self.config.dev_root)
+
+    def _label_is_stale(self, other_domain: str) -> bool:
+        if self.state.compute_domain(other_domain) is not None:
+            return False
+        return not any(rec.domain_id == other_domain for rec in self.state.store.read().claims.values())
+
+    def _wait_ready(self, plan: ClaimPlan, claim: dict, cd: dict | None, deadline: float) -> None:
+        st = self.state
+        why = [""]
+
+        def check() -> bool | None:
+            ready, why[0] = node_readiness(
+                self.config.node_name,
+                plan.domain_id,
+                st.discovery.clique_id,
+                st.clique(plan.domain_id),
+                st.compute_domain(plan.domain_id),
+                self.config.use_cliques,
+                self.config.namespace,
+            )
+            return True if ready else None
+
+        started = time.monotonic()
+        if st.notifier.wait_for(check, deadline) is None:
+            cd_name = ((cd or {}).get("metadata") or {}).get("name", "")
+            msg = (
+                f"claim {plan.label}: ComputeDomain {plan.namespace}/{cd_name} (UID {plan.domain_id}) is not "
+                f"ready on node {self.config.node_name} after {time.monotonic() - started:.1f}s: {why[0]}; "
+                "waiting for this domain's IMEX daemon on the node to become Ready (kubelet retries)"
+            )
+            st.events.emit(claim, NORMAL, EVENT_WAITING, msg)
+            raise retryable(msg)
+
+    def _wait_host_ready(self, plan: ClaimPlan, claim: dict, deadline: float) -> None:
+        interval = max(0.05, self.config.host_probe_interval)
+        while True:
+            remaining = deadline - time.monotonic()
+            problem = check_host_imex(
+                self.config.read_root, self.config.imex_host_socket_path, timeout=max(0.5, min(5.0, remaining))
+            )
+            if not problem:
+                return
+            if time.monotonic() + interval >= deadline:
+                msg = f"claim {plan.label}: {problem}"
+                self.state.events.emit(claim, WARNING, EVENT_HOST_NOT_READY, msg)
+                raise retryable(msg)
+            time.sleep(interval)
+
+    def _daemon_effects(self, plan: ClaimPlan, cd: dict | None) -> ContainerEdits:
+        if cd is None:
+            raise retryable(
+                f"claim {plan.label}: ComputeDomain with UID {plan.domain_id} not found; the "
+                "daemon claim is prepared once it exists"
+            )
+        domain_dir = self.config.domain_dir(plan.domain_id)
+        self._write_domain_dir(domain_dir)
+        fabric = None
+        if self.state.discovery.clique_id:
+            try:
+                fabric = fabric_mgmt_device(self.config.read_root)
+            except DiscoveryError as exc:
+                raise retryable(f"claim {plan.label}: {exc}") from None
+        meta = cd.get("metadata") or {}
+        return cdi_edits.daemon_edits(
+            clique_id=self.state.discovery.clique_id,
+            cd_uid=str(meta.get("uid", "")),
+            cd_name=str(meta.get("name", "")),
+            cd_namespace=str(meta.get("namespace", "")),
+            domain_dir=domain_dir,
+            fabric_mgmt=fabric,
+            dev_root=self.config.dev_root,
+        )
+
+    def _write_domain_dir(self, domain_dir: Path) -> None:
+        if self._template is None:
+            self._template = load_template(self.config.imex_config_template)
+        try:
+            domain_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+            target = domain_dir / C.IMEXD_TEMPLATE_NAME
+            if not target.exists() or target.read_text() != self._template:
+                atomic_write(target, self._template, mode=0o644)
+        except OSError as exc:
+            raise retryable(f"cannot write the IMEX config template to {domain_dir}: {exc.strerror or exc}") from None
+
+    def _complete(self, plan: ClaimPlan, edits: ContainerEdits) -> Prepared:
+        spec_devices = [(d.device, edits) for d in plan.devices]
+        spec = cdi_edits.claim_spec(plan.uid, spec_devices)
+        devices = []
+        for d in plan.devices:
+            ids = []
+            if d.ref.type == KIND_DAEMON:
+                ids.append(cdi_edits.base_device_id())
+            if spec is not None:
+                ids.append(cdi_edits.claim_device_id(plan.uid, d.device))
+            devices.append(
+                PreparedDevice(
+                    request_names=[d.request],
+                    pool_name=d.pool or self.config.node_name,
+                    device_name=d.device,
+                    cdi_device_ids=ids,
+                )
+            )
+        with self.state.store.locked() as cp:
+            done = self._completed(cp.claims.get(plan.uid))
+            if done is not None:
+                return done
+            if plan.uid not in cp.claims:
+                raise retryable(f"claim {plan.label} was unprepared while it was being prepared; kubelet retries")
+            claims.check_devices_free(plan, held_devices(cp.claims), self.config.host_managed)
+            name = claim_spec_name(plan.uid)
+            if spec is not None:
+                write_spec(self.config.cdi_root, name, spec)
+            else:
+                remove_spec(self.config.cdi_root, name)
+            rec = cp.claims[plan.uid]
+            rec.state = ClaimState.PREPARE_COMPLETED
+            rec.devices = record_devices(devices, plan)
+            rec.cdi_ids = [i for d in devices for i in d.cdi_device_ids]
+            rec.updated = time.time()
+            self.state.refresh_prepared_gauge(cp.claims)
+        log.info(
+            "prepared claim %s (%s, ComputeDomain %s): %s",
+            plan.label,
+            plan.kind,
+            plan.domain_id,
+            ", ".join(i for d in devices for i in d.cdi_device_ids) or "no CDI devices",
+        )
+        return Prepared(devices=devices)

@@ -1,0 +1,230 @@
+"""This node's ResourceSlice: one pool named after the node, kept published.
+
+`plan_sync` is the pure decision (what to create, update and delete given the slices that
+exist); `SlicePublisher` applies it whenever the watched slices change, so a slice deleted by
+kubelet (it wipes a node's slices when it starts) is re-created at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from cdriver.api import constants as C
+from cdriver.kube.informer import Informer
+from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.roles.kubelet_plugin.devices import DeviceRef, slice_device
+
+log = logging.getLogger(__name__)
+
+SLICES = RESOURCES["resourceslices"]
+
+
+def slice_field_selector(node_name: str, driver: str = C.DRIVER_NAME) -> str:
+    return f"spec.driver={driver},spec.nodeName={node_name}"
+
+
+def slice_name_prefix(node_name: str, driver: str = C.DRIVER_NAME) -> str:
+    return f"00000-{driver}-{node_name}-"[:200]
+
+
+def owner_reference(node_name: str, node_uid: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid, "controller": True}
+
+
+def desired_spec(node_name: str, devices: list[DeviceRef], generation: int, driver: str = C.DRIVER_NAME) -> dict:
+    return {
+        "driver": driver,
+        "nodeName": node_name,
+        "pool": {"name": node_name, "generation": generation, "resourceSliceCount": 1},
+        "devices": [slice_device(d) for d in sorted(devices, key=lambda d: d.name)],
+    }
+
+
+def _canon(value: object) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+def slice_matches(obj: dict, node_name: str, node_uid: str, devices: list[DeviceRef]) -> bool:
+    """Does an existing slice publish exactly what we want (any generation)?"""
+    spec = obj.get("spec") or {}
+    pool = spec.get("pool") or {}
+    owners = (obj.get("metadata") or {}).get("ownerReferences") or []
+    want = desired_spec(node_name, devices, 0)
+    return (
+        pool.get("name") == node_name
+        and pool.get("resourceSliceCount") == 1
+        and _canon(spec.get("devices") or []) == _canon(want["devices"])
+        and any(o.get("kind") == "Node" and o.get("uid") == node_uid for o in owners)
+    )
+
+
+@dataclass
+class SyncPlan:
+    """What to do to reach exactly one correct slice."""
+
+    create: dict | None = None
+    update: dict | None = None
+    delete: list[dict] = field(default_factory=list)
+
+    @property
+    def noop(self) -> bool:
+        return self.create is None and self.update is None and not self.delete
+
+
+def plan_sync(
+    existing: list[dict], node_name: str, node_uid: str, devices: list[DeviceRef], driver: str = C.DRIVER_NAME
+) -> SyncPlan:
+    """Keep one matching slice (oldest name first), else rewrite one or create one; drop the rest."""
+    ours = sorted(
+        (
+            s
+            for s in existing
+            if (s.get("spec") or {}).get("driver") == driver and (s.get("spec") or {}).get("nodeName") == node_name
+        ),
+        key=lambda s: (
+            (s.get("metadata") or {}).get("creationTimestamp") or "",
+            (s.get("metadata") or {}).get("name") or "",
+        ),
+    )
+    generation = 1 + max(
+        [int(((s.get("spec") or {}).get("pool") or {}).get("generation") or 0) for s in ours], default=0
+    )
+    plan = SyncPlan()
+    keep = next((s for s in ours if slice_matches(s, node_name, node_uid, devices)), None)
+    if keep is None and ours:
+        keep = ours[0]
+        updated = json.loads(json.dumps(keep))
+        updated["spec"] = desired_spec(node_name, devices, generation, driver)
+        updated.setdefault("metadata", {})["ownerReferences"] = [owner_reference(node_name, node_uid)]
+        plan.update = updated
+    elif keep is None:
+        plan.create = {
+            "apiVersion": f"{SLICES.group}/{SLICES.version}",
+            "kind": "ResourceSlice",
+            "metadata": {
+                "generateName": slice_name_prefix(node_name, driver),
+                "ownerReferences": [owner_reference(node_name, node_uid)],
+            },
+            "spec": desired_spec(node_name, devices, generation, driver),
+        }
+    plan.delete = [s for s in ours if s is not keep]
+    return plan
+
+
+class SlicePublisher:
+    """Publishes the slice and re-publishes it whenever the watched slices change."""
+
+    def __init__(
+        self,
+        raw: RawClient,
+        informer: Informer,
+        node_name: str,
+        node_uid: Callable[[], str],
+        devices: list[DeviceRef],
+        retry_seconds: float = 5.0,
+    ) -> None:
+        self.raw = raw
+        self.informer = informer
+        self.node_name = node_name
+        self.node_uid = node_uid
+        self.devices = devices
+        self.retry_seconds = retry_seconds
+        self._trigger = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.syncs = 0
+        self.published = threading.Event()
+        informer.add_handler(on_add=self._poke, on_update=self._poke_update, on_delete=self._poke)
+
+    def _poke(self, *_: object) -> None:
+        self._trigger.set()
+
+    def _poke_update(self, old: dict, new: dict) -> None:
+        if old is not new:
+            self._trigger.set()
+
+    def start(self) -> None:
+        self._trigger.set()
+        self._thread = threading.Thread(target=self._run, name="resourceslice", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._trigger.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def sync_once(self) -> SyncPlan:
+        """Apply one plan from the cached slices; raises ApiError on API failures."""
+        uid = self.node_uid()
+        if not uid:
+            raise ApiError(0, "NodeUnknown", f"node {self.node_name} not found; cannot own the ResourceSlice")
+        plan = plan_sync(self.informer.list(), self.node_name, uid, self.devices)
+        for obj in plan.delete:
+            meta = obj.get("metadata") or {}
+            try:
+                self.raw.delete(
+                    SLICES,
+                    meta.get("name", ""),
+                    precondition_uid=meta.get("uid"),
+                    precondition_resource_version=meta.get("resourceVersion"),
+                )
+                log.info("deleted stale ResourceSlice %s", meta.get("name"))
+            except ApiError as exc:
+                if not (exc.not_found or exc.conflict):
+                    raise
+        if plan.update is not None:
+            got = self.raw.update(SLICES, plan.update)
+            self._await_cache(got)
+            log.info(
+                "updated ResourceSlice %s (generation %s)",
+                (got.get("metadata") or {}).get("name"),
+                plan.update["spec"]["pool"]["generation"],
+            )
+        if plan.create is not None:
+            got = self.raw.create(SLICES, plan.create)
+            self._await_cache(got)
+            log.info(
+                "published ResourceSlice %s with %s",
+                (got.get("metadata") or {}).get("name"),
+                ", ".join(d.name for d in self.devices),
+            )
+        self.syncs += 1
+        return plan
+
+    def _await_cache(self, obj: dict, timeout: float = 5.0) -> None:
+        """Wait until the informer has seen our write, so the next sync does not repeat it."""
+        meta = obj.get("metadata") or {}
+        name, rv = meta.get("name", ""), meta.get("resourceVersion", "")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not self._stop.is_set():
+            cached = self.informer.get(name)
+            if cached is not None and int((cached.get("metadata") or {}).get("resourceVersion") or 0) >= int(rv or 0):
+                return
+            time.sleep(0.01)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._trigger.wait()
+            if self._stop.is_set():
+                return
+            self._trigger.clear()
+            try:
+                plan = self.sync_once()
+                if plan.noop:
+                    self.published.set()
+            except ApiError as exc:
+                log.warning(
+                    "ResourceSlice sync for node %s failed (retrying in %.0fs): %s",
+                    self.node_name,
+                    self.retry_seconds,
+                    exc,
+                )
+                if self._stop.wait(self.retry_seconds):
+                    return
+                self._trigger.set()

@@ -1,0 +1,95 @@
+"""What every Prepare/Unprepare needs: settings, node facts, API access, caches, checkpoint."""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from cdriver.api import constants as C
+from cdriver.checkpoint import CheckpointStore, ClaimState
+from cdriver.kube.events import EventRecorder
+from cdriver.kube.informer import Informer
+from cdriver.kube.raw import RawClient
+from cdriver.roles.kubelet_plugin.claims import HeldDevice
+from cdriver.roles.kubelet_plugin.config import PluginConfig
+from cdriver.roles.kubelet_plugin.discovery import NodeDiscovery
+from cdriver.roles.kubelet_plugin.metrics import PluginMetrics
+from cdriver.roles.kubelet_plugin.readiness import ChangeNotifier
+
+log = logging.getLogger(__name__)
+
+UID_INDEX = "uid"
+
+
+class BackgroundEvents:
+    """Records Events off the request path: a Prepare never waits for an Event write."""
+
+    def __init__(self, recorder: EventRecorder | None) -> None:
+        self.recorder = recorder
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="events")
+
+    def emit(self, obj: dict, type_: str, reason: str, message: str) -> None:
+        if self.recorder is None or not obj:
+            return
+        self._pool.submit(self.recorder.event, obj, type_, reason, message)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=False)
+
+
+@dataclass
+class PluginState:
+    """Shared, thread-safe dependencies of the request handlers."""
+
+    config: PluginConfig
+    discovery: NodeDiscovery
+    raw: RawClient
+    store: CheckpointStore
+    cds: Informer
+    cliques: Informer | None
+    node: Informer
+    metrics: PluginMetrics
+    events: BackgroundEvents
+    notifier: ChangeNotifier = field(default_factory=ChangeNotifier)
+
+    # -- cache lookups ---------------------------------------------------------------
+    def compute_domain(self, uid: str) -> dict | None:
+        found = self.cds.by_index(UID_INDEX, uid)
+        return found[0] if found else None
+
+    def clique(self, domain_id: str) -> dict | None:
+        if self.cliques is None or not self.discovery.clique_id:
+            return None
+        name = C.clique_object_name(domain_id, self.discovery.clique_id)
+        return self.cliques.get_by_name(name, self.config.namespace)
+
+    def node_object(self) -> dict | None:
+        return self.node.get_by_name(self.config.node_name)
+
+    def refresh_prepared_gauge(self, claims: dict) -> None:
+        self.metrics.set_prepared_devices(
+            str(d.get("type", "unknown"))
+            for rec in claims.values()
+            if rec.state == ClaimState.PREPARE_COMPLETED
+            for d in rec.devices
+        )
+
+
+def held_devices(claims: dict) -> list[HeldDevice]:
+    """Devices of completely prepared claims, from checkpoint records."""
+    out = []
+    for uid, rec in claims.items():
+        if rec.state != ClaimState.PREPARE_COMPLETED:
+            continue
+        for d in rec.devices:
+            out.append(
+                HeldDevice(
+                    claim_uid=uid,
+                    device=str(d.get("device_name", "")),
+                    type=str(d.get("type", "")),
+                    id=int(d.get("id", 0)),
+                    admin_access=bool(d.get("admin_access", False)),
+                )
+            )
+    return out

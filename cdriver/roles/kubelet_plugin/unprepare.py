@@ -1,0 +1,71 @@
+"""NodeUnprepareResources for one claim: undo what Prepare did, then forget the claim.
+
+An unknown UID is a no-op. For a channel claim in driver-managed mode the node label is
+removed only while holding the checkpoint lock and only if no other claim of the same
+ComputeDomain remains (a concurrent Prepare records itself first, so it is seen). The
+checkpoint entry goes last, so a plugin killed half-way finishes the job on the retry.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from cdriver.cdi.writer import claim_spec_name, remove_spec
+from cdriver.checkpoint import CheckpointError
+from cdriver.dra.node_service import ClaimRef
+from cdriver.errors import CdriverError
+from cdriver.roles.kubelet_plugin.claims import KIND_CHANNEL
+from cdriver.roles.kubelet_plugin.errors import ClaimError, retryable
+from cdriver.roles.kubelet_plugin.node_labels import NodeLabeler
+from cdriver.roles.kubelet_plugin.state import PluginState
+
+log = logging.getLogger(__name__)
+
+
+class Unpreparer:
+    """Unprepares claims on this node (thread-safe)."""
+
+    def __init__(self, state: PluginState) -> None:
+        self.state = state
+        self.labeler = NodeLabeler(state.raw, state.config.node_name, state.node_object)
+
+    def unprepare(self, ref: ClaimRef) -> bool:
+        """Undo ``ref``; False if it was unknown (nothing to do). Raises a retryable ClaimError."""
+        try:
+            return self._unprepare(ref)
+        except ClaimError:
+            raise
+        except CheckpointError as exc:
+            raise retryable(f"claim {ref}: {exc}") from None
+        except CdriverError as exc:
+            raise retryable(f"claim {ref}: {exc}") from None
+
+    def _unprepare(self, ref: ClaimRef) -> bool:
+        store = self.state.store
+        if ref.uid not in store.read().claims:
+            log.debug("unprepare %s: not prepared here, nothing to do", ref)
+            return False
+        with store.locked() as cp:
+            rec = cp.claims.get(ref.uid)
+            if rec is None:
+                return False
+            remove_spec(self.state.config.cdi_root, claim_spec_name(ref.uid))
+            if rec.kind == KIND_CHANNEL and rec.domain_id and not self.state.config.host_managed:
+                others = [
+                    u
+                    for u, r in cp.claims.items()
+                    if u != ref.uid and r.domain_id == rec.domain_id and r.kind == KIND_CHANNEL
+                ]
+                if not others:
+                    self.labeler.remove_domain(rec.domain_id)
+                else:
+                    log.info(
+                        "unprepare %s: keeping node label, claims %s still use ComputeDomain %s",
+                        ref,
+                        ", ".join(others),
+                        rec.domain_id,
+                    )
+            del cp.claims[ref.uid]
+            self.state.refresh_prepared_gauge(cp.claims)
+        log.info("unprepared claim %s (%s, ComputeDomain %s)", ref, rec.kind or "no devices", rec.domain_id)
+        return True

@@ -1,0 +1,324 @@
+"""Topology document: which simulated node belongs to which NVLink domain and clique.
+
+The document (YAML or JSON) has the shape of the upstream simulation's topology ConfigMap::
+
+    version: 1
+    domains:
+      - name: demo-domain                                  # optional, informational
+        uuid: 00000000-0000-0000-0000-0000000000ab         # cluster UUID of the domain
+        cliques:
+          - id: 0                                          # clique ID (uint32)
+            nodes: [worker-1, worker-2]                    # Kubernetes node names
+
+A node learns its identity (cluster UUID + clique ID) from its name (NODE_NAME). The
+document is read when a process starts, so rebinding a node only needs a restart.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cdriver.errors import CdriverError
+
+TOPOLOGY_VERSION = 1
+MAX_CLIQUE_ID = 2**32 - 1
+
+_DASHED_UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+_BARE_UUID = re.compile(r"^[0-9a-fA-F]{32}$")
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_NODE_NAME = re.compile(rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*$")
+
+_TOP_KEYS = {"version", "domains"}
+_DOMAIN_KEYS = {"name", "uuid", "cliques"}
+_CLIQUE_KEYS = {"id", "nodes"}
+
+
+class TopologyError(CdriverError):
+    """The topology document is missing, unreadable or invalid."""
+
+
+@dataclass(frozen=True)
+class Clique:
+    """One clique of a domain: an ID and its member nodes."""
+
+    id: int
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Domain:
+    """One NVLink fabric domain: a cluster UUID and its cliques."""
+
+    name: str
+    uuid: str  # canonical lowercase 8-4-4-4-12
+    cliques: tuple[Clique, ...]
+
+
+@dataclass(frozen=True)
+class NodeIdentity:
+    """What the fabric reports on one node."""
+
+    node_name: str
+    cluster_uuid: str  # canonical lowercase 8-4-4-4-12
+    clique_id: int
+    domain: str
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A validated topology document."""
+
+    version: int
+    domains: tuple[Domain, ...]
+    source: str = "<topology>"
+
+    def nodes(self) -> list[str]:
+        """Every node name, in document order."""
+        return [node for domain in self.domains for clique in domain.cliques for node in clique.nodes]
+
+    def find(self, node_name: str) -> NodeIdentity | None:
+        """The identity of `node_name`, or None when the document does not list it."""
+        for domain in self.domains:
+            for clique in domain.cliques:
+                if node_name in clique.nodes:
+                    return NodeIdentity(node_name, domain.uuid, clique.id, domain.name)
+        return None
+
+    def identity(self, node_name: str) -> NodeIdentity:
+        """The identity of `node_name`; raises TopologyError naming the known nodes if absent."""
+        if not node_name:
+            raise TopologyError(f"{self.source}: no node name given; set NODE_NAME or pass --node")
+        found = self.find(node_name)
+        if found is None:
+            known = ", ".join(self.nodes()) or "(none)"
+            raise TopologyError(
+                f"{self.source}: node {node_name!r} is not in any clique; known nodes: {known}. "
+                "Add it to a clique's nodes list or fix the node name (the match is exact)."
+            )
+        return found
+
+    def to_dict(self) -> dict[str, Any]:
+        """The document as plain data (the inverse of parse_topology)."""
+        return {
+            "version": self.version,
+            "domains": [
+                {
+                    "name": d.name,
+                    "uuid": d.uuid,
+                    "cliques": [{"id": c.id, "nodes": list(c.nodes)} for c in d.cliques],
+                }
+                for d in self.domains
+            ],
+        }
+
+
+def clique_label(identity: NodeIdentity) -> str:
+    """The clique label value `<clusterUUID>.<cliqueId>` (as in nvidia.com/gpu.clique)."""
+    return f"{identity.cluster_uuid}.{identity.clique_id}"
+
+
+def canonical_uuid(value: str) -> str | None:
+    """`value` as lowercase 8-4-4-4-12 if it is a dashed or bare 32-hex-digit UUID, else None."""
+    if _DASHED_UUID.match(value):
+        return value.lower()
+    if _BARE_UUID.match(value):
+        v = value.lower()
+        return f"{v[0:8]}-{v[8:12]}-{v[12:16]}-{v[16:20]}-{v[20:32]}"
+    return None
+
+
+def _type_name(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
+            float: "a number", type(None): "empty"}.get(type(value), type(value).__name__)
+
+
+def _check_keys(where: str, value: Mapping[str, Any], allowed: set[str]) -> None:
+    unknown = sorted(str(k) for k in value if k not in allowed)
+    if unknown:
+        raise TopologyError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; allowed keys are {', '.join(sorted(allowed))}"
+        )
+
+
+def _require(where: str, value: Any, kind: type, expected: str) -> Any:
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise TopologyError(f"{where}: expected {expected}, got {_type_name(value)} {value!r}")
+    return value
+
+
+def parse_topology(data: Any, source: str = "<topology>") -> Topology:
+    """Validate plain data (as loaded from YAML/JSON) into a Topology; raises TopologyError."""
+    if not isinstance(data, Mapping):
+        raise TopologyError(f"{source}: expected a mapping with keys version and domains, got {_type_name(data)}")
+    _check_keys(source, data, _TOP_KEYS)
+    version = data.get("version", TOPOLOGY_VERSION)
+    _require(f"{source}: version", version, int, "an integer")
+    if version != TOPOLOGY_VERSION:
+        raise TopologyError(f"{source}: version: unsupported value {version}; write version: {TOPOLOGY_VERSION}")
+    if "domains" not in data:
+        raise TopologyError(f"{source}: missing key domains; list at least one domain")
+    domains_raw = _require(f"{source}: domains", data["domains"], list, "a list of domains")
+
+    seen_nodes: dict[str, str] = {}
+    seen_uuids: dict[str, str] = {}
+    domains: list[Domain] = []
+    for d_index, d_raw in enumerate(domains_raw):
+        where = f"{source}: domains[{d_index}]"
+        _require(where, d_raw, Mapping, "a mapping with keys name, uuid, cliques")
+        _check_keys(where, d_raw, _DOMAIN_KEYS)
+        name = d_raw.get("name", "")
+        if name is None:
+            name = ""
+        _require(f"{where}.name", name, str, "a string")
+        if "uuid" not in d_raw:
+            raise TopologyError(f"{where}: missing key uuid (the domain's cluster UUID)")
+        uuid_raw = d_raw["uuid"]
+        _require(f"{where}.uuid", uuid_raw, str, "a UUID string such as 00000000-0000-0000-0000-0000000000ab")
+        uuid = canonical_uuid(uuid_raw.strip())
+        if uuid is None:
+            raise TopologyError(
+                f"{where}.uuid: {uuid_raw!r} is not a UUID; write 32 hex digits, "
+                "e.g. 00000000-0000-0000-0000-0000000000ab"
+            )
+        if uuid in seen_uuids:
+            raise TopologyError(f"{where}.uuid: {uuid} is already used by {seen_uuids[uuid]}; "
+                                "give each domain its own cluster UUID")
+        seen_uuids[uuid] = f"domains[{d_index}]"
+        if "cliques" not in d_raw:
+            raise TopologyError(f"{where}: missing key cliques; list at least one clique")
+        cliques_raw = _require(f"{where}.cliques", d_raw["cliques"], list, "a list of cliques")
+        if not cliques_raw:
+            raise TopologyError(f"{where}.cliques: empty; list at least one clique")
+        cliques: list[Clique] = []
+        seen_ids: set[int] = set()
+        for c_index, c_raw in enumerate(cliques_raw):
+            c_where = f"{where}.cliques[{c_index}]"
+            _require(c_where, c_raw, Mapping, "a mapping with keys id, nodes")
+            _check_keys(c_where, c_raw, _CLIQUE_KEYS)
+            if "id" not in c_raw:
+                raise TopologyError(f"{c_where}: missing key id (an integer clique ID)")
+            clique_id = c_raw["id"]
+            if isinstance(clique_id, bool) or not isinstance(clique_id, int):
+                raise TopologyError(
+                    f"{c_where}.id: expected an integer clique ID 0..{MAX_CLIQUE_ID}, "
+                    f"got {_type_name(clique_id)} {clique_id!r}"
+                )
+            if not 0 <= clique_id <= MAX_CLIQUE_ID:
+                raise TopologyError(f"{c_where}.id: {clique_id} is out of range 0..{MAX_CLIQUE_ID}")
+            if clique_id in seen_ids:
+                raise TopologyError(f"{c_where}.id: clique {clique_id} appears twice in this domain; "
+                                    "merge the two node lists")
+            seen_ids.add(clique_id)
+            if "nodes" not in c_raw:
+                raise TopologyError(f"{c_where}: missing key nodes (a list of node names)")
+            nodes_raw = _require(f"{c_where}.nodes", c_raw["nodes"], list, "a list of node names")
+            if not nodes_raw:
+                raise TopologyError(f"{c_where}.nodes: empty; list at least one node name")
+            nodes: list[str] = []
+            for n_index, node in enumerate(nodes_raw):
+                n_where = f"{c_where}.nodes[{n_index}]"
+                _require(n_where, node, str, "a node name string")
+                if len(node) > 253 or not _NODE_NAME.match(node):
+                    raise TopologyError(f"{n_where}: {node!r} is not a valid Kubernetes node name "
+                                        "(lowercase letters, digits, '-' and '.')")
+                if node in seen_nodes:
+                    raise TopologyError(f"{n_where}: duplicate node {node!r}, already listed at "
+                                        f"{seen_nodes[node]}; a node belongs to exactly one clique")
+                seen_nodes[node] = f"domains[{d_index}].cliques[{c_index}].nodes[{n_index}]"
+                nodes.append(node)
+            cliques.append(Clique(clique_id, tuple(nodes)))
+        domains.append(Domain(name, uuid, tuple(cliques)))
+    if not domains:
+        raise TopologyError(f"{source}: domains: empty; list at least one domain")
+    return Topology(version, tuple(domains), source)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate mapping keys instead of keeping the last one."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            mark = key_node.start_mark
+            raise TopologyError(f"{loader.name}:{mark.line + 1}: duplicate key {key!r}; keep only one")
+        seen.add(key)
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise TopologyError(f"duplicate key {key!r}; keep only one")
+        out[key] = value
+    return out
+
+
+def _loads_json(text: str, source: str) -> Any:
+    try:
+        return json.loads(text, object_pairs_hook=_reject_duplicates)
+    except json.JSONDecodeError as exc:
+        raise TopologyError(f"{source}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
+    except TopologyError as exc:
+        raise TopologyError(f"{source}: {exc}") from None
+
+
+def loads_topology(text: str, source: str = "<topology>") -> Topology:
+    """Parse YAML or JSON text; raises TopologyError with file/line for syntax errors."""
+    if text.lstrip().startswith(("{", "[")):
+        return parse_topology(_loads_json(text, source), source)
+    try:
+        loader = _StrictLoader(text)
+        loader.name = source
+        try:
+            data = loader.get_single_data()
+        finally:
+            loader.dispose()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        raise TopologyError(f"{where}: not valid YAML/JSON: {exc.problem or exc}") from None
+    except yaml.YAMLError as exc:
+        raise TopologyError(f"{source}: not valid YAML/JSON: {exc}") from None
+    if data is None:
+        raise TopologyError(f"{source}: the document is empty; write version: 1 and a domains list")
+    return parse_topology(data, source)
+
+
+def load_topology(path: str | Path) -> Topology:
+    """Read and validate a topology file (YAML or JSON)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TopologyError(f"{p}: topology file not found; pass an existing file "
+                            "(e.g. the demo topology from `cdriver sim topology demo`)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TopologyError(f"{p}: cannot read topology file: {exc}") from None
+    return loads_topology(text, str(p))
+
+
+def dumps_topology(topology: Topology, as_json: bool = False) -> str:
+    """Render a topology document (YAML by default)."""
+    data = topology.to_dict()
+    if as_json:
+        return json.dumps(data, indent=2) + "\n"
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def demo_topology_path() -> Path:
+    """The packaged demo topology (4 nodes, two cliques, cluster UUID ...00ab)."""
+    return Path(__file__).resolve().parent / "topologies" / "demo.yaml"

@@ -1,0 +1,601 @@
+"""`cdriver controller` against the real control plane: objects, status, deletion, cleanup,
+conflicts, host-managed mode, leader election, metrics."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cdriver import featuregates as fg
+from cdriver.api import constants as C
+from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.roles.controller.main import Controller, ControllerConfig
+from cdriver.roles.controller.metrics import HttpServer
+from cdriver.roles.controller.reconciler import Timing
+from cdriver.roles.controller.settings import ControllerSettings
+
+pytestmark = pytest.mark.integration
+
+CRD_DIR = Path(__file__).resolve().parents[2] / "helm" / "cdriver" / "crds"
+CDS = RESOURCES["computedomains"]
+CLIQUES = RESOURCES["computedomaincliques"]
+RCTS = RESOURCES["resourceclaimtemplates"]
+DS = RESOURCES["daemonsets"]
+PODS = RESOURCES["pods"]
+NODES = RESOURCES["nodes"]
+EVENTS = RESOURCES["events"]
+LEASES = RESOURCES["leases"]
+CRDS = RESOURCES["customresourcedefinitions"]
+HOLD = "test.cdriver/hold"
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what or predicate}")
+        time.sleep(0.05)
+
+
+def get(raw: RawClient, res, name: str, ns: str | None = None) -> dict | None:
+    return raw.get_or_none(res, name, ns)
+
+
+def labelled(raw: RawClient, res, uid: str, ns: str | None = None) -> list[dict]:
+    return raw.list(res, ns, label_selector=f"{C.LABEL_COMPUTE_DOMAIN}={uid}")["items"]
+
+
+def events_for(raw: RawClient, obj: dict) -> list[dict]:
+    meta = obj["metadata"]
+    return raw.list(EVENTS, meta["namespace"],
+                    field_selector=f"involvedObject.uid={meta['uid']}")["items"]
+
+
+def ready_condition(cd: dict) -> dict:
+    conds = (cd.get("status") or {}).get("conditions") or []
+    return next((c for c in conds if c["type"] == "Ready"), {})
+
+
+def compute_domain(name: str, template: str, mode: str | None = None,
+                   num_nodes: int = 0) -> dict:
+    channel: dict = {"resourceClaimTemplate": {"name": template}}
+    if mode:
+        channel["allocationMode"] = mode
+    return {"apiVersion": C.API_VERSION, "kind": C.KIND_COMPUTE_DOMAIN,
+            "metadata": {"name": name}, "spec": {"numNodes": num_nodes, "channel": channel}}
+
+
+def strip_finalizers(raw: RawClient, res, ns: str | None) -> None:
+    with contextlib.suppress(ApiError):
+        for obj in raw.list(res, ns)["items"]:
+            if obj["metadata"].get("finalizers"):
+                obj["metadata"]["finalizers"] = []
+                with contextlib.suppress(ApiError):
+                    raw.update(res, obj)
+
+
+# --- fixtures -------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def crds(raw: RawClient) -> None:
+    """Install (or update) the chart's CRDs and wait until they are served."""
+    for path in sorted(CRD_DIR.glob("*.yaml")):
+        body = yaml.safe_load(path.read_text())
+        try:
+            raw.create(CRDS, body)
+        except ApiError as exc:
+            if not exc.already_exists:
+                raise
+            current = raw.get(CRDS, body["metadata"]["name"])
+            current["spec"] = body["spec"]
+            raw.update(CRDS, current)
+    for plural in (C.PLURAL_COMPUTE_DOMAINS, C.PLURAL_COMPUTE_DOMAIN_CLIQUES):
+        def served(p: str = plural) -> bool:
+            try:
+                raw.list(RESOURCES[p], "default")
+                return True
+            except ApiError as exc:
+                if exc.not_found:
+                    return False
+                raise
+        wait_for(served, 30, f"{plural} to be served")
+
+
+@pytest.fixture
+def driver_ns(cluster: Any, raw: RawClient, namespace: str) -> Iterator[str]:
+    """A fresh driver namespace (DaemonSets, daemon templates, cliques live there)."""
+    name = f"drv-{uuid.uuid4().hex[:8]}"
+    cluster.create_namespace(name)
+    yield name
+    for ns in (namespace, name):
+        for res in (CDS, RCTS):
+            strip_finalizers(raw, res, ns)
+    strip_finalizers(raw, DS, name)
+    with contextlib.suppress(ApiError):
+        for pod in raw.list(PODS, name)["items"]:
+            raw.delete(PODS, pod["metadata"]["name"], name, grace_period_seconds=0)
+        raw.delete(RESOURCES["namespaces"], name)
+
+
+@pytest.fixture
+def nodes(raw: RawClient) -> Iterator[Callable[..., str]]:
+    """Factory of schedulable Nodes (removed afterwards)."""
+    from cdriver.sim.nodes import register_node
+
+    made = []
+
+    def make(labels: dict | None = None) -> str:
+        node = register_node(raw, f"cdn-{uuid.uuid4().hex[:8]}", labels)
+        made.append(node)
+        return node.name
+
+    yield make
+    for node in made:
+        node.delete()
+
+
+def settings_for(driver_ns: str, **kw) -> ControllerSettings:
+    gates = kw.pop("gates", fg.FeatureGates())
+    base = dict(namespace=driver_ns, daemon_image="cdriver:test",
+                feature_gates_env=gates.to_env(),
+                cliques_enabled=gates.enabled(fg.COMPUTE_DOMAIN_CLIQUES))
+    base.update(kw)
+    return ControllerSettings(**base)
+
+
+@pytest.fixture
+def start_controller(raw: RawClient, crds: None) -> Iterator[Callable[..., Controller]]:
+    """Start in-process controllers with short retry intervals; stopped afterwards."""
+    running: list[Controller] = []
+
+    def start(settings: ControllerSettings, **kw) -> Controller:
+        config = ControllerConfig(settings=settings, resync_seconds=300,
+                                  timing=Timing(problem_retry_seconds=0.5,
+                                                wait_retry_seconds=1.0),
+                                  sweep_delay_seconds=0.2, **kw)
+        controller = Controller(raw, config)
+        controller.start()
+        running.append(controller)
+        return controller
+
+    yield start
+    for controller in running:
+        controller.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def controller_process(cluster: Any, driver_ns: str, *args: str,
+                       log: Path | None = None) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "cdriver", "-v", "4", "controller",
+            "--kubeconfig", str(cluster.kubeconfig), "--namespace", driver_ns,
+            "--daemon-image", "cdriver:test", *args]
+    out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - closed by the child
+    return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def wait_generated(raw: RawClient, cd: dict, driver_ns: str, timeout: float = 20) -> None:
+    uid = cd["metadata"]["uid"]
+    wait_for(lambda: len(labelled(raw, RCTS, uid)) == 2 and labelled(raw, DS, uid, driver_ns),
+             timeout, "generated objects")
+
+
+# --- tests ----------------------------------------------------------------------------------
+
+def test_creates_exactly_the_expected_objects(raw, namespace, driver_ns, start_controller):
+    start_controller(settings_for(driver_ns))
+    cd = raw.create(CDS, compute_domain("cd1", "imex-channel-0", "All"), namespace)
+    uid = cd["metadata"]["uid"]
+    wait_generated(raw, cd, driver_ns)
+
+    cd = raw.get(CDS, "cd1", namespace)
+    assert cd["metadata"]["finalizers"] == [C.FINALIZER]
+    templates = {(t["metadata"]["namespace"], t["metadata"]["name"]): t
+                 for t in labelled(raw, RCTS, uid)}
+    daemon_name = f"computedomain-daemon-{uid}"
+    assert set(templates) == {(namespace, "imex-channel-0"), (driver_ns, daemon_name)}
+    workload = templates[(namespace, "imex-channel-0")]
+    assert workload["metadata"]["labels"] == {C.LABEL_COMPUTE_DOMAIN: uid,
+                                              C.LABEL_TARGET: C.TARGET_WORKLOAD}
+    assert workload["metadata"]["finalizers"] == [C.FINALIZER]
+    (config,) = workload["spec"]["spec"]["devices"]["config"]
+    assert config["opaque"] == {"driver": C.DRIVER_NAME, "parameters": {
+        "apiVersion": C.API_VERSION, "kind": C.KIND_CHANNEL_CONFIG, "domainID": uid,
+        "allocationMode": "All"}}
+    daemon_template = templates[(driver_ns, daemon_name)]
+    assert daemon_template["metadata"]["labels"][C.LABEL_TARGET] == C.TARGET_DAEMON
+    assert daemon_template["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"][
+        "kind"] == C.KIND_DAEMON_CONFIG
+    (ds,) = labelled(raw, DS, uid, driver_ns)
+    assert ds["metadata"]["name"] == daemon_name
+    assert ds["spec"]["selector"] == {"matchLabels": {C.LABEL_COMPUTE_DOMAIN: uid}}
+    pod_spec = ds["spec"]["template"]["spec"]
+    assert pod_spec["nodeSelector"] == {C.LABEL_COMPUTE_DOMAIN: uid}
+    assert pod_spec["resourceClaims"][0]["resourceClaimTemplateName"] == daemon_name
+    assert pod_spec["priorityClassName"] == C.DEFAULT_DAEMON_PRIORITY_CLASS
+    # Nothing else carries the domain's label.
+    assert labelled(raw, DS, uid) == [ds] or len(labelled(raw, DS, uid)) == 1
+
+    cd = wait_for(lambda: (c := raw.get(CDS, "cd1", namespace)).get("status") and c,
+                  what="status")
+    assert cd["status"]["status"] == C.STATUS_READY  # numNodes 0
+    assert ready_condition(cd)["reason"] == "AwaitingWorkloads"
+    assert cd["status"]["readyNodes"] == "0/0"
+
+    cd["spec"]["numNodes"] = 3
+    with pytest.raises(ApiError) as err:
+        raw.update(CDS, cd)
+    assert err.value.invalid and "immutable" in err.value.message
+
+
+def test_daemon_pod_scheduled_on_labelled_node(raw, namespace, driver_ns, start_controller,
+                                               nodes):
+    start_controller(settings_for(driver_ns))
+    cd = raw.create(CDS, compute_domain("cd1", "chan"), namespace)
+    uid = cd["metadata"]["uid"]
+    wait_generated(raw, cd, driver_ns)
+    node = nodes()
+    with contextlib.suppress(ApiError):
+        raw.create(RESOURCES["deviceclasses"], {
+            "metadata": {"name": C.DEVICE_CLASS_DAEMON},
+            "spec": {"selectors": [{"cel": {"expression": (
+                f"device.driver == '{C.DRIVER_NAME}' && "
+                f"device.attributes['{C.DRIVER_NAME}'].type == 'daemon'")}}]}})
+    raw.create(RESOURCES["resourceslices"], {
+        "metadata": {"name": f"{node}-cd"},
+        "spec": {"driver": C.DRIVER_NAME, "nodeName": node,
+                 "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                 "devices": [{"name": C.DEVICE_DAEMON_0, "attributes": {
+                     "type": {"string": "daemon"}, "id": {"int": 0}}}]}})
+    try:
+        assert labelled(raw, PODS, uid, driver_ns) == []  # no labelled node yet
+        raw.patch(NODES, node, {"metadata": {"labels": {C.LABEL_COMPUTE_DOMAIN: uid}}})
+        pod = wait_for(lambda: next((p for p in labelled(raw, PODS, uid, driver_ns)
+                                     if p["spec"].get("nodeName") == node), None),
+                       30, "daemon pod bound to the labelled node")
+        assert pod["spec"]["priorityClassName"] == C.DEFAULT_DAEMON_PRIORITY_CLASS
+        assert pod["status"]["qosClass"] == "Guaranteed"
+        claim_status = pod["status"].get("resourceClaimStatuses") or []
+        assert claim_status and claim_status[0]["name"] == C.DAEMON_POD_CLAIM_NAME
+    finally:
+        raw.delete(RESOURCES["resourceslices"], f"{node}-cd")
+
+
+def test_status_follows_cliques_and_prunes_entries(raw, namespace, driver_ns, start_controller,
+                                                   nodes):
+    start_controller(settings_for(driver_ns))
+    cd = raw.create(CDS, compute_domain("cd1", "chan", num_nodes=2), namespace)
+    uid = cd["metadata"]["uid"]
+    wait_generated(raw, cd, driver_ns)
+    n1, n2 = nodes({C.LABEL_COMPUTE_DOMAIN: uid}), nodes({C.LABEL_COMPUTE_DOMAIN: uid})
+    # The DaemonSet controller creates one daemon pod per labelled node.
+    wait_for(lambda: len(labelled(raw, PODS, uid, driver_ns)) == 2, 30, "two daemon pods")
+    clique_id = "11111111-2222-3333-4444-555555555555.0"
+    clique = raw.create(CLIQUES, {
+        "metadata": {"name": f"{uid}.{clique_id}", "labels": {
+            C.LABEL_COMPUTE_DOMAIN: uid, C.LABEL_CLIQUE_ID: clique_id}},
+        "daemons": [
+            {"nodeName": n1, "ipAddress": "10.1.0.1", "cliqueID": clique_id, "index": 0,
+             "status": "Ready"},
+            {"nodeName": n2, "ipAddress": "10.1.0.2", "cliqueID": clique_id, "index": 1,
+             "status": "NotReady"}]}, driver_ns)
+
+    def status() -> dict:
+        return raw.get(CDS, "cd1", namespace).get("status") or {}
+
+    wait_for(lambda: len(status().get("nodes") or []) == 2, what="two node entries")
+    st = status()
+    assert st["status"] == C.STATUS_NOT_READY and st["readyNodes"] == "1/2"
+    assert {n["name"]: n["status"] for n in st["nodes"]} == {n1: "Ready", n2: "NotReady"}
+    assert ready_condition(raw.get(CDS, "cd1", namespace))["reason"] == "NodesNotReady"
+
+    clique = raw.get(CLIQUES, clique["metadata"]["name"], driver_ns)
+    clique["daemons"][1]["status"] = "Ready"
+    raw.update(CLIQUES, clique)
+    wait_for(lambda: status().get("status") == C.STATUS_READY, what="Ready")
+    assert status()["readyNodes"] == "2/2"
+
+    # n2 leaves the domain: its daemon pod goes, so does its clique entry, then numNodes=2
+    # is no longer met.
+    raw.patch(NODES, n2, {"metadata": {"labels": {C.LABEL_COMPUTE_DOMAIN: None}}})
+    wait_for(lambda: [d["nodeName"] for d in
+                      raw.get(CLIQUES, clique["metadata"]["name"], driver_ns)["daemons"]]
+             == [n1], 30, "pruned clique entry")
+    wait_for(lambda: [n["name"] for n in status().get("nodes") or []] == [n1],
+             what="node list without n2")
+    assert status()["status"] == C.STATUS_NOT_READY
+    assert ready_condition(raw.get(CDS, "cd1", namespace))["reason"] == "WaitingForNodes"
+
+
+def test_deleting_removes_everything_then_the_domain(raw, namespace, driver_ns,
+                                                     start_controller, nodes):
+    start_controller(settings_for(driver_ns))
+    cd = raw.create(CDS, compute_domain("cd1", "chan"), namespace)
+    uid = cd["metadata"]["uid"]
+    wait_generated(raw, cd, driver_ns)
+    node = nodes({C.LABEL_COMPUTE_DOMAIN: uid, "keep": "me"})
+    raw.delete(CDS, "cd1", namespace)
+    wait_for(lambda: get(raw, CDS, "cd1", namespace) is None, 30, "domain gone")
+    assert labelled(raw, RCTS, uid) == [] and labelled(raw, DS, uid) == []
+    labels = raw.get(NODES, node)["metadata"]["labels"]
+    assert C.LABEL_COMPUTE_DOMAIN not in labels and labels["keep"] == "me"
+
+
+def test_deletion_resumes_after_the_controller_is_killed(raw, cluster, namespace, driver_ns,
+                                                          crds, nodes, tmp_path):
+    proc = controller_process(cluster, driver_ns, log=tmp_path / "c1.log")
+    try:
+        cd = raw.create(CDS, compute_domain("cd1", "chan"), namespace)
+        uid = cd["metadata"]["uid"]
+        wait_generated(raw, cd, driver_ns, 60)
+        node = nodes({C.LABEL_COMPUTE_DOMAIN: uid})
+        # A finalizer of our own holds the DaemonSet, so deletion stops half-way.
+        (ds,) = labelled(raw, DS, uid, driver_ns)
+        ds["metadata"]["finalizers"].append(HOLD)
+        raw.update(DS, ds)
+        raw.delete(CDS, "cd1", namespace)
+        wait_for(lambda: (d := get(raw, DS, ds["metadata"]["name"], driver_ns))
+                 and d["metadata"]["finalizers"] == [HOLD], 30, "DaemonSet finalizer released")
+        assert get(raw, CDS, "cd1", namespace) is not None
+    finally:
+        proc.kill()
+        proc.wait()
+    # Half-way: workload template and labels gone, the domain still held by its finalizer.
+    assert [t["metadata"]["namespace"] for t in labelled(raw, RCTS, uid)] in ([], [driver_ns])
+    assert C.LABEL_COMPUTE_DOMAIN not in raw.get(NODES, node)["metadata"]["labels"]
+    raw.patch(DS, ds["metadata"]["name"], {"metadata": {"finalizers": None}}, driver_ns)
+    # Put a label back (a late node-plugin Prepare) while no controller runs.
+    raw.patch(NODES, node, {"metadata": {"labels": {C.LABEL_COMPUTE_DOMAIN: uid}}})
+    proc = controller_process(cluster, driver_ns, log=tmp_path / "c2.log")
+    try:
+        wait_for(lambda: get(raw, CDS, "cd1", namespace) is None, 60, "domain released")
+        wait_for(lambda: C.LABEL_COMPUTE_DOMAIN not in
+                 raw.get(NODES, node)["metadata"]["labels"], 10, "label removed")
+        assert labelled(raw, RCTS, uid) == [] and labelled(raw, DS, uid) == []
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_daemon_template_without_daemon_set_does_not_block_deletion(raw, namespace, driver_ns,
+                                                                     start_controller):
+    # The state a crash between creating the daemon template and the DaemonSet leaves behind.
+    from cdriver.roles.controller import desired as W
+    from cdriver.roles.controller.reconciler import parse_domain
+
+    cd = raw.create(CDS, compute_domain("cd1", "chan"), namespace)
+    uid = cd["metadata"]["uid"]
+    cd["metadata"]["finalizers"] = [C.FINALIZER]
+    cd = raw.update(CDS, cd)
+    settings = settings_for(driver_ns)
+    raw.create(RCTS, W.daemon_claim_template(parse_domain(cd), settings))
+    raw.delete(CDS, "cd1", namespace)
+    start_controller(settings)
+    wait_for(lambda: get(raw, CDS, "cd1", namespace) is None, 30, "domain released")
+    assert labelled(raw, RCTS, uid) == [] and labelled(raw, DS, uid) == []
+
+
+def test_orphans_of_vanished_domains_are_cleaned_up(raw, namespace, driver_ns,
+                                                    start_controller, nodes):
+    from cdriver.roles.controller import desired as W
+    from cdriver.roles.controller.reconciler import parse_domain
+
+    uid = str(uuid.uuid4())
+    ghost = parse_domain({"apiVersion": C.API_VERSION, "kind": C.KIND_COMPUTE_DOMAIN,
+                          "metadata": {"name": "ghost", "namespace": namespace, "uid": uid},
+                          "spec": {"channel": {"resourceClaimTemplate": {"name": "ghost"}}}})
+    settings = settings_for(driver_ns)
+    objects = W.desired_objects(ghost, settings)
+    raw.create(RCTS, objects.workload_template)
+    raw.create(RCTS, objects.daemon_template)
+    raw.create(DS, objects.daemon_set)
+    node = nodes({C.LABEL_COMPUTE_DOMAIN: uid})
+    live = raw.create(CDS, compute_domain("live", "live-chan"), namespace)
+    start_controller(settings)
+    wait_for(lambda: not labelled(raw, RCTS, uid) and not labelled(raw, DS, uid), 30,
+             "orphans removed")
+    wait_for(lambda: C.LABEL_COMPUTE_DOMAIN not in raw.get(NODES, node)["metadata"]["labels"],
+             10, "orphan node label removed")
+    # The live domain's objects are untouched.
+    wait_generated(raw, live, driver_ns)
+
+
+def test_foreign_template_is_never_overwritten(raw, namespace, driver_ns, start_controller):
+    foreign = raw.create(RCTS, {
+        "metadata": {"name": "taken", "namespace": namespace, "labels": {"owner": "someone"}},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": "gpu.example.com"}}]}}}})
+    start_controller(settings_for(driver_ns))
+    cd = raw.create(CDS, compute_domain("cd1", "taken"), namespace)
+    cd = wait_for(lambda: ready_condition(c := raw.get(CDS, "cd1", namespace)).get("reason")
+                  == "ResourceClaimTemplateConflict" and c, what="conflict condition")
+    assert cd["status"]["status"] == C.STATUS_NOT_READY
+    assert "taken" in ready_condition(cd)["message"]
+    events = wait_for(lambda: [e for e in events_for(raw, cd)
+                               if e["reason"] == "ResourceClaimTemplateConflict"], 10, "event")
+    assert events[0]["type"] == "Warning" and "left untouched" in events[0]["message"]
+    time.sleep(1.5)  # a few retries later: still untouched, still one event
+    after = raw.get(RCTS, "taken", namespace)
+    assert after["metadata"]["resourceVersion"] == foreign["metadata"]["resourceVersion"]
+    assert after["metadata"]["labels"] == {"owner": "someone"}
+    assert sum(e.get("count", 1) for e in events_for(raw, cd)
+               if e["reason"] == "ResourceClaimTemplateConflict") == 1
+    # Once the user removes the other object, the domain recovers on its own.
+    raw.delete(RCTS, "taken", namespace)
+    wait_for(lambda: raw.get(CDS, "cd1", namespace)["status"]["status"] == C.STATUS_READY, 10,
+             "Ready after the conflict is gone")
+    mine = raw.get(RCTS, "taken", namespace)
+    assert mine["metadata"]["labels"][C.LABEL_COMPUTE_DOMAIN] == cd["metadata"]["uid"]
+
+
+def test_invalid_template_name_surfaces_as_event(raw, namespace, driver_ns, start_controller):
+    start_controller(settings_for(driver_ns))
+    cd = raw.create(CDS, compute_domain("cd1", "Not_A_Valid_Name"), namespace)
+    cd = wait_for(lambda: ready_condition(c := raw.get(CDS, "cd1", namespace)).get("reason")
+                  == "ResourceClaimTemplateCreateFailed" and c, what="create-failed condition")
+    assert "Not_A_Valid_Name" in ready_condition(cd)["message"]
+    wait_for(lambda: [e for e in events_for(raw, cd)
+                      if e["reason"] == "ResourceClaimTemplateCreateFailed"], 10, "event")
+
+
+def test_host_managed_mode_creates_only_the_workload_template(raw, namespace, driver_ns,
+                                                              start_controller):
+    from cdriver.api.imex_mode import resolve_imex_config
+
+    imex = resolve_imex_config(C.IMEX_MODE_HOST_MANAGED, "domain",
+                               "HostManagedIMEXDaemon=true")
+    start_controller(settings_for(driver_ns, gates=imex.gates, host_managed=True))
+    cd = raw.create(CDS, compute_domain("cd1", "host-chan", "All", num_nodes=4), namespace)
+    uid = cd["metadata"]["uid"]
+    cd = wait_for(lambda: (c := raw.get(CDS, "cd1", namespace)).get("status") and c,
+                  what="status")
+    assert cd["metadata"]["finalizers"] == [C.FINALIZER]
+    (template,) = labelled(raw, RCTS, uid)
+    assert (template["metadata"]["namespace"], template["metadata"]["name"]) == \
+        (namespace, "host-chan")
+    params = template["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]
+    assert params["allocationMode"] == C.ALLOCATION_MODE_SINGLE and params["domainID"] == uid
+    # Ready means "admitted, template created", whatever numNodes says; the condition says so.
+    assert cd["status"]["status"] == C.STATUS_READY
+    cond = ready_condition(cd)
+    assert cond["reason"] == "HostManagedAdmitted" and "NOT report the health" in cond["message"]
+    wait_for(lambda: [e for e in events_for(raw, cd) if e["reason"] == "AllocationModeForced"],
+             10, "AllocationModeForced event")
+    time.sleep(0.5)
+    assert labelled(raw, DS, uid) == [] and labelled(raw, RCTS, uid, driver_ns) == []
+    assert raw.list(CLIQUES, driver_ns)["items"] == []
+    raw.delete(CDS, "cd1", namespace)
+    wait_for(lambda: get(raw, CDS, "cd1", namespace) is None, 20, "domain released")
+    assert labelled(raw, RCTS, uid) == []
+
+
+def test_metrics_and_health_endpoint(raw, namespace, driver_ns, start_controller):
+    controller = start_controller(settings_for(driver_ns))
+    server = HttpServer("127.0.0.1:0", controller.metrics, "/metrics",
+                        lambda: (controller.running, "ok"))
+    server.start()
+    try:
+        cd = raw.create(CDS, compute_domain("cd1", "chan"), namespace)
+        wait_generated(raw, cd, driver_ns)
+        wait_for(lambda: (raw.get(CDS, "cd1", namespace).get("status") or {}).get("status"))
+        base = f"http://127.0.0.1:{server.port}"
+        text = urllib.request.urlopen(f"{base}/metrics", timeout=5).read().decode()
+        assert 'nvidia_dra_compute_domain_info{status="Ready"}' in text
+        assert "cdriver_controller_reconcile_total" in text
+        assert "cdriver_controller_queue_depth" in text
+        assert 'cdriver_controller_api_writes_total{resource="daemonsets",verb="create"}' in text
+        with urllib.request.urlopen(f"{base}/healthz", timeout=5) as resp:
+            assert resp.status == 200
+    finally:
+        server.stop()
+
+
+def test_printer_columns_and_short_names(raw, namespace, driver_ns, start_controller, cluster):
+    from cdriver.sim.binaries import control_plane_binaries
+
+    start_controller(settings_for(driver_ns))
+    raw.create(CDS, compute_domain("cd1", "chan"), namespace)
+    wait_for(lambda: (raw.get(CDS, "cd1", namespace).get("status") or {}).get("readyNodes"))
+    kubectl = [str(control_plane_binaries(echo=False).kubectl), "--kubeconfig",
+               str(cluster.kubeconfig), "-n", namespace]
+    out = subprocess.run([*kubectl, "get", "cd"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    header, row = out.stdout.splitlines()[:2]
+    assert header.split() == ["NAME", "STATUS", "READY", "REASON", "AGE"]
+    assert row.split()[:4] == ["cd1", "Ready", "0/0", "AwaitingWorkloads"]
+    out = subprocess.run([*kubectl, "get", "cdclique"], capture_output=True, text=True,
+                         timeout=30)
+    assert out.returncode == 0, out.stderr
+
+
+def test_leader_election_one_acts_and_hands_over(raw, cluster, namespace, driver_ns, crds,
+                                                 tmp_path):
+    ports = [free_port(), free_port()]
+    lease = f"ctl-{uuid.uuid4().hex[:6]}"
+    procs = [controller_process(
+        cluster, driver_ns, "--leader-election-enabled", "--pod-name", f"replica-{i}",
+        "--leader-election-lease-lock-name", lease, "--leader-election-lease-duration", "3s",
+        "--leader-election-renew-deadline", "2s", "--leader-election-retry-period", "0.2s",
+        "--http-endpoint", f"127.0.0.1:{port}", log=tmp_path / f"r{i}.log")
+        for i, port in enumerate(ports)]
+
+    def holder() -> str:
+        obj = get(raw, LEASES, lease, driver_ns)
+        return ((obj or {}).get("spec") or {}).get("holderIdentity") or ""
+
+    def metrics(i: int) -> str:
+        try:
+            return urllib.request.urlopen(f"http://127.0.0.1:{ports[i]}/metrics",
+                                          timeout=2).read().decode()
+        except OSError:
+            return ""
+
+    try:
+        leader_id = wait_for(holder, 60, "a leader")
+        leader = 0 if leader_id.startswith("replica-0-") else 1
+        standby = 1 - leader
+        cd = raw.create(CDS, compute_domain("cd1", "chan"), namespace)
+        wait_generated(raw, cd, driver_ns, 30)
+        wait_for(lambda: metrics(standby), 30, "standby metrics")
+        assert "cdriver_controller_leader 0.0" in metrics(standby)
+        assert "cdriver_controller_api_writes_total{" not in metrics(standby)
+        assert "cdriver_controller_leader 1.0" in metrics(leader)
+        assert 'verb="create"' in metrics(leader)
+
+        procs[leader].kill()
+        procs[leader].wait()
+        wait_for(lambda: holder().startswith(f"replica-{standby}-"), 30, "hand-over")
+        cd2 = raw.create(CDS, compute_domain("cd2", "chan2"), namespace)
+        wait_generated(raw, cd2, driver_ns, 30)
+        assert "cdriver_controller_leader 1.0" in metrics(standby)
+        procs[standby].send_signal(signal.SIGTERM)
+        assert procs[standby].wait(20) == 0
+        assert holder() == ""  # released on exit
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def test_bad_settings_exit_with_a_clear_message(cluster, tmp_path):
+    base = [sys.executable, "-m", "cdriver", "controller", "--kubeconfig",
+            str(cluster.kubeconfig)]
+    cases = [
+        (["--imex-mode", "hostManaged"], "HostManagedIMEXDaemon"),
+        (["--imex-isolation", "channel"], "not supported yet"),
+        (["--daemon-cpu", "lots"], "--daemon-cpu"),
+        (["--leader-election-enabled", "--leader-election-lease-duration", "2s",
+          "--leader-election-renew-deadline", "5s"], "renew-deadline"),
+    ]
+    for args, needle in cases:
+        out = subprocess.run(base + args, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2, (args, out.stderr)
+        assert needle in out.stderr and "Traceback" not in out.stderr, out.stderr
+    gates = subprocess.run(base, capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "FEATURE_GATES": "IMEXDaemonsWithDNSNames=false"})
+    assert gates.returncode == 2 and "ComputeDomainCliques" in gates.stderr

@@ -1,0 +1,762 @@
+"""`cdriver kubelet-plugin` against the real control plane, with the test acting as kubelet.
+
+The plugin runs as its own process against a simulated node: a registered Node object, a
+simulated driver root (mock NVML, proc/devices, real channel character devices) and private
+kubelet/CDI directories. The test talks to it the way kubelet does: GetInfo on the
+registration socket, NodePrepareResources / NodeUnprepareResources on the DRA socket.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+import pytest
+import yaml
+
+from cdriver.api import constants as C
+from cdriver.api.types import ComputeDomain
+from cdriver.cdi.reader import CDIRegistry
+from cdriver.checkpoint import CheckpointStore
+from cdriver.dra.gen.dra.v1 import api_pb2 as dra_pb2
+from cdriver.dra.gen.dra.v1 import api_pb2_grpc as dra_grpc
+from cdriver.dra.gen.grpc_health.v1 import health_pb2, health_pb2_grpc
+from cdriver.dra.gen.pluginregistration.v1 import api_pb2 as reg_pb2
+from cdriver.dra.gen.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+
+pytestmark = pytest.mark.integration
+
+T = TypeVar("T")
+CDS, CLIQUES = RESOURCES["computedomains"], RESOURCES["computedomaincliques"]
+CLAIMS, SLICES = RESOURCES["resourceclaims"], RESOURCES["resourceslices"]
+NODES, PODS, EVENTS = RESOURCES["nodes"], RESOURCES["pods"], RESOURCES["events"]
+TEMPLATES, CLASSES = RESOURCES["resourceclaimtemplates"], RESOURCES["deviceclasses"]
+CRD_DIR = Path(__file__).resolve().parents[2] / "helm" / "cdriver" / "crds"
+CLUSTER_UUID = "00000000-0000-0000-0000-00000000c0de"
+PREPARE_TIMEOUT = 3.0
+CHANNELS = 4  # channel nodes in the simulated driver root
+
+
+def wait_for(fn: Callable[[], T | None], timeout: float, what: str, interval: float = 0.05) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+# --- cluster-wide fixtures ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def crds(raw: RawClient) -> None:
+    """The driver's CRDs and DeviceClasses, as the Helm chart installs them."""
+    res = RESOURCES["customresourcedefinitions"]
+    for path in sorted(CRD_DIR.glob("*.yaml")):
+        body = yaml.safe_load(path.read_text())
+        try:
+            raw.create(res, body)
+        except ApiError as exc:
+            if not exc.already_exists:
+                raise
+
+    def served(plural: str) -> bool:
+        try:
+            raw.list(RESOURCES[plural], "default")
+            return True
+        except ApiError as exc:
+            if exc.not_found:
+                return False
+            raise
+
+    for plural in ("computedomains", "computedomaincliques"):
+        wait_for(lambda p=plural: served(p), 30, f"{plural} to be served")
+    for name, cel in (
+        (C.DEVICE_CLASS_DEFAULT_CHANNEL, f"device.driver == '{C.DRIVER_NAME}' && device.attributes['"
+         f"{C.DRIVER_NAME}'].type == 'channel' && device.attributes['{C.DRIVER_NAME}'].id == 0"),
+        (C.DEVICE_CLASS_DAEMON, f"device.driver == '{C.DRIVER_NAME}' && device.attributes['{C.DRIVER_NAME}']"
+         ".type == 'daemon'"),
+    ):
+        try:
+            raw.create(CLASSES, {"metadata": {"name": name}, "spec": {"selectors": [{"cel": {"expression": cel}}]}})
+        except ApiError as exc:
+            if not exc.already_exists:
+                raise
+
+
+@pytest.fixture(scope="module")
+def driver_ns(cluster: Any, raw: RawClient, crds: None) -> Iterator[str]:
+    name = f"drv-{uuid.uuid4().hex[:8]}"
+    cluster.create_namespace(name)
+    yield name
+    try:
+        raw.delete(RESOURCES["namespaces"], name)
+    except ApiError:
+        pass
+
+
+@dataclass
+class SimNode:
+    """A registered Node with its simulated driver root."""
+
+    name: str
+    root: Any  # cdriver.sim.driver_root.DriverRoot
+    registered: Any
+
+
+def _sim_node(raw: RawClient, base: Path, fabric: bool) -> SimNode:
+    from cdriver.sim.driver_root import create_driver_root
+    from cdriver.sim.nodes import register_node
+
+    name = f"kp-{'f' if fabric else 'n'}-{uuid.uuid4().hex[:6]}"
+    topology = base / "topology.yaml"
+    topology.write_text(yaml.safe_dump({"version": 1, "domains": [
+        {"name": "test", "uuid": CLUSTER_UUID, "cliques": [{"id": 3, "nodes": [name]}]}]}))
+    root = create_driver_root(base / "root", name, topology if fabric else None,
+                              fabric_state="completed" if fabric else "not_supported", channel_count=CHANNELS)
+    registered = register_node(raw, name, {"kubernetes.io/hostname": name})
+    return SimNode(name, root, registered)
+
+
+@pytest.fixture(scope="module")
+def node(raw: RawClient, crds: None) -> Iterator[SimNode]:
+    base = Path(f"/tmp/kpt-{uuid.uuid4().hex[:6]}")
+    base.mkdir()
+    sim = _sim_node(raw, base, fabric=True)
+    yield sim
+    sim.registered.delete()
+    subprocess.run(["rm", "-rf", str(base)], check=False)
+
+
+# --- the plugin process and the kubelet stand-in --------------------------------------------
+
+
+@dataclass
+class PluginProcess:
+    """`cdriver kubelet-plugin` for one simulated node, with its own kubelet and CDI dirs."""
+
+    node: SimNode
+    kubeconfig: Path
+    namespace: str
+    base: Path
+    extra_args: list[str] = field(default_factory=list)
+    gates: str = ""
+    proc: subprocess.Popen | None = None
+    health_port: int = 0
+
+    @property
+    def plugins_dir(self) -> Path:
+        return self.base / "plugins"
+
+    @property
+    def plugin_dir(self) -> Path:
+        return self.plugins_dir / C.DRIVER_NAME
+
+    @property
+    def registry_dir(self) -> Path:
+        return self.base / "registry"
+
+    @property
+    def cdi_root(self) -> Path:
+        return self.base / "cdi"
+
+    @property
+    def dra_socket(self) -> Path:
+        return self.plugin_dir / C.DRA_SOCKET_NAME
+
+    @property
+    def reg_socket(self) -> Path:
+        return self.registry_dir / C.REGISTRATION_SOCKET_NAME
+
+    @property
+    def log_path(self) -> Path:
+        return self.base / "plugin.log"
+
+    def start(self) -> PluginProcess:
+        from cdriver.sim.cluster import free_port
+
+        self.health_port = free_port()
+        argv = [sys.executable, "-m", "cdriver", "-v", "4"]
+        if self.gates:
+            argv += ["--feature-gates", self.gates]
+        argv += [
+            "kubelet-plugin", "--node-name", self.node.name, "--namespace", self.namespace,
+            "--kubeconfig", str(self.kubeconfig), "--nvidia-driver-root", str(self.node.root.root),
+            "--kubelet-plugins-directory-path", str(self.plugins_dir),
+            "--kubelet-registrar-directory-path", str(self.registry_dir), "--cdi-root", str(self.cdi_root),
+            "--prepare-timeout", f"{PREPARE_TIMEOUT}s", "--healthcheck-port", str(self.health_port),
+            "--host-probe-interval", "0.2s", *self.extra_args,
+        ]
+        env = self.node.root.process_env()
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+        wait_for(self._registered, 60, f"plugin registration socket {self.reg_socket}\n{self.log_tail()}")
+        return self
+
+    def _registered(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            pytest.fail(f"kubelet plugin exited with {self.proc.returncode}:\n{self.log_tail()}")
+        if not self.reg_socket.exists():
+            return False
+        try:
+            Kubelet(self).get_info(timeout=1)
+            return True
+        except grpc.RpcError:
+            return False
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text().splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def stop(self) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
+
+    def checkpoint(self) -> dict:
+        return CheckpointStore(self.plugin_dir / C.CHECKPOINT_FILE_NAME).read().claims
+
+    def claim_specs(self) -> list[Path]:
+        return sorted(self.cdi_root.glob(f"{C.CDI_VENDOR}-claim_*"))
+
+
+class Kubelet:
+    """What kubelet does with a DRA plugin, over the real sockets."""
+
+    def __init__(self, plugin: PluginProcess) -> None:
+        self.plugin = plugin
+
+    def get_info(self, timeout: float = 5) -> Any:
+        with grpc.insecure_channel(f"unix://{self.plugin.reg_socket}") as ch:
+            return reg_grpc.RegistrationStub(ch).GetInfo(reg_pb2.InfoRequest(), timeout=timeout)
+
+    def prepare(self, *claims: dict, timeout: float = 45) -> dict[str, Any]:
+        req = dra_pb2.NodePrepareResourcesRequest(claims=[_claim_pb(c) for c in claims])
+        with grpc.insecure_channel(f"unix://{self.plugin.dra_socket}") as ch:
+            resp = dra_grpc.DRAPluginStub(ch).NodePrepareResources(req, timeout=timeout)
+        return dict(resp.claims)
+
+    def unprepare(self, *claims: dict, timeout: float = 45) -> dict[str, str]:
+        req = dra_pb2.NodeUnprepareResourcesRequest(claims=[_claim_pb(c) for c in claims])
+        with grpc.insecure_channel(f"unix://{self.plugin.dra_socket}") as ch:
+            resp = dra_grpc.DRAPluginStub(ch).NodeUnprepareResources(req, timeout=timeout)
+        return {uid: r.error for uid, r in resp.claims.items()}
+
+
+def _claim_pb(claim: dict) -> Any:
+    meta = claim["metadata"]
+    return dra_pb2.Claim(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"])
+
+
+@pytest.fixture
+def plugin_factory(cluster: Any, driver_ns: str) -> Iterator[Callable[..., PluginProcess]]:
+    started: list[PluginProcess] = []
+
+    def make(sim: SimNode, extra_args: list[str] | None = None, gates: str = "") -> PluginProcess:
+        base = Path(f"/tmp/kpp-{uuid.uuid4().hex[:6]}")
+        base.mkdir()
+        p = PluginProcess(sim, Path(cluster.kubeconfig), driver_ns, base, list(extra_args or []), gates)
+        started.append(p)
+        return p.start()
+
+    yield make
+    for p in started:
+        p.stop()
+        subprocess.run(["rm", "-rf", str(p.base)], check=False)
+
+
+@pytest.fixture
+def plugin(plugin_factory: Callable[..., PluginProcess], node: SimNode, raw: RawClient) -> Iterator[PluginProcess]:
+    p = plugin_factory(node)
+    yield p
+    # Leave the node as we found it for the next test.
+    try:
+        raw.patch(NODES, node.name, {"metadata": {"labels": {C.LABEL_COMPUTE_DOMAIN: None}}})
+    except ApiError:
+        pass
+
+
+# --- API objects -------------------------------------------------------------------------
+
+
+def make_cd(raw: RawClient, namespace: str, mode: str = "Single") -> dict:
+    name = f"cd-{uuid.uuid4().hex[:6]}"
+    return raw.create(CDS, {
+        "apiVersion": C.API_VERSION, "kind": C.KIND_COMPUTE_DOMAIN,
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{name}-channel"},
+                                              "allocationMode": mode}},
+    }, namespace)
+
+
+def channel_params(cd: dict, mode: str = "Single") -> dict:
+    return {"apiVersion": C.API_VERSION, "kind": C.KIND_CHANNEL_CONFIG, "domainID": cd["metadata"]["uid"],
+            "allocationMode": mode}
+
+
+def daemon_params(cd: dict) -> dict:
+    return {"apiVersion": C.API_VERSION, "kind": C.KIND_DAEMON_CONFIG, "domainID": cd["metadata"]["uid"]}
+
+
+def allocated_claim(raw: RawClient, namespace: str, node_name: str, params: dict, device: str = "channel-0",
+                    request: str = "channel") -> dict:
+    """A ResourceClaim allocated to ``device`` on the node, as the scheduler would record it."""
+    dev_class = C.DEVICE_CLASS_DAEMON if device.startswith("daemon") else C.DEVICE_CLASS_DEFAULT_CHANNEL
+    config = [{"requests": [request], "opaque": {"driver": C.DRIVER_NAME, "parameters": params}}]
+    claim = raw.create(CLAIMS, {
+        "metadata": {"name": f"claim-{uuid.uuid4().hex[:6]}", "namespace": namespace},
+        "spec": {"devices": {"requests": [{"name": request, "exactly": {"deviceClassName": dev_class}}],
+                             "config": config}},
+    }, namespace)
+    claim["status"] = {"allocation": {
+        "devices": {"results": [{"request": request, "driver": C.DRIVER_NAME, "pool": node_name,
+                                 "device": device}],
+                    "config": [{"source": "FromClaim", **config[0]}]},
+        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [node_name]}]}]},
+    }}
+    return raw.update_status(CLAIMS, claim, namespace)
+
+
+def set_clique_ready(raw: RawClient, driver_ns: str, cd: dict, node: SimNode, status: str = "Ready") -> None:
+    name = C.clique_object_name(cd["metadata"]["uid"], f"{CLUSTER_UUID}.3")
+    daemons = [{"nodeName": node.name, "ipAddress": "127.0.0.1", "cliqueID": f"{CLUSTER_UUID}.3", "index": 0,
+                "status": status}]
+    existing = raw.get_or_none(CLIQUES, name, driver_ns)
+    if existing is None:
+        raw.create(CLIQUES, {"apiVersion": C.API_VERSION, "kind": C.KIND_COMPUTE_DOMAIN_CLIQUE,
+                             "metadata": {"name": name, "namespace": driver_ns}, "daemons": daemons}, driver_ns)
+    else:
+        existing["daemons"] = daemons
+        raw.update(CLIQUES, existing, driver_ns)
+
+
+def node_label(raw: RawClient, node: SimNode) -> str | None:
+    return ((raw.get(NODES, node.name).get("metadata") or {}).get("labels") or {}).get(C.LABEL_COMPUTE_DOMAIN)
+
+
+def our_slices(raw: RawClient, node: SimNode) -> list[dict]:
+    return raw.list(SLICES, field_selector=f"spec.driver={C.DRIVER_NAME},spec.nodeName={node.name}")["items"]
+
+
+def uid_of(obj: dict) -> str:
+    return obj["metadata"]["uid"]
+
+
+# --- tests --------------------------------------------------------------------------------
+
+
+def test_registration_health_and_resource_slice(plugin: PluginProcess, raw: RawClient, node: SimNode) -> None:
+    info = Kubelet(plugin).get_info()
+    assert info.type == "DRAPlugin"
+    assert info.name == C.DRIVER_NAME
+    assert info.endpoint == str(plugin.dra_socket)
+    assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    assert oct(plugin.reg_socket.stat().st_mode & 0o777) == oct(0o600)
+
+    with grpc.insecure_channel(f"127.0.0.1:{plugin.health_port}") as ch:
+        status = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service="liveness"), timeout=10)
+    assert status.status == health_pb2.HealthCheckResponse.SERVING
+
+    slices = wait_for(lambda: our_slices(raw, node), 20, "the node's ResourceSlice")
+    assert len(slices) == 1
+    spec = slices[0]["spec"]
+    assert spec["pool"]["name"] == node.name and spec["pool"]["resourceSliceCount"] == 1
+    assert spec["devices"] == [
+        {"name": "channel-0", "attributes": {"type": {"string": "channel"}, "id": {"int": 0}}},
+        {"name": "daemon-0", "attributes": {"type": {"string": "daemon"}, "id": {"int": 0}}},
+    ]
+    owner = slices[0]["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("Node", node.name, uid_of(raw.get(NODES, node.name)))
+
+    # Kubelet wipes a node's slices when it starts: the plugin publishes again.
+    raw.delete_collection(SLICES, field_selector=f"spec.nodeName={node.name}")
+    republished = wait_for(lambda: [s for s in our_slices(raw, node) if uid_of(s) != uid_of(slices[0])], 20,
+                           "the ResourceSlice to be published again")
+    assert republished[0]["spec"]["devices"] == spec["devices"]
+
+    # A stale slice of this driver for this node is removed.
+    stale = raw.create(SLICES, {"metadata": {"name": f"stale-{node.name}"}, "spec": {
+        "driver": C.DRIVER_NAME, "nodeName": node.name,
+        "pool": {"name": node.name, "generation": 1, "resourceSliceCount": 1},
+        "devices": [{"name": "channel-7", "attributes": {"type": {"string": "channel"}, "id": {"int": 7}}}]}})
+    wait_for(lambda: all(uid_of(s) != uid_of(stale) for s in our_slices(raw, node)), 20, "the stale slice to go")
+    assert [s["spec"]["devices"] for s in our_slices(raw, node)] == [spec["devices"]]
+
+
+def test_scheduler_allocates_channel_from_generated_template(plugin: PluginProcess, raw: RawClient,
+                                                             namespace: str, node: SimNode) -> None:
+    from cdriver.roles.controller.desired import workload_claim_template
+    from cdriver.roles.controller.settings import ControllerSettings
+
+    wait_for(lambda: our_slices(raw, node), 20, "the node's ResourceSlice")
+    cd = make_cd(raw, namespace)
+    template = workload_claim_template(ComputeDomain.from_dict(cd), ControllerSettings())
+    template["metadata"].pop("finalizers", None)
+    raw.create(TEMPLATES, template, namespace)
+    pod = raw.create(PODS, {
+        "metadata": {"name": "workload", "namespace": namespace},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node.name},
+            "resourceClaims": [{"name": "imex", "resourceClaimTemplateName": template["metadata"]["name"]}],
+            "containers": [{"name": "main", "image": "busybox", "resources": {"claims": [{"name": "imex"}]}}],
+        },
+    }, namespace)
+
+    def claim_name() -> str | None:
+        statuses = (raw.get(PODS, pod["metadata"]["name"], namespace).get("status") or {}).get(
+            "resourceClaimStatuses") or []
+        return statuses[0].get("resourceClaimName") if statuses else None
+
+    name = wait_for(claim_name, 30, "the claim generated from the workload template")
+
+    def allocation() -> dict | None:
+        return (raw.get(CLAIMS, name, namespace).get("status") or {}).get("allocation")
+
+    alloc = wait_for(allocation, 30, "the scheduler to allocate the claim")
+    (result,) = alloc["devices"]["results"]
+    assert (result["driver"], result["pool"], result["device"]) == (C.DRIVER_NAME, node.name, "channel-0")
+    assert wait_for(lambda: raw.get(PODS, "workload", namespace)["spec"].get("nodeName"), 30, "binding") == node.name
+
+    # Kubelet prepares it: the node's daemon is not Ready yet, so a retryable error comes back.
+    claim = raw.get(CLAIMS, name, namespace)
+    started = time.monotonic()
+    first = Kubelet(plugin).prepare(claim)[uid_of(claim)]
+    took = time.monotonic() - started
+    assert took < 45, "Prepare must answer within kubelet's call timeout"
+    assert first.error and not first.devices
+    assert "is not ready on node" in first.error
+    assert C.clique_object_name(uid_of(cd), f"{CLUSTER_UUID}.3") in first.error
+    assert node_label(raw, node) == uid_of(cd)
+    assert plugin.checkpoint()[uid_of(claim)].state == "PrepareStarted"
+
+
+def test_ready_clique_wakes_waiting_prepare_and_unprepare_cleans_up(
+        plugin: PluginProcess, raw: RawClient, namespace: str, node: SimNode, driver_ns: str) -> None:
+    cd = make_cd(raw, namespace)
+    claim = allocated_claim(raw, namespace, node.name, channel_params(cd))
+    set_clique_ready(raw, driver_ns, cd, node, status="NotReady")
+    kubelet = Kubelet(plugin)
+
+    import threading
+
+    answer: dict[str, Any] = {}
+
+    def call() -> None:
+        answer["resp"] = kubelet.prepare(claim)
+        answer["at"] = time.monotonic()
+
+    waiter = threading.Thread(target=call)
+    waiter.start()
+    wait_for(lambda: node_label(raw, node) == uid_of(cd), 10, "the node label (Prepare is waiting)")
+    time.sleep(0.3)
+    assert waiter.is_alive(), "Prepare must wait for readiness, not fail at once"
+    marked = time.monotonic()
+    set_clique_ready(raw, driver_ns, cd, node, status="Ready")
+    waiter.join(PREPARE_TIMEOUT + 5)
+    res = answer["resp"][uid_of(claim)]
+    assert res.error == ""
+    print(f"\nreadiness-to-success latency: {(answer['at'] - marked) * 1000:.1f} ms")
+
+    expected_id = f"{C.CDI_KIND_CLAIM}={uid_of(claim)}-channel-0"
+    (dev,) = res.devices
+    assert (dev.pool_name, dev.device_name, list(dev.request_names)) == (node.name, "channel-0", ["channel"])
+    assert list(dev.cdi_device_ids) == [expected_id]
+    spec_path = plugin.cdi_root / f"{C.CDI_VENDOR}-claim_{uid_of(claim)}.json"
+    spec = json.loads(spec_path.read_text())
+    assert spec["kind"] == C.CDI_KIND_CLAIM
+    assert spec["devices"] == [{"name": f"{uid_of(claim)}-channel-0", "containerEdits": {"deviceNodes": [{
+        "path": "/dev/nvidia-caps-imex-channels/channel0",
+        "hostPath": f"{node.root.root}/dev/nvidia-caps-imex-channels/channel0",
+        "type": "c", "major": node.root.channel_major, "minor": 0, "fileMode": 0o666}]}}]
+    # A container runtime resolves the returned ID against the CDI dir.
+    edits = CDIRegistry([str(plugin.cdi_root)]).resolve(list(dev.cdi_device_ids))
+    assert [n.path for n in edits.device_nodes] == ["/dev/nvidia-caps-imex-channels/channel0"]
+    rec = plugin.checkpoint()[uid_of(claim)]
+    assert rec.state == "PrepareCompleted" and rec.domain_id == uid_of(cd)
+
+    # Idempotent: the same answer again, nothing new written.
+    again = kubelet.prepare(claim)[uid_of(claim)]
+    assert list(again.devices[0].cdi_device_ids) == [expected_id]
+
+    assert kubelet.unprepare(claim) == {uid_of(claim): ""}
+    assert not spec_path.exists()
+    assert plugin.claim_specs() == []
+    assert node_label(raw, node) is None
+    assert plugin.checkpoint() == {}
+    # Unknown UID: a no-op success.
+    assert kubelet.unprepare(claim) == {uid_of(claim): ""}
+
+
+def test_all_mode_injects_every_channel(plugin: PluginProcess, raw: RawClient, namespace: str, node: SimNode,
+                                        driver_ns: str) -> None:
+    cd = make_cd(raw, namespace, mode="All")
+    set_clique_ready(raw, driver_ns, cd, node)
+    claim = allocated_claim(raw, namespace, node.name, channel_params(cd, mode="All"))
+    kubelet = Kubelet(plugin)
+    res = kubelet.prepare(claim)[uid_of(claim)]
+    assert res.error == ""
+    assert list(res.devices[0].cdi_device_ids) == [f"{C.CDI_KIND_CLAIM}={uid_of(claim)}-channel-0"]
+    edits = CDIRegistry([str(plugin.cdi_root)]).resolve(list(res.devices[0].cdi_device_ids))
+    assert sorted((n.path, n.minor) for n in edits.device_nodes) == sorted(
+        (f"/dev/nvidia-caps-imex-channels/channel{i}", i) for i in range(CHANNELS))
+    assert kubelet.unprepare(claim) == {uid_of(claim): ""}
+
+
+def test_cross_namespace_claim_is_rejected(plugin: PluginProcess, raw: RawClient, namespace: str, node: SimNode,
+                                           cluster: Any) -> None:
+    cd = make_cd(raw, namespace)
+    other = f"other-{uuid.uuid4().hex[:6]}"
+    cluster.create_namespace(other)
+    try:
+        claim = allocated_claim(raw, other, node.name, channel_params(cd))
+        res = Kubelet(plugin).prepare(claim)[uid_of(claim)]
+        assert f"namespace '{other}' is different than the ComputeDomain's namespace '{namespace}'" in res.error
+        assert node_label(raw, node) is None, "a rejected claim must not label the node"
+        assert uid_of(claim) not in plugin.checkpoint()
+    finally:
+        raw.delete(RESOURCES["namespaces"], other)
+
+
+def test_bad_opaque_config_is_rejected(plugin: PluginProcess, raw: RawClient, namespace: str,
+                                       node: SimNode) -> None:
+    cd = make_cd(raw, namespace)
+    params = {**channel_params(cd), "allocationMod": "All"}
+    claim = allocated_claim(raw, namespace, node.name, params)
+    res = Kubelet(plugin).prepare(claim)[uid_of(claim)]
+    assert "error decoding config parameters" in res.error and "allocationMod" in res.error
+    assert plugin.checkpoint() == {}
+
+
+def test_channel_owned_by_another_claim(plugin: PluginProcess, raw: RawClient, namespace: str, node: SimNode,
+                                        driver_ns: str) -> None:
+    cd = make_cd(raw, namespace)
+    set_clique_ready(raw, driver_ns, cd, node)
+    first = allocated_claim(raw, namespace, node.name, channel_params(cd))
+    second = allocated_claim(raw, namespace, node.name, channel_params(cd))
+    kubelet = Kubelet(plugin)
+    assert kubelet.prepare(first)[uid_of(first)].error == ""
+    res = kubelet.prepare(second)[uid_of(second)]
+    assert f"channel 0 already allocated by claim {uid_of(first)}" in res.error
+    assert [p.name for p in plugin.claim_specs()] == [f"{C.CDI_VENDOR}-claim_{uid_of(first)}.json"]
+    # The label stays while the first claim is prepared, and goes with the last claim.
+    assert kubelet.unprepare(second) == {uid_of(second): ""}
+    assert node_label(raw, node) == uid_of(cd)
+    assert kubelet.unprepare(first) == {uid_of(first): ""}
+    assert node_label(raw, node) is None
+
+
+def test_node_of_another_domain_is_refused(plugin: PluginProcess, raw: RawClient, namespace: str,
+                                           node: SimNode) -> None:
+    busy = make_cd(raw, namespace)
+    raw.patch(NODES, node.name, {"metadata": {"labels": {C.LABEL_COMPUTE_DOMAIN: uid_of(busy)}}})
+    cd = make_cd(raw, namespace)
+    claim = allocated_claim(raw, namespace, node.name, channel_params(cd))
+    res = Kubelet(plugin).prepare(claim)[uid_of(claim)]
+    assert f"already belongs to ComputeDomain {uid_of(busy)}" in res.error
+    assert node_label(raw, node) == uid_of(busy)
+
+
+def test_daemon_claim_while_channel_claim_waits(plugin: PluginProcess, raw: RawClient, namespace: str,
+                                                node: SimNode, driver_ns: str) -> None:
+    import threading
+
+    cd = make_cd(raw, namespace)
+    channel = allocated_claim(raw, namespace, node.name, channel_params(cd))
+    daemon = allocated_claim(raw, driver_ns, node.name, daemon_params(cd), device="daemon-0", request="daemon")
+    kubelet = Kubelet(plugin)
+    waiting: dict[str, Any] = {}
+    t = threading.Thread(target=lambda: waiting.update(resp=kubelet.prepare(channel)))
+    t.start()
+    wait_for(lambda: node_label(raw, node) == uid_of(cd), 10, "the channel Prepare to start waiting")
+    res = kubelet.prepare(daemon)[uid_of(daemon)]
+    assert t.is_alive(), "the daemon claim must be prepared while the channel claim still waits"
+    assert res.error == ""
+    assert list(res.devices[0].cdi_device_ids) == [f"{C.CDI_KIND_DEVICE}=all",
+                                                   f"{C.CDI_KIND_CLAIM}={uid_of(daemon)}-daemon-0"]
+    domain_dir = plugin.plugin_dir / "domains" / uid_of(cd)
+    assert (domain_dir / C.IMEXD_TEMPLATE_NAME).read_text() == \
+        (Path(__file__).resolve().parents[2] / "cdriver" / "templates" / C.IMEX_CONFIG_TEMPLATE_NAME).read_text()
+    edits = CDIRegistry([str(plugin.cdi_root)]).resolve(list(res.devices[0].cdi_device_ids))
+    env = dict(e.split("=", 1) for e in edits.env)
+    assert env[C.ENV_CLIQUE_ID] == f"{CLUSTER_UUID}.3"
+    assert (env[C.ENV_CD_UUID], env[C.ENV_CD_NAME], env[C.ENV_CD_NAMESPACE]) == (
+        uid_of(cd), cd["metadata"]["name"], namespace)
+    (mount,) = edits.mounts
+    assert (mount.host_path, mount.container_path) == (str(domain_dir), "/imexd")
+    assert "/dev/nvidia-caps/nvidia-cap512" in {n.path for n in edits.device_nodes}
+    set_clique_ready(raw, driver_ns, cd, node)
+    t.join(PREPARE_TIMEOUT + 5)
+    assert waiting["resp"][uid_of(channel)].error == ""
+    assert kubelet.unprepare(channel, daemon) == {uid_of(channel): "", uid_of(daemon): ""}
+    assert plugin.claim_specs() == [] and plugin.checkpoint() == {}
+
+
+def test_killed_between_started_and_completed(plugin_factory: Callable[..., PluginProcess], raw: RawClient,
+                                              namespace: str, node: SimNode, driver_ns: str) -> None:
+    import threading
+
+    plugin = plugin_factory(node, extra_args=["--prepare-timeout", "20s"])
+    cd = make_cd(raw, namespace)
+    claim = allocated_claim(raw, namespace, node.name, channel_params(cd))
+    kubelet = Kubelet(plugin)
+    errors: list[str] = []
+
+    def call() -> None:
+        try:
+            kubelet.prepare(claim, timeout=30)
+        except grpc.RpcError as exc:  # the plugin dies mid-call
+            errors.append(exc.code().name)
+
+    t = threading.Thread(target=call)
+    t.start()
+    wait_for(lambda: plugin.checkpoint().get(uid_of(claim)), 10, "PrepareStarted in the checkpoint")
+    assert plugin.checkpoint()[uid_of(claim)].state == "PrepareStarted"
+    plugin.kill()
+    t.join(10)
+    assert errors == ["UNAVAILABLE"]
+
+    plugin.extra_args = []
+    plugin.start()  # same directories: stale sockets are replaced, the checkpoint is kept
+    set_clique_ready(raw, driver_ns, cd, node)
+    res = kubelet.prepare(claim)[uid_of(claim)]
+    assert res.error == ""
+    claims = plugin.checkpoint()
+    assert list(claims) == [uid_of(claim)] and claims[uid_of(claim)].state == "PrepareCompleted"
+    assert [p.name for p in plugin.claim_specs()] == [f"{C.CDI_VENDOR}-claim_{uid_of(claim)}.json"]
+    assert kubelet.unprepare(claim) == {uid_of(claim): ""}
+    assert plugin.claim_specs() == [] and plugin.checkpoint() == {} and node_label(raw, node) is None
+    leftovers = [p.name for p in plugin.plugin_dir.iterdir() if p.name.startswith(".")]
+    assert leftovers == []
+
+
+def test_stale_prepare_started_is_swept_on_start(plugin_factory: Callable[..., PluginProcess], raw: RawClient,
+                                                 namespace: str, node: SimNode) -> None:
+    plugin = plugin_factory(node)
+    cd = make_cd(raw, namespace)
+    claim = allocated_claim(raw, namespace, node.name, channel_params(cd))
+    res = Kubelet(plugin).prepare(claim)[uid_of(claim)]
+    assert "is not ready" in res.error and plugin.checkpoint()[uid_of(claim)].state == "PrepareStarted"
+    plugin.stop()
+    raw.delete(CLAIMS, claim["metadata"]["name"], namespace)
+    wait_for(lambda: raw.get_or_none(CLAIMS, claim["metadata"]["name"], namespace) is None, 10, "claim deletion")
+    plugin.start()
+    wait_for(lambda: plugin.checkpoint() == {}, 10, "the sweep of the stale PrepareStarted claim")
+    wait_for(lambda: node_label(raw, node) is None, 10, "the node label of the stale claim to go")
+
+
+def test_non_fabric_node_prepares_without_devices(plugin_factory: Callable[..., PluginProcess], raw: RawClient,
+                                                  namespace: str) -> None:
+    base = Path(f"/tmp/kpn-{uuid.uuid4().hex[:6]}")
+    base.mkdir()
+    sim = _sim_node(raw, base, fabric=False)
+    try:
+        plugin = plugin_factory(sim)
+        cd = make_cd(raw, namespace)
+        cd["status"] = {"status": "Ready", "nodes": [{"name": sim.name, "ipAddress": "127.0.0.1", "cliqueID": "",
+                                                      "index": 0, "status": "Ready"}]}
+        raw.update_status(CDS, cd, namespace)
+        claim = allocated_claim(raw, namespace, sim.name, channel_params(cd))
+        res = Kubelet(plugin).prepare(claim)[uid_of(claim)]
+        assert res.error == ""
+        assert [(d.device_name, list(d.cdi_device_ids)) for d in res.devices] == [("channel-0", [])]
+        assert plugin.claim_specs() == []
+
+        def event() -> list[dict]:
+            return [e for e in raw.list(EVENTS, namespace)["items"]
+                    if e["involvedObject"].get("uid") == uid_of(claim) and e["reason"] == "IMEXChannelNotInjected"]
+
+        (ev,) = wait_for(event, 10, "the not-fabric-attached Event")
+        assert "not attached to a multi-node NVLink fabric" in ev["message"]
+        assert "without IMEX channel devices" in plugin.log_path.read_text()
+        assert Kubelet(plugin).unprepare(claim) == {uid_of(claim): ""}
+    finally:
+        sim.registered.delete()
+        subprocess.run(["rm", "-rf", str(base)], check=False)
+
+
+def test_host_managed_mode(plugin_factory: Callable[..., PluginProcess], raw: RawClient, namespace: str,
+                           node: SimNode, driver_ns: str) -> None:
+    from cdriver.imex.config import load_template, render_config
+    from cdriver.sim.cluster import free_port
+
+    plugin = plugin_factory(node, extra_args=["--imex-mode", "hostManaged"], gates="HostManagedIMEXDaemon=true")
+    slices = wait_for(lambda: our_slices(raw, node), 20, "the node's ResourceSlice")
+    wait_for(lambda: [d["name"] for s in our_slices(raw, node) for d in s["spec"]["devices"]] == ["channel-0"],
+             20, f"a channel-0-only slice (have {slices})")
+    kubelet = Kubelet(plugin)
+    cd = make_cd(raw, namespace)
+
+    daemon = allocated_claim(raw, driver_ns, node.name, daemon_params(cd), device="daemon-0", request="daemon")
+    res = kubelet.prepare(daemon)[uid_of(daemon)]
+    assert "not supported with --imex-mode=hostManaged" in res.error
+
+    claim = allocated_claim(raw, namespace, node.name, channel_params(cd))
+    sock_rel = "/etc/nvidia-imex/imex_ctrl.sock"
+    res = kubelet.prepare(claim)[uid_of(claim)]
+    assert "host nvidia-imex daemon readiness check failed" in res.error
+    assert f"{node.root.root}{sock_rel}" in res.error
+    assert node_label(raw, node) is None, "host-managed mode never labels nodes"
+
+    # Start the host service stand-in (outside any pod) on the socket inside the driver root.
+    etc = node.root.root / "etc" / "nvidia-imex"
+    etc.mkdir(parents=True, exist_ok=True)
+    ip = "127.0.0.1"
+    (etc / "nodes_config.cfg").write_text(f"{ip}\n")
+    (etc / "config.cfg").write_text(render_config(load_template(), str(etc / "nodes_config.cfg"), ip,
+                                                  str(node.root.root) + sock_rel, server_port=free_port(),
+                                                  cmd_port=free_port()))
+    service = subprocess.Popen([str(node.root.bin_dir / C.IMEX_DAEMON_BINARY), "-c", str(etc / "config.cfg")],
+                               env=node.root.process_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        started = time.monotonic()
+        res = kubelet.prepare(claim)[uid_of(claim)]
+        assert res.error == "", res.error
+        print(f"\nhost-managed Prepare answered {time.monotonic() - started:.2f}s after the service started")
+        edits = CDIRegistry([str(plugin.cdi_root)]).resolve(list(res.devices[0].cdi_device_ids))
+        assert [n.path for n in edits.device_nodes] == ["/dev/nvidia-caps-imex-channels/channel0"]
+        assert edits.mounts == [] and edits.env == []
+        assert kubelet.unprepare(claim) == {uid_of(claim): ""}
+        assert plugin.claim_specs() == []
+    finally:
+        service.send_signal(signal.SIGTERM)
+        try:
+            service.wait(10)
+        except subprocess.TimeoutExpired:
+            service.kill()
+
+
+def test_invalid_mode_settings_fail_start_with_one_message(node: SimNode, tmp_path: Path) -> None:
+    env = {**os.environ, **node.root.process_env()}
+    out = subprocess.run([sys.executable, "-m", "cdriver", "kubelet-plugin", "--node-name", node.name,
+                          "--imex-mode", "hostManaged"], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "HostManagedIMEXDaemon" in out.stderr and "Traceback" not in out.stderr
