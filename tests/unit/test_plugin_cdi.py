@@ -1,0 +1,94 @@
+"""CDI content of prepared claims and of the node's base spec."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from cdriver.api import constants as C
+from cdriver.cdi.reader import CDIRegistry
+from cdriver.cdi.writer import claim_spec_name, write_spec
+from cdriver.roles.kubelet_plugin import cdi_edits
+from cdriver.roles.kubelet_plugin.discovery import base_device_nodes, present_channel_count
+
+pytestmark = pytest.mark.unit
+
+UID = "4f3c1a2b-0000-1111-2222-333344445555"
+
+
+def test_single_channel_spec_and_id(tmp_path: Path):
+    edits = cdi_edits.channel_edits([0], 240, Path("/drv"))
+    spec = cdi_edits.claim_spec(UID, [("channel-0", edits)])
+    assert spec.to_dict() == {
+        "cdiVersion": "0.5.0", "kind": C.CDI_KIND_CLAIM,
+        "devices": [{"name": f"{UID}-channel-0", "containerEdits": {"deviceNodes": [{
+            "path": "/dev/nvidia-caps-imex-channels/channel0",
+            "hostPath": "/drv/dev/nvidia-caps-imex-channels/channel0",
+            "type": "c", "major": 240, "minor": 0, "fileMode": 0o666}]}}],
+    }
+    cdi_id = cdi_edits.claim_device_id(UID, "channel-0")
+    assert cdi_id == f"k8s.compute-domain.nvidia.com/claim={UID}-channel-0"
+    write_spec(tmp_path, claim_spec_name(UID), spec)
+    resolved = CDIRegistry([str(tmp_path)]).resolve([cdi_id])
+    assert [(n.path, n.major, n.minor) for n in resolved.device_nodes] == [
+        ("/dev/nvidia-caps-imex-channels/channel0", 240, 0)]
+
+
+def test_host_path_only_when_driver_root_is_not_slash():
+    assert cdi_edits.channel_node(3, 240, Path("/")).host_path is None
+    assert cdi_edits.channel_node(3, 240, Path("/r")).host_path == "/r/dev/nvidia-caps-imex-channels/channel3"
+
+
+def test_no_edits_means_no_spec():
+    from cdriver.cdi.model import ContainerEdits
+
+    assert cdi_edits.claim_spec(UID, [("channel-0", ContainerEdits())]) is None
+
+
+def test_daemon_edits_carry_identity_mount_and_fabric_device():
+    edits = cdi_edits.daemon_edits("uuid.3", "cd-uid", "dom", "team", Path("/k/domains/cd-uid"),
+                                   cdi_edits.CapDevice(241, 512, 0o400), Path("/"))
+    assert edits.env == ["CLIQUE_ID=uuid.3", "COMPUTE_DOMAIN_UUID=cd-uid", "COMPUTE_DOMAIN_NAME=dom",
+                         "COMPUTE_DOMAIN_NAMESPACE=team"]
+    assert [(m.host_path, m.container_path, m.options) for m in edits.mounts] == [
+        ("/k/domains/cd-uid", "/imexd", ["rw", "nosuid", "nodev", "bind"])]
+    assert [(n.path, n.major, n.minor, n.file_mode) for n in edits.device_nodes] == [
+        ("/dev/nvidia-caps/nvidia-cap512", 241, 512, 0o400)]
+    no_fabric = cdi_edits.daemon_edits("", "cd-uid", "dom", "team", Path("/d"), None, Path("/"))
+    assert no_fabric.device_nodes == [] and no_fabric.env[0] == "CLIQUE_ID="
+
+
+def _mknod(path: Path, major: int, minor: int, mode: int = 0o666) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mknod(path, stat.S_IFCHR | mode, os.makedev(major, minor))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="creating character devices needs root")
+def test_base_spec_lists_nvidia_char_devices(tmp_path: Path):
+    dev = tmp_path / "dev"
+    _mknod(dev / "nvidiactl", 195, 255)
+    _mknod(dev / "nvidia-nvswitch0", 196, 0)  # excluded family
+    _mknod(dev / "nvidia-caps" / "nvidia-cap512", 241, 512, 0o400)
+    for i in range(3):
+        _mknod(dev / "nvidia-caps-imex-channels" / f"channel{i}", 240, i)
+    (dev / "nvidia-notadevice").write_text("")
+    nodes = base_device_nodes(tmp_path, tmp_path)
+    assert [(n.path, n.major, n.minor) for n in nodes] == [
+        ("/dev/nvidiactl", 195, 255),
+        ("/dev/nvidia-caps/nvidia-cap512", 241, 512),
+        ("/dev/nvidia-caps-imex-channels/channel0", 240, 0),
+        ("/dev/nvidia-caps-imex-channels/channel1", 240, 1),
+        ("/dev/nvidia-caps-imex-channels/channel2", 240, 2),
+    ]
+    assert nodes[0].host_path == str(tmp_path / "dev" / "nvidiactl")
+    assert present_channel_count(tmp_path) == 3
+    spec = cdi_edits.base_spec(nodes)
+    assert spec.to_dict()["containerEdits"] == {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}
+    assert cdi_edits.BASE_SPEC_NAME == "k8s.compute-domain.nvidia.com-device_base"
+
+
+def test_no_channel_nodes_counts_zero(tmp_path: Path):
+    assert present_channel_count(tmp_path) == 0

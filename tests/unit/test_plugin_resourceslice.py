@@ -1,0 +1,62 @@
+"""Deciding how to reach exactly one correct ResourceSlice for the node."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdriver.api import constants as C
+from cdriver.roles.kubelet_plugin.devices import published_devices
+from cdriver.roles.kubelet_plugin.resourceslice import desired_spec, owner_reference, plan_sync
+
+pytestmark = pytest.mark.unit
+
+NODE, UID = "node-a", "node-uid-1"
+DEVICES = published_devices(host_managed=False)
+
+
+def existing(name, devices=DEVICES, generation=1, owner_uid=UID, node=NODE, driver=C.DRIVER_NAME, created="t1"):
+    return {"metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": "5", "creationTimestamp": created,
+                         "ownerReferences": [owner_reference(node, owner_uid)]},
+            "spec": {**desired_spec(node, devices, generation, driver)}}
+
+
+def test_nothing_published_creates_one_slice():
+    plan = plan_sync([], NODE, UID, DEVICES)
+    assert plan.update is None and plan.delete == []
+    body = plan.create
+    assert body["metadata"]["generateName"] == f"00000-{C.DRIVER_NAME}-{NODE}-"
+    assert body["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": UID, "controller": True}]
+    assert body["spec"]["pool"] == {"name": NODE, "generation": 1, "resourceSliceCount": 1}
+    assert body["spec"]["nodeName"] == NODE and body["spec"]["driver"] == C.DRIVER_NAME
+    assert [d["name"] for d in body["spec"]["devices"]] == ["channel-0", "daemon-0"]
+
+
+def test_correct_slice_is_left_alone():
+    assert plan_sync([existing("s1", generation=4)], NODE, UID, DEVICES).noop
+
+
+def test_duplicates_are_deleted_keeping_the_oldest():
+    plan = plan_sync([existing("s2", created="t2"), existing("s1", created="t1")], NODE, UID, DEVICES)
+    assert plan.create is None and plan.update is None
+    assert [d["metadata"]["name"] for d in plan.delete] == ["s2"]
+
+
+def test_wrong_content_is_rewritten_with_a_new_generation():
+    host_mode = published_devices(host_managed=True)
+    plan = plan_sync([existing("s1", generation=3)], NODE, UID, host_mode)
+    assert plan.create is None and plan.delete == []
+    assert plan.update["metadata"]["name"] == "s1"
+    assert plan.update["spec"]["pool"]["generation"] == 4
+    assert [d["name"] for d in plan.update["spec"]["devices"]] == ["channel-0"]
+
+
+def test_slice_owned_by_an_old_node_object_is_rewritten():
+    plan = plan_sync([existing("s1", owner_uid="old-node-uid")], NODE, UID, DEVICES)
+    assert plan.update["metadata"]["ownerReferences"][0]["uid"] == UID
+
+
+def test_slices_of_other_nodes_or_drivers_are_ignored():
+    others = [existing("x", node="node-b"), existing("y", driver="gpu.nvidia.com")]
+    plan = plan_sync(others, NODE, UID, DEVICES)
+    assert plan.create is not None and plan.delete == []
