@@ -1,0 +1,1 @@
+"""Kubernetes plumbing: API client, raw JSON access, informers, work queue, leases, events."""

@@ -46,15 +46,18 @@ STANDIN_TIMING = {
 }
 
 
-def wait_for(fn: Callable[[], T | None], timeout: float, what: str, interval: float = 0.05) -> T:
-    """Poll `fn` until it returns a truthy value; fail naming `what` at the deadline."""
+def wait_for(fn: Callable[[], T | None], timeout: float, what: str | Callable[[], str],
+             interval: float = 0.05) -> T:
+    """Poll `fn` until it returns a truthy value; fail naming `what` (text or a callable that
+    renders it, e.g. with a log tail read at the deadline) at the deadline."""
     deadline = time.monotonic() + timeout
     while True:
         value = fn()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+            text = what() if callable(what) else what
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {text}")
         time.sleep(interval)
 
 
@@ -300,7 +303,8 @@ class Harness:
             e = self.entry(m)
             return e if e is not None and all(e.get(k) == v for k, v in fields.items()) else None
 
-        return wait_for(matching, timeout, f"entry of {m.node} {what or fields}\n--- daemon log:\n{m.log()[-3000:]}")
+        return wait_for(matching, timeout,
+                        lambda: f"entry of {m.node} {what or fields}\n--- daemon log:\n{m.log()[-3000:]}")
 
     def events(self, m: Member, reason: str) -> list[dict]:
         items = self.raw.list(EVENTS, self.ns)["items"]
@@ -326,7 +330,7 @@ def mapping_in(hosts: Path) -> dict[str, str]:
 
 def ready_and_reported(h: Harness, m: Member) -> dict:
     """Play kubelet until the probe passes, then wait for the entry to turn Ready."""
-    wait_for(lambda: h.probe(m), 30, f"check of {m.node} to pass\n{m.log()[-3000:]}", interval=0.2)
+    wait_for(lambda: h.probe(m), 30, lambda: f"check of {m.node} to pass\n{m.log()[-3000:]}", interval=0.2)
     return h.wait_entry(m, status=c.STATUS_READY)
 
 
@@ -395,7 +399,7 @@ def test_killed_imex_is_restarted_and_readiness_follows(daemons: Harness) -> Non
             seen.append(status)
         return c.STATUS_NOT_READY in seen and seen[-1] == c.STATUS_READY
 
-    wait_for(flipped_back, 30, f"entry to go NotReady and back (saw {seen})\n{a.log()[-3000:]}", interval=0.02)
+    wait_for(flipped_back, 30, lambda: f"entry to go NotReady and back (saw {seen})\n{a.log()[-3000:]}", interval=0.02)
     second = h.imex_pid(a)
     assert second is not None and second != first
     assert h.check(a).returncode == 0
@@ -413,7 +417,7 @@ def test_new_peer_is_signalled_not_restarted_and_leaving_prunes_the_entry(daemon
     h.wait_entry(b, index=1)
     wait_for(lambda: mapping_in(a.hosts).get("compute-domain-daemon-0001") == b.ip, 20, "a to learn b's name")
     wait_for(lambda: "Sent SIGUSR1" in a.log() and "SIGUSR1: re-read" in a.log(), 20,
-             f"a to signal its nvidia-imex\n{a.log()[-3000:]}")
+             lambda: f"a to signal its nvidia-imex\n{a.log()[-3000:]}")
     assert h.imex_pid(a) == pid
     wait_for(lambda: (h.domain(a)["status"] == c.IMEX_DOMAIN_UP and len(h.domain(a)["nodes"]) == 2), 30,
              "a's stand-in to connect to b")
@@ -458,7 +462,7 @@ def test_restarted_daemon_keeps_its_index(daemons: Harness) -> None:
     h.wait_entry(a, index=before[a.node])
     wait_for(lambda: h.imex_pid(a), 20, "a's nvidia-imex to start again")
     after = {e["nodeName"]: e["index"] for e in h.entries(CQ0)}
-    assert after == before
+    assert after == before, "\n".join(f"--- {m.node}:\n{m.log()[-2500:]}" for m in (a, b, d))
 
 
 def test_imex_start_failure_is_reported_with_its_error_line(daemons: Harness) -> None:
@@ -470,7 +474,7 @@ def test_imex_start_failure_is_reported_with_its_error_line(daemons: Harness) ->
         found = h.events(a, c.EVENT_REASON_IMEX_START_FAILED)
         return found[0] if found else None
 
-    event = wait_for(failure_event, 30, f"a start-failure Event\n{a.log()[-3000:]}")
+    event = wait_for(failure_event, 30, lambda: f"a start-failure Event\n{a.log()[-3000:]}")
     assert event["type"] == "Warning"
     assert "nvidia-imex exited during start-up" in event["message"]
     assert "SERVER_PORT='fifty'" in event["message"]
@@ -495,7 +499,7 @@ def test_port_held_by_another_process_is_named_with_the_fix(daemons: Harness) ->
         assert holder.stdout.readline().strip() == "listening"
         h.start(a)
         expected = f"IMEX port 50000 on pod IP {a.ip} is already in use by process {holder.pid}"
-        wait_for(lambda: expected in a.log(), 30, f"the port-conflict message\n{a.log()[-3000:]}")
+        wait_for(lambda: expected in a.log(), 30, lambda: f"the port-conflict message\n{a.log()[-3000:]}")
         assert "systemctl disable --now nvidia-imex.service" in a.log()
         assert h.imex_pid(a) is None
         events = h.events(a, c.EVENT_REASON_IMEX_PORT_CONFLICT)
@@ -506,7 +510,7 @@ def test_port_held_by_another_process_is_named_with_the_fix(daemons: Harness) ->
     finally:
         holder.kill()
         holder.wait()
-    wait_for(lambda: h.imex_pid(a), 30, f"nvidia-imex to start once the port is free\n{a.log()[-3000:]}")
+    wait_for(lambda: h.imex_pid(a), 30, lambda: f"nvidia-imex to start once the port is free\n{a.log()[-3000:]}")
     ready_and_reported(h, a)
 
 
@@ -518,7 +522,7 @@ def test_empty_clique_runs_no_imex_and_check_is_a_noop(daemons: Harness) -> None
         labels = h.raw.get(PODS, a.pod_name, h.ns)["metadata"].get("labels") or {}
         return labels.get(c.LABEL_CLIQUE_ID) == ""
 
-    wait_for(labelled, 30, f"the pod's empty clique label\n{a.log()[-3000:]}")
+    wait_for(labelled, 30, lambda: f"the pod's empty clique label\n{a.log()[-3000:]}")
     result = h.check(a)
     assert result.returncode == 0 and result.stdout.strip() == c.IMEX_CHECK_NOOP_MESSAGE
     wait_for(lambda: "no IMEX daemon runs here" in a.log(), 20, "the empty-clique log line")
@@ -549,7 +553,7 @@ def test_legacy_ip_mode_writes_domain_status_and_restarts_on_peer_change(daemons
     h.cd_uid = cd["metadata"]["uid"]
     a, b = h.add(CQ0), h.add(CQ0)
     h.start(a)
-    wait_for(lambda: "numNodes: 2, nodes seen: 1" in a.log(), 30, f"a to wait for all nodes\n{a.log()[-3000:]}")
+    wait_for(lambda: "numNodes: 2, nodes seen: 1" in a.log(), 30, lambda: f"a to wait for all nodes\n{a.log()[-3000:]}")
     assert h.imex_pid(a) is None
     h.start(b)
 
@@ -575,5 +579,5 @@ def test_legacy_ip_mode_writes_domain_status_and_restarts_on_peer_change(daemons
     b.ip = f"{h.ip_base}.{h._next_ip + 100}"
     h.start(b)
     wait_for(lambda: (a.imexd / "nodes.cfg").read_text().split() == [a.ip, b.ip], 30,
-             f"a's nodes.cfg with b's new IP\n{a.log()[-3000:]}")
-    wait_for(lambda: h.imex_pid(a) not in (None, pid), 30, f"a's nvidia-imex to restart\n{a.log()[-3000:]}")
+             lambda: f"a's nodes.cfg with b's new IP\n{a.log()[-3000:]}")
+    wait_for(lambda: h.imex_pid(a) not in (None, pid), 30, lambda: f"a's nvidia-imex to restart\n{a.log()[-3000:]}")

@@ -288,9 +288,14 @@ def plugin_factory(cluster: Any, driver_ns: str) -> Iterator[Callable[..., Plugi
         return p.start()
 
     yield make
+    problems = []
     for p in started:
         p.stop()
+        log = p.log_path.read_text() if p.log_path.exists() else ""
+        if "Traceback" in log:
+            problems.append(f"kubelet plugin log of {p.node.name} has a traceback:\n{p.log_tail(80)}")
         subprocess.run(["rm", "-rf", str(p.base)], check=False)
+    assert not problems, "\n".join(problems)
 
 
 @pytest.fixture
@@ -459,8 +464,23 @@ def test_scheduler_allocates_channel_from_generated_template(plugin: PluginProce
     assert plugin.checkpoint()[uid_of(claim)].state == "PrepareStarted"
 
 
+def metric(plugin: PluginProcess, port: int, name: str, **labels: str) -> float:
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"metric {name}{labels} not exported")
+
+
 def test_ready_clique_wakes_waiting_prepare_and_unprepare_cleans_up(
-        plugin: PluginProcess, raw: RawClient, namespace: str, node: SimNode, driver_ns: str) -> None:
+        plugin_factory: Callable[..., PluginProcess], raw: RawClient, namespace: str, node: SimNode,
+        driver_ns: str) -> None:
+    from cdriver.sim.cluster import free_port
+
+    port = free_port()
+    plugin = plugin_factory(node, extra_args=["--http-endpoint", f"127.0.0.1:{port}"])
     cd = make_cd(raw, namespace)
     claim = allocated_claim(raw, namespace, node.name, channel_params(cd))
     set_clique_ready(raw, driver_ns, cd, node, status="NotReady")
@@ -506,12 +526,15 @@ def test_ready_clique_wakes_waiting_prepare_and_unprepare_cleans_up(
     # Idempotent: the same answer again, nothing new written.
     again = kubelet.prepare(claim)[uid_of(claim)]
     assert list(again.devices[0].cdi_device_ids) == [expected_id]
+    assert metric(plugin, port, "nvidia_dra_prepared_devices", device_type="channel") == 1
+    assert metric(plugin, port, "nvidia_dra_requests_total", operation="prepare") == 2
 
     assert kubelet.unprepare(claim) == {uid_of(claim): ""}
     assert not spec_path.exists()
     assert plugin.claim_specs() == []
     assert node_label(raw, node) is None
     assert plugin.checkpoint() == {}
+    assert metric(plugin, port, "nvidia_dra_prepared_devices", device_type="channel") == 0
     # Unknown UID: a no-op success.
     assert kubelet.unprepare(claim) == {uid_of(claim): ""}
 
@@ -585,10 +608,11 @@ def test_node_of_another_domain_is_refused(plugin: PluginProcess, raw: RawClient
     assert node_label(raw, node) == uid_of(busy)
 
 
-def test_daemon_claim_while_channel_claim_waits(plugin: PluginProcess, raw: RawClient, namespace: str,
-                                                node: SimNode, driver_ns: str) -> None:
+def test_daemon_claim_while_channel_claim_waits(plugin_factory: Callable[..., PluginProcess], raw: RawClient,
+                                                namespace: str, node: SimNode, driver_ns: str) -> None:
     import threading
 
+    plugin = plugin_factory(node, extra_args=["--cleanup-interval", "0.5s"])
     cd = make_cd(raw, namespace)
     channel = allocated_claim(raw, namespace, node.name, channel_params(cd))
     daemon = allocated_claim(raw, driver_ns, node.name, daemon_params(cd), device="daemon-0", request="daemon")
@@ -618,6 +642,9 @@ def test_daemon_claim_while_channel_claim_waits(plugin: PluginProcess, raw: RawC
     assert waiting["resp"][uid_of(channel)].error == ""
     assert kubelet.unprepare(channel, daemon) == {uid_of(channel): "", uid_of(daemon): ""}
     assert plugin.claim_specs() == [] and plugin.checkpoint() == {}
+    assert domain_dir.is_dir(), "the domain directory outlives its claims while the ComputeDomain exists"
+    raw.delete(CDS, cd["metadata"]["name"], namespace)
+    wait_for(lambda: not domain_dir.exists(), 10, "the sweep of the deleted ComputeDomain's directory")
 
 
 def test_killed_between_started_and_completed(plugin_factory: Callable[..., PluginProcess], raw: RawClient,

@@ -30,7 +30,7 @@ from cdriver.roles.kubelet_plugin.config import PluginConfig
 from cdriver.roles.kubelet_plugin.devices import published_devices
 from cdriver.roles.kubelet_plugin.discovery import NodeDiscovery, base_device_nodes, discover
 from cdriver.roles.kubelet_plugin.driver import ComputeDomainDriver
-from cdriver.roles.kubelet_plugin.metrics import PluginMetrics, serve_metrics
+from cdriver.roles.kubelet_plugin.metrics import CountingRawClient, PluginMetrics, serve_metrics
 from cdriver.roles.kubelet_plugin.resourceslice import SlicePublisher, slice_field_selector
 from cdriver.roles.kubelet_plugin.state import UID_INDEX, BackgroundEvents, PluginState
 
@@ -79,7 +79,8 @@ class Plugin:
         checkpoint = store.read()  # an unusable checkpoint stops the start, with its recovery step
         log.info("checkpoint %s: %d claims", cfg.checkpoint_path, len(checkpoint.claims))
 
-        raw = self.raw or RawClient(load_api_client(cfg.kubeconfig))
+        metrics = PluginMetrics(cfg.node_name)
+        raw = self.raw or CountingRawClient(load_api_client(cfg.kubeconfig), metrics)
         self.raw = raw
         cds = Informer(raw, RESOURCES[C.PLURAL_COMPUTE_DOMAINS])
         cds.add_index(UID_INDEX, uid_index)
@@ -88,7 +89,6 @@ class Plugin:
             cliques = Informer(raw, RESOURCES[C.PLURAL_COMPUTE_DOMAIN_CLIQUES], namespace=cfg.namespace)
         node = Informer(raw, RESOURCES["nodes"], field_selector=f"metadata.name={cfg.node_name}")
         slices = Informer(raw, RESOURCES["resourceslices"], field_selector=slice_field_selector(cfg.node_name))
-        metrics = PluginMetrics(cfg.node_name)
         state = PluginState(
             config=cfg,
             discovery=found,

@@ -12,6 +12,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from cdriver.api import constants as C
+from cdriver.kube.raw import RawClient
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,8 @@ class PluginMetrics:
             ["node", "driver", "device_type"],
             registry=self.registry,
         )
+        self.api_requests = Counter("cdriver_kubelet_plugin_api_requests", "Kubernetes API requests sent.",
+                                    ["verb"], registry=self.registry)
         for op in (OP_PREPARE, OP_UNPREPARE):
             self.requests.labels(driver, op)
             self.inflight.labels(driver, op)
@@ -88,6 +91,19 @@ class PluginMetrics:
             counts[t if t in counts else "unknown"] += 1
         for t, n in counts.items():
             self.prepared_devices.labels(self.node_name, self.driver, t).set(n)
+
+
+class CountingRawClient(RawClient):
+    """A RawClient that counts its API requests by verb (``watch`` for watch requests)."""
+
+    def __init__(self, api_client: object, metrics: PluginMetrics) -> None:
+        super().__init__(api_client)
+        self._counter = metrics.api_requests
+
+    def _send(self, method, path, query, body, content_type, timeout, stream=False):  # noqa: ANN001
+        verb = "watch" if (query or {}).get("watch") == "true" else method.lower()
+        self._counter.labels(verb).inc()
+        return super()._send(method, path, query, body, content_type, timeout, stream)
 
 
 class _QuietHandler(WSGIRequestHandler):
