@@ -10,7 +10,7 @@ and removes the run directory unless `keep=True`.
 Nodes: node-lifecycle-controller stays on, as in a real cluster. A Node becomes schedulable
 once it reports Ready and renews its Lease in ``kube-node-lease`` (see `cdriver.sim.nodes`).
 
-Component processes are started with a parent-death signal: they receive SIGTERM when the
+Component processes are started with a parent-death signal: they receive SIGKILL when the
 thread that started them exits, so a crashed test run leaves no stray control plane. Start
 and restart a cluster from a thread that lives as long as the cluster (normally the main one).
 """
@@ -253,12 +253,16 @@ def _write_file(path: Path, text: str, mode: int = 0o644) -> None:
 
 # --- effects: processes and probes -------------------------------------------------------
 
+try:  # loaded here, not in the child: no dlopen between fork and exec
+    _LIBC: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
+except OSError:  # pragma: no cover - non-glibc platform
+    _LIBC = None
+PR_SET_PDEATHSIG = 1
+
+
 def _parent_death_signal() -> None:  # runs in the child between fork and exec
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+    if _LIBC is not None:
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _child_env() -> dict[str, str]:
@@ -445,11 +449,17 @@ class LocalCluster:
         with open(proc.log_path, "ab") as logf:
             logf.write(f"--- start {proc.starts + 1}: {' '.join(proc.argv)}\n".encode())
             logf.flush()
-            proc.popen = subprocess.Popen(
-                proc.argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
-                env=_child_env(), start_new_session=True,
-                preexec_fn=_parent_death_signal if self.die_with_parent else None,
-            )
+            try:
+                proc.popen = subprocess.Popen(
+                    proc.argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                    env=_child_env(), start_new_session=True,
+                    preexec_fn=_parent_death_signal if self.die_with_parent else None,
+                )
+            except OSError as exc:
+                raise ClusterError(
+                    f"cannot run {component} ({proc.argv[0]}): {exc.strerror or exc}; rebuild it "
+                    "with hack/kube/build.sh or fix CDRIVER_ETCD_BIN_DIR / CDRIVER_KUBE_BIN_DIR"
+                ) from None
         proc.starts += 1
         log.debug("started %s pid %d", component, proc.popen.pid)
 

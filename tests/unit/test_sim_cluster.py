@@ -86,3 +86,15 @@ def test_non_empty_run_dir_is_refused(tmp_path: Path) -> None:
     with pytest.raises(cluster.ClusterError, match="not empty"):
         c.start()
     assert (tmp_path / "something").exists()
+
+
+def test_missing_binary_is_named(tmp_path: Path) -> None:
+    missing = tmp_path / "no-etcd"
+    c = cluster.LocalCluster(run_dir=tmp_path / "run", binaries=cluster.ControlPlaneBinaries(
+        missing, *(Path("/nonexistent"),) * 4))
+    with pytest.raises(cluster.ClusterError) as err:
+        c.start()
+    assert f"cannot run etcd ({missing})" in str(err.value)
+    assert "hack/kube/build.sh" in str(err.value)
+    c.stop()
+    assert not (tmp_path / "run").exists()

@@ -84,13 +84,22 @@ def _pids(f: NodeFacts) -> str:
     return ", ".join(f"pid {p.pid}" for p in f.processes)
 
 
+def _ports(f: NodeFacts) -> str:
+    """The running service's ports (its config's, else IMEX's defaults)."""
+    cfg = next((p.config for p in f.processes if p.config is not None), None)
+    if cfg is None:
+        return f"{c.IMEX_SERVER_PORT}/{c.IMEX_CMD_PORT}"
+    return f"{cfg.server_port}/{cfg.cmd_port}"
+
+
 def check_imex_service(f: NodeFacts) -> CheckResult:
     name = "imex-service"
     if f.mode == c.IMEX_MODE_DRIVER_MANAGED:
         if f.processes:
             return CheckResult(name, FAIL,
-                               f"a host nvidia-imex is running ({_pids(f)}); in driver-managed mode it holds the "
-                               f"IMEX ports ({c.IMEX_SERVER_PORT}/{c.IMEX_CMD_PORT}) the per-domain daemons need",
+                               f"a host nvidia-imex is running ({_pids(f)}, ports {_ports(f)}); in driver-managed "
+                               "mode the per-domain daemons run IMEX on this node and need ports "
+                               f"{c.IMEX_SERVER_PORT}/{c.IMEX_CMD_PORT}",
                                "stop and disable it: systemctl disable --now nvidia-imex")
         return CheckResult(name, PASS, "no host nvidia-imex running (driver-managed mode runs its own daemons)")
     if not f.processes:
@@ -137,13 +146,26 @@ def check_imex_socket(f: NodeFacts) -> CheckResult:
     if not f.ctl_path:
         return CheckResult(name, FAIL, f"no {c.IMEX_CTL_BINARY} under {f.driver_root}",
                            "install the nvidia-imex package (it ships nvidia-imex-ctl)")
+    if f.probe is not None and f.probe.ready:
+        return CheckResult(name, PASS, f"{f.expected_socket} answers READY")
+    evidence = f"socket {f.expected_socket} does not exist" if f.probe is None else f.probe.describe()
+    cause = _service_problem(f)
+    if cause:  # one broken precondition, one FAIL: the cause is reported by its own check
+        return CheckResult(name, SKIP, f"{evidence} (follows from the {cause} failure)")
     if f.probe is None:
-        return CheckResult(name, FAIL, f"socket {f.expected_socket} does not exist",
+        return CheckResult(name, FAIL, evidence,
                            "start nvidia-imex with IMEX_CMD_ENABLED=1 and the socket path the driver uses")
-    if not f.probe.ready:
-        return CheckResult(name, FAIL, f.probe.describe(),
-                           "check `journalctl -u nvidia-imex`; the daemon must answer READY before workloads start")
-    return CheckResult(name, PASS, f"{f.expected_socket} answers READY")
+    return CheckResult(name, FAIL, evidence,
+                       "check `journalctl -u nvidia-imex`; the daemon must answer READY before workloads start")
+
+
+def _service_problem(f: NodeFacts) -> str:
+    """Name of the failed service or config check that explains a silent socket, or ""."""
+    for check in (check_imex_service, check_imex_config):
+        result = check(f)
+        if result.status == FAIL:
+            return result.name
+    return ""
 
 
 ALL_CHECKS = (check_driver_root, check_channel_major, check_channel_device, check_fabric, check_imex_service,

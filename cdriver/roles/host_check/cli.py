@@ -29,22 +29,58 @@ def render_table(results: list, mode: str, driver_root: str) -> str:
     return "\n".join(lines)
 
 
-@click.command("host-check")
+def error_document(message: str) -> str:
+    """The --json output when the checks could not run."""
+    return json.dumps({"error": message, "checks": []})
+
+
+class HostCheckCommand(click.Command):
+    """With --json, a usage error is reported as JSON too (still exit 2)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        as_json = "--json" in args
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as e:
+            if not as_json:
+                raise
+            click.echo(error_document(f"host-check could not run: {e.format_message()}"))
+            ctx.exit(EXIT_COULD_NOT_RUN)
+
+
+def _absolute_socket(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if not value.startswith("/"):
+        raise click.BadParameter(f"{value!r} must be an absolute path as seen on the host (below the driver "
+                                 f"root), e.g. {c.DEFAULT_HOST_IMEX_SOCKET}", ctx, param)
+    return value
+
+
+@click.command("host-check", cls=HostCheckCommand)
 @click.option("--driver-root", default="/", show_default=True, envvar=["NVIDIA_DRIVER_ROOT"],
               help="Root of the NVIDIA driver install (env NVIDIA_DRIVER_ROOT).")
 @click.option("--socket", "socket_path", default=c.DEFAULT_HOST_IMEX_SOCKET, show_default=True,
-              envvar="IMEX_HOST_SOCKET_PATH",
-              help="IMEX command socket the driver uses, relative to the driver root (env IMEX_HOST_SOCKET_PATH).")
+              envvar="IMEX_HOST_SOCKET_PATH", callback=_absolute_socket,
+              help="IMEX command socket the driver uses, inside the driver root (env IMEX_HOST_SOCKET_PATH).")
 @click.option("--mode", type=click.Choice([c.IMEX_MODE_HOST_MANAGED, c.IMEX_MODE_DRIVER_MANAGED]),
               default=c.IMEX_MODE_HOST_MANAGED, show_default=True, envvar="IMEX_MODE",
               help="IMEX lifecycle mode of this node (env IMEX_MODE).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document instead of the table.")
-@click.option("--timeout", default=5.0, show_default=True, help="Seconds to wait for nvidia-imex-ctl.")
+@click.option("--timeout", type=click.FloatRange(0, min_open=True), default=5.0, show_default=True,
+              help="Seconds to wait for nvidia-imex-ctl.")
 def command(driver_root: str, socket_path: str, mode: str, as_json: bool, timeout: float) -> None:
     """Check this node's IMEX prerequisites: driver, channel devices, fabric, host IMEX service.
 
     Each check prints PASS, FAIL or SKIP with its evidence and, on failure, a one-line fix.
-    Exit code: 0 all passed, 1 a check failed, 2 the checks could not run.
+    Exit code: 0 all passed, 1 a check failed, 2 the checks could not run (bad options
+    included).
+
+    \b
+    --json prints one object:
+      {"mode", "driverRoot", "socket", "passed": bool,
+       "checks": [{"name", "status": "PASS"|"FAIL"|"SKIP", "evidence", "fix"}]}
+    or, when the checks could not run, {"error": "...", "checks": []}.
+    Check names: driver-root, channel-major, channel-device, nvlink-fabric,
+    imex-service, imex-config, imex-socket.
     """
     from cdriver.roles.host_check import checks, facts
 
@@ -54,7 +90,7 @@ def command(driver_root: str, socket_path: str, mode: str, as_json: bool, timeou
     except Exception as e:  # the report is the product; a crash here is "could not run"
         msg = f"host-check could not run: {type(e).__name__}: {e}"
         if as_json:
-            click.echo(json.dumps({"error": msg, "checks": []}))
+            click.echo(error_document(msg))
         else:
             click.echo(msg, err=True)
         sys.exit(EXIT_COULD_NOT_RUN)

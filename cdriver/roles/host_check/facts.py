@@ -143,31 +143,50 @@ def is_imex_process(name: str, cmdline: list[str]) -> bool:
     return name == c.IMEX_DAEMON_BINARY or argv0 == c.IMEX_DAEMON_BINARY
 
 
-def imex_processes(root: str) -> list[ImexProcessFacts]:
-    """Running nvidia-imex processes that belong to this driver root.
+def in_pod_cgroup(cgroup_text: str) -> bool:
+    """True when a /proc/<pid>/cgroup text places the process in a Kubernetes pod (kubepods)."""
+    for line in cgroup_text.splitlines():
+        path = line.split(":", 2)[-1]
+        if "kubepods" in path:
+            return True
+    return False
 
-    With a driver root other than `/` (e.g. a simulated node), only daemons whose config file
-    lies under that root count, so neighbouring nodes on the same machine are not mistaken.
+
+def _pod_process(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cgroup", encoding="utf-8", errors="replace") as f:
+            return in_pod_cgroup(f.read())
+    except OSError:
+        return False
+
+
+def imex_processes(root: str) -> list[ImexProcessFacts]:
+    """Running host nvidia-imex processes that belong to this driver root.
+
+    Daemons in Kubernetes pods (the per-domain daemons of driver-managed mode) are not the
+    host service and do not count. With a driver root other than `/` (e.g. a simulated
+    node), only daemons whose config file lies under that root count, so neighbouring nodes
+    on the same machine are not mistaken.
     """
     found = []
+    root_real = os.path.realpath(root)
     for proc in psutil.process_iter(["pid", "name", "cmdline", "cwd"]):
         info = proc.info
         cmdline = info.get("cmdline") or []
-        if not is_imex_process(info.get("name") or "", cmdline):
+        if not is_imex_process(info.get("name") or "", cmdline) or _pod_process(info["pid"]):
             continue
         facts = ImexProcessFacts(pid=info["pid"], cmdline=cmdline)
-        cfg = _config_arg(cmdline)
-        if cfg is not None:
-            if not os.path.isabs(cfg) and info.get("cwd"):
-                cfg = os.path.join(info["cwd"], cfg)
-            facts.config_path = os.path.realpath(cfg)
+        cfg = _config_arg(cmdline) or c.DEFAULT_IMEX_CONFIG  # what nvidia-imex reads without -c
+        if not os.path.isabs(cfg) and info.get("cwd"):
+            cfg = os.path.join(info["cwd"], cfg)
+        facts.config_path = os.path.realpath(cfg)
+        if root_real != "/" and not (facts.config_path or "").startswith(root_real + os.sep):
+            continue
+        if facts.config_path is not None:
             try:
                 facts.config = imex_config.read_config(facts.config_path)
             except CdriverError as e:
                 facts.config_error = str(e)
-        root_real = os.path.realpath(root)
-        if root_real != "/" and not (facts.config_path or "").startswith(root_real + os.sep):
-            continue
         found.append(facts)
     return found
 

@@ -7,6 +7,7 @@ default subcommand. `check` stays light: it imports neither the Kubernetes clien
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -87,6 +88,9 @@ def run_command(raw: RawInputs, max_restart_backoff: float = 30.0, recheck_inter
         code = run(settings)
     except CdriverError as exc:
         _fail(str(exc))
+    except Exception as exc:  # never a traceback on the terminal; the details go to the debug log
+        logging.getLogger(__name__).debug("unexpected failure", exc_info=True)
+        _fail(f"unexpected failure ({type(exc).__name__}: {exc}); run with -v 4 for details")
     sys.exit(code)
 
 

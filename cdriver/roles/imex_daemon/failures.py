@@ -118,28 +118,29 @@ def port_conflict_message(ip: str, holder: PortHolder) -> str:
     )
 
 
-def startup_failure_message(exit_code: int | None, restart_count: int, lines: list[str],
-                            seconds: float) -> str:
-    """An nvidia-imex start-up exit: code, how long it ran, restarts so far, last output."""
-    code = "unknown" if exit_code is None else str(exit_code)
-    if exit_code is not None and exit_code < 0:
-        code = f"signal {-exit_code}"
-    tail = " | ".join(line.strip() for line in lines if line.strip()) or "(no output)"
+def _exit_text(exit_code: int | None) -> str:
+    if exit_code is None:
+        return "unknown"
+    return f"signal {-exit_code}" if exit_code < 0 else str(exit_code)
+
+
+def _tail(lines: list[str]) -> str:
+    return " | ".join(line.strip() for line in lines if line.strip()) or "(no output)"
+
+
+def startup_failure_message(exit_code: int | None, restart_count: int, lines: list[str]) -> str:
+    """nvidia-imex exited before it ever answered READY: code, restarts so far, last output."""
     return (
-        f"nvidia-imex exited during start-up (exit {code} after {seconds:.1f}s, restart count "
-        f"{restart_count}); last output: {tail}"
+        f"nvidia-imex exited during start-up (exit {_exit_text(exit_code)}, restart count "
+        f"{restart_count}); last output: {_tail(lines)}"
     )
 
 
-def crash_message(exit_code: int | None, restart_count: int, lines: list[str], seconds: float) -> str:
-    """An nvidia-imex exit after it had been running for a while."""
-    code = "unknown" if exit_code is None else str(exit_code)
-    if exit_code is not None and exit_code < 0:
-        code = f"signal {-exit_code}"
-    tail = " | ".join(line.strip() for line in lines if line.strip()) or "(no output)"
+def crash_message(exit_code: int | None, restart_count: int, lines: list[str]) -> str:
+    """nvidia-imex exited after it had been ready; the supervisor restarts it."""
     return (
-        f"nvidia-imex exited unexpectedly (exit {code} after {seconds:.1f}s, restart count "
-        f"{restart_count}); last output: {tail}"
+        f"nvidia-imex exited unexpectedly (exit {_exit_text(exit_code)}, restart count "
+        f"{restart_count}); it is restarted; last output: {_tail(lines)}"
     )
 
 

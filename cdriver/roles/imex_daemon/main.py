@@ -117,6 +117,7 @@ class Daemon:
         self.last_problems: list[str] = []
         self.last_wait_log = ""
         self.reloads = 0
+        self.reload_pending = False  # peers changed while nvidia-imex was still starting
 
     # --- inputs from other threads ----------------------------------------------------
 
@@ -263,7 +264,10 @@ class Daemon:
             for event in events:
                 if event[0] == STOP:
                     return
-                self.apply(event)
+                try:
+                    self.apply(event)
+                except Exception:  # a bug must not take the node out of its domain
+                    log.exception("handling %s failed", event[0])
             now = time.monotonic()
             if events or (self.retry_at is not None and now >= self.retry_at) or \
                     (self._waiting_recheck() and now >= self.recheck_at):
@@ -284,6 +288,9 @@ class Daemon:
             if event[1] == self.imex.pid and self.ready_pid != event[1]:
                 self.ready_pid = event[1]
                 log.info("nvidia-imex (pid %d) answers READY", event[1])
+                if self.reload_pending:
+                    self.reload_pending = False
+                    self._reload()
         elif kind == "imex-exit":
             self.on_imex_exit(event[1], event[2])
 
@@ -293,8 +300,11 @@ class Daemon:
 
         try:
             self.reconcile()
-        except (ApiError, cl.RetriesExhausted, cl.IndexExhausted, legacy.DomainMissing, HostsError,
-                imex_config.ImexConfigError, OSError) as exc:
+        except Exception as exc:
+            expected = (ApiError, cl.RetriesExhausted, cl.IndexExhausted, legacy.DomainMissing, HostsError,
+                        imex_config.ImexConfigError, OSError)
+            if not isinstance(exc, expected):
+                log.exception("unexpected reconcile failure")
             self.failures += 1
             delay = cl.backoff_delay(self.failures, base=0.05, cap=6.0)
             self.retry_at = time.monotonic() + delay
@@ -332,8 +342,12 @@ class Daemon:
             dnsnames.update_hosts_file(self.s.paths.hosts_file, mapping)
             log.info("Peer names in %s: %s", self.s.paths.hosts_file, dnsnames.describe_mapping(mapping))
             self.mapping = mapping
-            if self.imex.running:
+            if self.imex_ready():
                 self._reload()
+            elif self.imex.active:
+                # Still starting: it may have read the hosts file already, and a signal
+                # before its handler is installed would kill it. Signal once it is READY.
+                self.reload_pending = True
         if self.s.pod_ip in mapping.values() and not self.imex.active:
             self.start_imex()
 
@@ -395,6 +409,7 @@ class Daemon:
             return
         self.start_error = None
         self.ready_pid = None
+        self.reload_pending = False
         self.prober.arm()
 
     def block(self, message: str) -> None:
@@ -417,6 +432,7 @@ class Daemon:
             self.blocked = None
 
     def on_imex_exit(self, rc: int, expected: bool) -> None:
+        self.reload_pending = False  # the next process reads the current hosts file
         if expected:
             return
         was_ready = self.ready_pid is not None

@@ -1,0 +1,473 @@
+"""NodeAgent: one simulated Kubernetes node (kubelet + container runtime stand-in).
+
+Registers its Node (own loopback address 127.0.1.N as InternalIP, capacity, Ready), renews
+its Lease in ``kube-node-lease`` so node-lifecycle-controller keeps it schedulable, runs
+every pod bound to it as real processes (`cdriver.sim.node.pods`), registers DRA plugins
+from its ``plugins_registry`` (`cdriver.sim.node.dra`), and offers faults on demand for
+tests (kill a container, stop/restart the agent, drop a plugin socket, pause the heartbeat).
+
+Several agents can run in one process (each with its own root and address) or one per
+process (``cdriver sim node run``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from cdriver.errors import CdriverError
+from cdriver.kube.events import EventRecorder
+from cdriver.kube.informer import Informer, uid_index
+from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.sim import nodes as nodemod
+from cdriver.sim.node.container import run_in_container
+from cdriver.sim.node.dra import PluginManager
+from cdriver.sim.node.layout import NodeLayout
+from cdriver.sim.node.pods import NodeOptions, NodeRuntime, PodState, PodWorker, unprepare_claims
+
+PODS = RESOURCES["pods"]
+NODES = RESOURCES["nodes"]
+LEASES = RESOURCES["leases"]
+SLICES = RESOURCES["resourceslices"]
+DEFAULT_CAPACITY = {"cpu": "64", "memory": "256Gi", "pods": "110", "ephemeral-storage": "1Ti"}
+EVENT_COMPONENT = "kubelet"
+LOG_FORMAT = "%(asctime)s %(levelname)s %(threadName)s %(message)s"
+
+
+class NodeError(CdriverError):
+    """A simulated node cannot start or a request about it cannot be served."""
+
+
+def node_ip(index: int) -> str:
+    """The loopback address of node number `index` (1..254): 127.0.1.<index>."""
+    if not 1 <= index <= 254:
+        raise NodeError(f"node index {index} is out of range 1..254")
+    return f"127.0.1.{index}"
+
+
+def executable_dir() -> str:
+    """Directory put first on containers' PATH: where this `cdriver` (and its Python) lives."""
+    return os.path.dirname(sys.executable)
+
+
+def api_address(server: str) -> tuple[str, int]:
+    """(host, port) of the API server URL."""
+    parsed = urlparse(server)
+    if not parsed.hostname:
+        raise NodeError(f"API server address {server!r} has no host")
+    return parsed.hostname, parsed.port or 443
+
+
+class NodeAgent:
+    """A simulated node. ``with NodeAgent(...) as node:`` starts and stops it."""
+
+    def __init__(self, raw: RawClient | str, name: str, ip: str, root: str | os.PathLike[str], *,
+                 labels: dict[str, str] | None = None, capacity: dict[str, str] | None = None,
+                 options: NodeOptions | None = None, topology: str | os.PathLike[str] | None = None,
+                 driver_root: bool = False, profile: str = "gb200", fabric_state: str = "completed",
+                 kubelet_port: int = 10250) -> None:
+        if isinstance(raw, str):
+            from cdriver.kube.client import new_raw_client
+
+            raw = new_raw_client(raw)
+        self.raw = raw
+        self.name = name
+        self.ip = ip
+        self.layout = NodeLayout.at(root)
+        self.labels = dict(labels or {})
+        self.capacity = dict(capacity or DEFAULT_CAPACITY)
+        self.options = options or NodeOptions()
+        self.topology = topology
+        self.want_driver_root = driver_root or topology is not None
+        self.profile = profile
+        self.fabric_state = fabric_state
+        self.kubelet_port = kubelet_port
+        self.log = logging.getLogger(f"cdriver.sim.node.{name}")
+        self.recorder = EventRecorder(raw, EVENT_COMPONENT, host=name)
+        self.plugins: PluginManager | None = None
+        self.informer: Informer | None = None
+        self.runtime: NodeRuntime | None = None
+        self.workers: dict[str, PodWorker] = {}
+        self.driver_root: Any = None
+        self.node_uid = ""
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._heartbeat_paused = threading.Event()
+        self._wipe_timers: dict[str, threading.Timer] = {}
+        self._log_handler: logging.Handler | None = None
+        self._running = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def __enter__(self) -> NodeAgent:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    def start(self, wait: bool = True) -> NodeAgent:
+        """Register the Node, start heartbeat, plugin watcher and pods; with `wait`, return
+        once the Node is schedulable."""
+        if self._running:
+            return self
+        self.layout.ensure()
+        self._setup_logging()
+        self.log.info("starting node %s (%s) in %s", self.name, self.ip, self.layout.root)
+        if self.want_driver_root:
+            from cdriver.sim.driver_root import create_driver_root
+
+            self.driver_root = create_driver_root(self.layout.driver_root, self.name, self.topology, self.profile,
+                                                  fabric_state=self.fabric_state)
+        host, port = api_address(self.raw.server)
+        self._stop.clear()
+        self._register_node()
+        self._delete_slices()
+        self.plugins = PluginManager(self.layout, self.log, scan_interval=self.options.plugin_scan_interval,
+                                     probe_interval=self.options.plugin_probe_interval,
+                                     on_registered=self._plugin_registered,
+                                     on_unregistered=self._plugin_unregistered).start()
+        self.runtime = NodeRuntime(
+            node_name=self.name, node_ip=self.ip, layout=self.layout, raw=self.raw, recorder=self.recorder,
+            plugins=self.plugins, api_host=host, api_port=port, allocatable=dict(self.capacity),
+            options=self.options, path_prefix=[executable_dir()], log=self.log)
+        self._spawn(self._heartbeat_loop, "heartbeat")
+        self._spawn(self._housekeeping_loop, "housekeeping")
+        self.informer = Informer(self.raw, PODS, field_selector=f"spec.nodeName={self.name}",
+                                 resync_seconds=300)
+        self.informer.add_index("uid", uid_index)
+        self.informer.add_handler(on_add=self._on_pod, on_update=lambda old, new: self._on_pod(new),
+                                  on_delete=self._on_pod_deleted)
+        self.informer.start()
+        self._running = True
+        if not self.informer.wait_synced(30):
+            self.stop()
+            raise NodeError(f"node {self.name}: the pod list did not load within 30 s; is the API server up?")
+        if wait:
+            try:
+                nodemod.wait_schedulable(self.raw, self.name, self.options.wait_schedulable)
+            except CdriverError:
+                self.stop()
+                raise
+        self.log.info("node %s is up", self.name)
+        return self
+
+    def stop(self, delete_node: bool = False) -> None:
+        """Stop the pods (claims stay prepared), the plugin watcher and the heartbeat."""
+        if not self._running:
+            return
+        self.log.info("stopping node %s", self.name)
+        self._running = False
+        if self.informer is not None:
+            self.informer.stop()
+        with self._lock:
+            workers = list(self.workers.values())
+        for worker in workers:
+            worker.shutdown()
+        for worker in workers:
+            worker.finished.wait(self.options.shutdown_grace + 15)
+        with self._lock:
+            self.workers.clear()
+            for timer in self._wipe_timers.values():
+                timer.cancel()
+            self._wipe_timers.clear()
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(10)
+        self._threads = []
+        if self.plugins is not None:
+            self.plugins.stop()
+        if delete_node:
+            try:
+                self.raw.delete(NODES, self.name)
+            except ApiError as exc:
+                if not exc.not_found:
+                    self.log.warning("deleting node %s failed: %s", self.name, exc)
+        self.log.info("node %s stopped", self.name)
+        self._teardown_logging()
+
+    def restart(self, wait: bool = True) -> NodeAgent:
+        """Stop and start again (pods' containers are started anew, restart counts continue)."""
+        self.stop()
+        return self.start(wait=wait)
+
+    def _spawn(self, target: Callable[[], None], role: str) -> None:
+        thread = threading.Thread(target=target, name=f"node-{self.name}-{role}", daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _setup_logging(self) -> None:
+        handler = logging.FileHandler(self.layout.node_log)
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        self.log.addHandler(handler)
+        if self.log.level == logging.NOTSET:
+            self.log.setLevel(logging.INFO)
+        self._log_handler = handler
+
+    def _teardown_logging(self) -> None:
+        if self._log_handler is not None:
+            self.log.removeHandler(self._log_handler)
+            self._log_handler.close()
+            self._log_handler = None
+
+    # -- Node object and heartbeat ---------------------------------------------------------------
+    def node_object(self) -> dict[str, Any]:
+        body = nodemod.node_object(self.name, self.labels, internal_ip=self.ip, capacity=self.capacity,
+                                   kubelet_port=self.kubelet_port)
+        body["status"]["nodeInfo"]["containerRuntimeVersion"] = "cdriver-sim://1"
+        return body
+
+    def _register_node(self) -> None:
+        body = self.node_object()
+        try:
+            node = self.raw.create(NODES, body)
+        except ApiError as exc:
+            if not exc.already_exists:
+                raise NodeError(f"node {self.name}: cannot register the Node: {exc}") from None
+            node = self.raw.patch(NODES, self.name, {"metadata": {"labels": body["metadata"]["labels"]}})
+        self.node_uid = node["metadata"]["uid"]
+        self._post_node_status(body)
+        self._renew_lease(create=True)
+
+    def _post_node_status(self, body: dict[str, Any] | None = None) -> None:
+        body = body or self.node_object()
+        self.raw.patch(NODES, self.name, {"status": body["status"]}, patch_type="strategic",
+                       subresource="status")
+
+    def _renew_lease(self, create: bool = False) -> None:
+        try:
+            self.raw.patch(LEASES, self.name, {"spec": {"renewTime": nodemod.micro_time(dt.datetime.now(dt.UTC)),
+                                                        "holderIdentity": self.name,
+                                                        "leaseDurationSeconds": nodemod.LEASE_DURATION_SECONDS}},
+                           nodemod.NODE_LEASE_NAMESPACE)
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+            node = {"metadata": {"name": self.name, "uid": self.node_uid}}
+            try:
+                self.raw.create(LEASES, nodemod.lease_object(node), nodemod.NODE_LEASE_NAMESPACE)
+            except ApiError as again:
+                if not again.already_exists:
+                    raise
+
+    def _heartbeat_loop(self) -> None:
+        last_status = time.monotonic()
+        while not self._stop.wait(self.options.heartbeat_interval):
+            if self._heartbeat_paused.is_set():
+                continue
+            try:
+                self._renew_lease()
+                if time.monotonic() - last_status >= self.options.status_interval:
+                    last_status = time.monotonic()
+                    self._post_node_status()
+            except ApiError as exc:
+                if exc.not_found:  # the Node was deleted: register again, as kubelet would
+                    try:
+                        self._register_node()
+                    except (ApiError, NodeError) as again:
+                        self.log.warning("re-registering node %s failed: %s", self.name, again)
+                else:
+                    self.log.warning("heartbeat of node %s failed: %s", self.name, exc)
+
+    def pause_heartbeat(self) -> None:
+        """Stop renewing the Lease (the Node turns NotReady after the grace period); pods keep running."""
+        self._heartbeat_paused.set()
+
+    def resume_heartbeat(self) -> None:
+        """Renew the Lease again and report Ready now."""
+        self._heartbeat_paused.clear()
+        self._renew_lease()
+        self._post_node_status()
+
+    # -- ResourceSlices --------------------------------------------------------------------------
+    def _delete_slices(self, driver: str | None = None) -> int:
+        selector = f"spec.nodeName={self.name}" + (f",spec.driver={driver}" if driver else "")
+        deleted = 0
+        try:
+            items = self.raw.list(SLICES, field_selector=selector)["items"]
+        except ApiError as exc:
+            self.log.warning("listing ResourceSlices of node %s failed: %s", self.name, exc)
+            return 0
+        for item in items:
+            try:
+                self.raw.delete(SLICES, item["metadata"]["name"])
+                deleted += 1
+            except ApiError as exc:
+                if not exc.not_found:
+                    self.log.warning("deleting ResourceSlice %s failed: %s", item["metadata"]["name"], exc)
+        if deleted:
+            self.log.info("deleted %d ResourceSlice(s) of node %s%s", deleted, self.name,
+                          f" for driver {driver}" if driver else "")
+        return deleted
+
+    def _plugin_registered(self, driver: str) -> None:
+        with self._lock:
+            timer = self._wipe_timers.pop(driver, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _plugin_unregistered(self, driver: str) -> None:
+        """Kubelet removes a gone driver's slices of this node after a grace period."""
+        def wipe() -> None:
+            with self._lock:
+                self._wipe_timers.pop(driver, None)
+            if self._running and self.plugins is not None and driver not in self.plugins.drivers():
+                self._delete_slices(driver)
+
+        timer = threading.Timer(self.options.slice_wipe_delay, wipe)
+        timer.daemon = True
+        with self._lock:
+            old = self._wipe_timers.pop(driver, None)
+            if old is not None:
+                old.cancel()
+            self._wipe_timers[driver] = timer
+        timer.start()
+
+    # -- pods --------------------------------------------------------------------------------------
+    def _on_pod(self, pod: dict[str, Any]) -> None:
+        uid = pod["metadata"]["uid"]
+        with self._lock:
+            if not self._running or self.runtime is None:
+                return
+            worker = self.workers.get(uid)
+            if worker is None:
+                worker = PodWorker(self.runtime, pod, on_exit=self._worker_done)
+                self.workers[uid] = worker
+                worker.start()
+                return
+        worker.update(pod)
+
+    def _on_pod_deleted(self, pod: dict[str, Any]) -> None:
+        with self._lock:
+            worker = self.workers.get(pod["metadata"]["uid"])
+        if worker is not None:
+            worker.deleted()
+
+    def _worker_done(self, uid: str) -> None:
+        with self._lock:
+            worker = self.workers.get(uid)
+            if worker is not None and worker.finished.is_set():
+                self.workers.pop(uid, None)
+
+    def _housekeeping_loop(self) -> None:
+        interval = max(min(self.options.status_interval, 30.0), 1.0)
+        while not self._stop.wait(interval):
+            try:
+                self.cleanup_orphans()
+            except Exception:  # noqa: BLE001 - keep the node running
+                self.log.exception("orphaned pod cleanup failed")
+
+    def cleanup_orphans(self) -> list[str]:
+        """Unprepare claims of, and remove, pod dirs whose pod is gone and has no worker."""
+        if self.informer is None or not self.informer.synced or self.runtime is None:
+            return []
+        removed = []
+        try:
+            uids = [d.name for d in self.layout.pods_dir.iterdir() if d.is_dir()]
+        except FileNotFoundError:
+            return []
+        for uid in uids:
+            with self._lock:
+                if uid in self.workers:
+                    continue
+            if self.informer.by_index("uid", uid):
+                continue
+            state_file = self.layout.pod_state_file(uid)
+            state = PodState.load(state_file)
+            if state.prepared:
+                errors = unprepare_claims(self.runtime, state.prepared)
+                if errors:
+                    self.log.info("orphaned pod %s: unprepare pending: %s", uid, "; ".join(errors))
+                    continue
+            shutil.rmtree(self.layout.pod_dir(uid), ignore_errors=True)
+            removed.append(uid)
+            self.log.info("removed orphaned pod dir %s (%s/%s)", uid, state.namespace, state.name)
+        return removed
+
+    # -- queries ------------------------------------------------------------------------------------
+    def worker(self, namespace: str, name: str) -> PodWorker | None:
+        with self._lock:
+            for worker in self.workers.values():
+                if worker.namespace == namespace and worker.name == name:
+                    return worker
+        return None
+
+    def _require_worker(self, namespace: str, name: str) -> PodWorker:
+        worker = self.worker(namespace, name)
+        if worker is None:
+            raise NodeError(f"pod {namespace}/{name} is not running on node {self.name}")
+        return worker
+
+    def container_pid(self, namespace: str, pod: str, container: str) -> int | None:
+        live = self._require_worker(namespace, pod).container_info(container)
+        return live.proc.pid if live else None
+
+    def container_log(self, namespace: str, pod: str, container: str, previous: bool = False) -> Path | None:
+        """The CRI-format log file of a container's current (or previous) run."""
+        return self._require_worker(namespace, pod).log_path(container, previous)
+
+    def exec_in_container(self, namespace: str, pod: str, container: str, argv: list[str],
+                          timeout: float = 30.0, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+        """Run `argv` inside a running container (its mount namespace and environment)."""
+        live = self._require_worker(namespace, pod).container_info(container)
+        if live is None:
+            raise NodeError(f"container {container!r} of pod {namespace}/{pod} is not running")
+        return run_in_container(live.proc.pid, argv, live.env, live.working_dir, timeout, stdin)
+
+    def wait_for_plugin(self, driver: str, timeout: float = 30.0) -> bool:
+        return self.plugins is not None and self.plugins.wait_for(driver, timeout)
+
+    # -- faults ---------------------------------------------------------------------------------------
+    def kill_container(self, namespace: str, pod: str, container: str, sig: int = signal.SIGKILL) -> int:
+        """Send `sig` (default SIGKILL) to a container's main process; returns its pid."""
+        return self._require_worker(namespace, pod).kill_container(container, sig)
+
+    def drop_plugin_socket(self, driver: str) -> Path:
+        """Remove a registered plugin's registration socket (as if the plugin vanished)."""
+        if self.plugins is None:
+            raise NodeError(f"node {self.name} is not running")
+        for plugin in self.plugins.plugins():
+            if plugin.driver == driver:
+                plugin.registration_socket.unlink(missing_ok=True)
+                return plugin.registration_socket
+        raise NodeError(f"DRA driver {driver} is not registered on node {self.name}")
+
+
+def start_nodes(raw: RawClient | str, count: int, base_dir: str | os.PathLike[str], *, prefix: str = "node",
+                first_index: int = 1, labels: dict[str, str] | None = None,
+                options: NodeOptions | None = None, wait: bool = True, **kwargs: Any) -> list[NodeAgent]:
+    """Start `count` nodes `<prefix>-<i>` at 127.0.1.<i> with roots `<base_dir>/<name>`, in parallel."""
+    agents = [NodeAgent(raw, f"{prefix}-{i}", node_ip(i), Path(base_dir) / f"{prefix}-{i}", labels=labels,
+                        options=options, **kwargs) for i in range(first_index, first_index + count)]
+    errors: list[BaseException] = []
+
+    def run(agent: NodeAgent) -> None:
+        try:
+            agent.start(wait=wait)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(a,), daemon=True) for a in agents]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        for agent in agents:
+            agent.stop()
+        raise errors[0]
+    return agents
