@@ -191,3 +191,21 @@ NVML_IGNORED_GPU_NAMES = ("DGX Display", "NVIDIA DGX Display")
 ENV_SIM_NVML_CONFIG = "CDRIVER_SIM_NVML_CONFIG"  # simulated NVML: path of its per-node config
 SIM_NVML_CONFIG_NAME = "nvml-sim.conf"  # default config next to the simulated library
 ENV_SIM_TOPOLOGY = "CDRIVER_SIM_TOPOLOGY"  # topology document of the simulation
+
+# --- kubelet-plugin role --------------------------------------------------------------
+PLUGIN_DOMAINS_DIR_NAME = "domains"  # <plugin data dir>/domains/<cd uid>/: daemon config dirs
+CDI_BASE_SPEC_ID = "base"  # transient id of the node's base spec (device "all")
+CDI_BASE_DEVICE = "all"
+IMEXD_MOUNT_OPTIONS = ("rw", "nosuid", "nodev", "bind")
+NVIDIA_VISIBLE_DEVICES_VOID = "NVIDIA_VISIBLE_DEVICES=void"
+ENV_CDI_ROOT = "CDI_ROOT"
+ENV_KUBELET_REGISTRAR_DIR = "KUBELET_REGISTRAR_DIRECTORY_PATH"
+ENV_KUBELET_PLUGINS_DIR = "KUBELET_PLUGINS_DIRECTORY_PATH"
+ENV_DRIVER_ROOT_CTR_PATH = "DRIVER_ROOT_CTR_PATH"
+ENV_HEALTHCHECK_PORT = "HEALTHCHECK_PORT"
+ENV_IMEX_HOST_SOCKET_PATH = "IMEX_HOST_SOCKET_PATH"
+ENV_GPU_CLIQUE_LABEL_ENABLED = ("GPU_CLIQUE_LABEL_ENABLED", "OWN_CLIQUE_LABEL")
+ENV_PREPARE_TIMEOUT = "PREPARE_TIMEOUT"
+EVENT_REASON_CHANNEL_NOT_INJECTED = "IMEXChannelNotInjected"  # non-fabric node
+EVENT_REASON_WAITING_FOR_DAEMON = "WaitingForIMEXDaemon"
+EVENT_REASON_HOST_IMEX_NOT_READY = "HostIMEXDaemonNotReady"

@@ -171,7 +171,8 @@ class HostImexService:
         self.max_backoff = max_backoff
         self._supervisor: ProcessSupervisor | None = None
         self._lock = threading.Lock()
-        self._crash: tuple[int, list[str]] | None = None
+        self._crashes = 0  # unexpected daemon exits so far
+        self._last_crash: tuple[int, list[str]] | None = None
 
     def __repr__(self) -> str:
         return f"HostImexService(root={str(self.paths.root)!r}, ip={self.ip!r}, running={self.is_running()})"
@@ -210,11 +211,11 @@ class HostImexService:
 
     def start(self, wait: bool = True, timeout: float = 30.0) -> None:
         """Write the config and start the daemon (no-op while it runs); with `wait`, until READY."""
+        crashes = self._crashes
         with self._lock:
             if self._supervisor is None or not self._supervisor.active:
                 self.write_config()
                 self.paths.log.parent.mkdir(parents=True, exist_ok=True)
-                self._crash = None
                 self._supervisor = ProcessSupervisor(
                     self.argv(), env=self.env, log_path=self.paths.log, max_backoff=self.max_backoff,
                     initial_backoff=self.initial_backoff, on_exit=self._on_exit, name=c.IMEX_DAEMON_BINARY,
@@ -225,13 +226,18 @@ class HostImexService:
                     self._supervisor = None
                     raise HostImexError(f"cannot start the host nvidia-imex of {self.paths.root}: {e}") from None
         if wait:
-            self.wait_ready(timeout)
+            try:
+                self._wait_ready(timeout, crashes)
+            except HostImexError:
+                self.stop()  # leave nothing crash-looping behind a failed start
+                raise
 
     def _on_exit(self, returncode: int, expected: bool) -> None:
         if not expected:
             supervisor = self._supervisor
             tail = supervisor.last_output_lines(10) if supervisor is not None else []
-            self._crash = (returncode, tail)
+            self._last_crash = (returncode, tail)
+            self._crashes += 1
 
     def probe(self, timeout: float = 5.0) -> ctl.ProbeResult:
         """`nvidia-imex-ctl -q --u=<socket>` once, as the plugin asks it."""
@@ -239,17 +245,25 @@ class HostImexService:
                                env=self.env)
 
     def wait_ready(self, timeout: float = 30.0) -> ctl.ProbeResult:
-        """Until the socket answers READY; HostImexError (with the daemon's output) if it exits or times out."""
+        """Until the socket answers READY.
+
+        HostImexError (with the daemon's output) if the daemon exits during the wait, is not
+        started, or does not answer in time. A crashed daemon is restarted by the supervisor
+        meanwhile; `start()` stops it when its wait fails.
+        """
+        return self._wait_ready(timeout, self._crashes)
+
+    def _wait_ready(self, timeout: float, crashes: int) -> ctl.ProbeResult:
         deadline = time.monotonic() + timeout
         last: ctl.ProbeResult | None = None
         while True:
-            crash = self._crash
-            if crash is not None:
-                self.stop()
-                output = "\n".join(f"  | {line}" for line in crash[1]) or "  | <no output>"
-                raise HostImexError(f"host nvidia-imex of {self.paths.root} exited with code {crash[0]} "
+            if self._crashes != crashes and self._last_crash is not None:
+                code, tail = self._last_crash
+                output = "\n".join(f"  | {line}" for line in tail) or "  | <no output>"
+                raise HostImexError(f"host nvidia-imex of {self.paths.root} exited with code {code} "
                                     f"before answering READY (log {self.paths.log}):\n{output}")
-            if not self.is_running() and (self._supervisor is None or not self._supervisor.active):
+            supervisor = self._supervisor
+            if supervisor is None or not supervisor.active:
                 raise HostImexError(f"host nvidia-imex of {self.paths.root} is not running; start it first")
             remaining = deadline - time.monotonic()
             if self.paths.socket.exists():

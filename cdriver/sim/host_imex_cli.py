@@ -15,14 +15,18 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 import psutil
 
 from cdriver.api import constants as c
 from cdriver.errors import CdriverError
+
+if TYPE_CHECKING:
+    from cdriver.sim.host_imex import HostImexPaths
 
 EXIT_NOT_READY = 1
 EXIT_NOT_RUNNING = 3  # as LSB init scripts and `systemctl status` report a stopped service
@@ -38,7 +42,8 @@ _root_option = click.option(
     help="The simulated node's driver root (env NVIDIA_DRIVER_ROOT).")
 
 
-def _service_options(fn):  # noqa: ANN001, ANN202 - click decorator stack
+def _service_options(fn: Callable[..., None]) -> Callable[..., None]:
+    """The options `start` and `run` share."""
     for option in reversed([
         _root_option,
         click.option("--ip", required=True, help="The node's IP: the daemon's bind address."),
@@ -62,7 +67,7 @@ def command() -> None:
 # --- runner bookkeeping ------------------------------------------------------------------
 
 
-def _paths(driver_root: Path, socket_path: str = c.DEFAULT_HOST_IMEX_SOCKET):  # noqa: ANN202
+def _paths(driver_root: Path, socket_path: str = c.DEFAULT_HOST_IMEX_SOCKET) -> HostImexPaths:
     from cdriver.sim.host_imex import HostImexError, HostImexPaths
 
     try:
@@ -71,15 +76,25 @@ def _paths(driver_root: Path, socket_path: str = c.DEFAULT_HOST_IMEX_SOCKET):  #
         _fail(str(e))
 
 
+def _recorded_pid(pid_file: Path) -> int | None:
+    try:
+        return int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
 def _runner(pid_file: Path, root: Path) -> psutil.Process | None:
     """The live runner recorded in `pid_file` for `root`, or None (a stale or reused PID is not ours)."""
+    pid = _recorded_pid(pid_file)
+    if pid is None:
+        return None
     try:
-        pid = int(pid_file.read_text().strip())
         proc = psutil.Process(pid)
         cmdline = proc.cmdline()
-    except (OSError, ValueError, psutil.Error):
+        zombie = proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
         return None
-    if proc.status() == psutil.STATUS_ZOMBIE or "host-imex" not in cmdline or str(root) not in cmdline:
+    if zombie or "host-imex" not in cmdline or str(root) not in cmdline:
         return None
     return proc
 
@@ -127,6 +142,10 @@ def run_cmd(driver_root: Path, ip: str, peers: tuple[str, ...], socket_path: str
                                   cmd_port=cmd_port)
     except CdriverError as e:
         _fail(str(e))
+    other = _runner(service.paths.pid_file, service.paths.root)
+    if other is not None and other.pid != os.getpid():
+        _fail(f"host nvidia-imex of {service.paths.root} is already running (runner pid {other.pid}); "
+              f"stop it first: cdriver sim host-imex stop --driver-root {service.paths.root}")
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())
@@ -143,7 +162,8 @@ def run_cmd(driver_root: Path, ip: str, peers: tuple[str, ...], socket_path: str
         error = str(e)
     finally:
         service.stop()
-        remove_file(service.paths.pid_file)
+        if _recorded_pid(service.paths.pid_file) == os.getpid():
+            remove_file(service.paths.pid_file)
     if error:
         _fail(error)
 

@@ -42,14 +42,16 @@ CRDS = RESOURCES["customresourcedefinitions"]
 HOLD = "test.cdriver/hold"
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
+def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "",
+             detail: Callable[[], Any] | None = None) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what or predicate}")
+            extra = f"\n{detail()}" if detail else ""
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what or predicate}{extra}")
         time.sleep(0.05)
 
 
@@ -122,6 +124,9 @@ def driver_ns(cluster: Any, raw: RawClient, namespace: str) -> Iterator[str]:
     """A fresh driver namespace (DaemonSets, daemon templates, cliques live there)."""
     name = f"drv-{uuid.uuid4().hex[:8]}"
     cluster.create_namespace(name)
+    # What the chart installs for daemon pods in the driver namespace.
+    raw.create(RESOURCES["serviceaccounts"],
+               {"metadata": {"name": C.DAEMON_SERVICE_ACCOUNT, "namespace": name}})
     yield name
     for ns in (namespace, name):
         for res in (CDS, RCTS):
@@ -273,7 +278,11 @@ def test_daemon_pod_scheduled_on_labelled_node(raw, namespace, driver_ns, start_
         raw.patch(NODES, node, {"metadata": {"labels": {C.LABEL_COMPUTE_DOMAIN: uid}}})
         pod = wait_for(lambda: next((p for p in labelled(raw, PODS, uid, driver_ns)
                                      if p["spec"].get("nodeName") == node), None),
-                       30, "daemon pod bound to the labelled node")
+                       30, "daemon pod bound to the labelled node",
+                       lambda: ([(p["metadata"]["name"], p.get("status"))
+                                 for p in labelled(raw, PODS, uid, driver_ns)],
+                                [(e["reason"], e["message"])
+                                 for e in raw.list(EVENTS, driver_ns)["items"]]))
         assert pod["spec"]["priorityClassName"] == C.DEFAULT_DAEMON_PRIORITY_CLASS
         assert pod["status"]["qosClass"] == "Guaranteed"
         claim_status = pod["status"].get("resourceClaimStatuses") or []

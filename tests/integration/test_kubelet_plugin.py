@@ -379,7 +379,9 @@ def uid_of(obj: dict) -> str:
 # --- tests --------------------------------------------------------------------------------
 
 
-def test_registration_health_and_resource_slice(plugin: PluginProcess, raw: RawClient, node: SimNode) -> None:
+def test_registration_health_and_resource_slice(plugin_factory: Callable[..., PluginProcess], raw: RawClient,
+                                                node: SimNode) -> None:
+    plugin = plugin_factory(node, extra_args=["--gpu-clique-label-enabled"])
     info = Kubelet(plugin).get_info()
     assert info.type == "DRAPlugin"
     assert info.name == C.DRIVER_NAME
@@ -415,6 +417,14 @@ def test_registration_health_and_resource_slice(plugin: PluginProcess, raw: RawC
         "devices": [{"name": "channel-7", "attributes": {"type": {"string": "channel"}, "id": {"int": 7}}}]}})
     wait_for(lambda: all(uid_of(s) != uid_of(stale) for s in our_slices(raw, node)), 20, "the stale slice to go")
     assert [s["spec"]["devices"] for s in our_slices(raw, node)] == [spec["devices"]]
+
+    # The plugin owns nvidia.com/gpu.clique when told to; it goes away with the plugin.
+    labels = raw.get(NODES, node.name)["metadata"]["labels"]
+    assert labels[C.LABEL_NODE_CLIQUE] == f"{CLUSTER_UUID}.3"
+    assert plugin.stop() == 0
+    assert not plugin.reg_socket.exists() and not plugin.dra_socket.exists()
+    assert C.LABEL_NODE_CLIQUE not in raw.get(NODES, node.name)["metadata"]["labels"]
+    assert len(our_slices(raw, node)) == 1, "slices stay when the plugin stops (kubelet owns their removal)"
 
 
 def test_scheduler_allocates_channel_from_generated_template(plugin: PluginProcess, raw: RawClient,
@@ -671,8 +681,13 @@ def test_killed_between_started_and_completed(plugin_factory: Callable[..., Plug
     t.join(10)
     assert errors == ["UNAVAILABLE"]
 
+    # A crash between writing a claim's CDI spec and recording it leaves a spec no record owns.
+    orphan = plugin.cdi_root / f"{C.CDI_VENDOR}-claim_{uuid.uuid4()}.json"
+    orphan.write_text(json.dumps({"cdiVersion": "0.5.0", "kind": C.CDI_KIND_CLAIM, "devices": [
+        {"name": "x-channel-0", "containerEdits": {"env": ["A=B"]}}]}))
     plugin.extra_args = []
     plugin.start()  # same directories: stale sockets are replaced, the checkpoint is kept
+    assert not orphan.exists(), "a CDI spec without a checkpoint record is removed before serving"
     set_clique_ready(raw, driver_ns, cd, node)
     res = kubelet.prepare(claim)[uid_of(claim)]
     assert res.error == ""
@@ -732,8 +747,8 @@ def test_non_fabric_node_prepares_without_devices(plugin_factory: Callable[..., 
 
 def test_host_managed_mode(plugin_factory: Callable[..., PluginProcess], raw: RawClient, namespace: str,
                            node: SimNode, driver_ns: str) -> None:
-    from cdriver.imex.config import load_template, render_config
     from cdriver.sim.cluster import free_port
+    from cdriver.sim.host_imex import HostImexService
 
     plugin = plugin_factory(node, extra_args=["--imex-mode", "hostManaged"], gates="HostManagedIMEXDaemon=true")
     slices = wait_for(lambda: our_slices(raw, node), 20, "the node's ResourceSlice")
@@ -753,17 +768,12 @@ def test_host_managed_mode(plugin_factory: Callable[..., PluginProcess], raw: Ra
     assert f"{node.root.root}{sock_rel}" in res.error
     assert node_label(raw, node) is None, "host-managed mode never labels nodes"
 
-    # Start the host service stand-in (outside any pod) on the socket inside the driver root.
-    etc = node.root.root / "etc" / "nvidia-imex"
-    etc.mkdir(parents=True, exist_ok=True)
-    ip = "127.0.0.1"
-    (etc / "nodes_config.cfg").write_text(f"{ip}\n")
-    (etc / "config.cfg").write_text(render_config(load_template(), str(etc / "nodes_config.cfg"), ip,
-                                                  str(node.root.root) + sock_rel, server_port=free_port(),
-                                                  cmd_port=free_port()))
-    service = subprocess.Popen([str(node.root.bin_dir / C.IMEX_DAEMON_BINARY), "-c", str(etc / "config.cfg")],
-                               env=node.root.process_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # The administrator's host service (the simulation kit's stand-in, outside any pod) comes up:
+    # a waiting Prepare succeeds once it answers READY on the socket inside the driver root.
+    service = HostImexService(node.root, "127.0.0.1", socket_path=sock_rel, server_port=free_port(),
+                              cmd_port=free_port(), env=node.root.process_env())
     try:
+        service.start(wait=False)
         started = time.monotonic()
         res = kubelet.prepare(claim)[uid_of(claim)]
         assert res.error == "", res.error
@@ -774,11 +784,7 @@ def test_host_managed_mode(plugin_factory: Callable[..., PluginProcess], raw: Ra
         assert kubelet.unprepare(claim) == {uid_of(claim): ""}
         assert plugin.claim_specs() == []
     finally:
-        service.send_signal(signal.SIGTERM)
-        try:
-            service.wait(10)
-        except subprocess.TimeoutExpired:
-            service.kill()
+        service.stop()
 
 
 def test_invalid_mode_settings_fail_start_with_one_message(node: SimNode, tmp_path: Path) -> None:
@@ -787,3 +793,22 @@ def test_invalid_mode_settings_fail_start_with_one_message(node: SimNode, tmp_pa
                           "--imex-mode", "hostManaged"], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert "HostManagedIMEXDaemon" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_incomplete_fabric_fails_start_with_a_clear_message(tmp_path: Path) -> None:
+    from cdriver.sim.driver_root import create_driver_root
+
+    name = "kp-inprogress"
+    topology = tmp_path / "topology.yaml"
+    topology.write_text(yaml.safe_dump({"version": 1, "domains": [
+        {"uuid": CLUSTER_UUID, "cliques": [{"id": 3, "nodes": [name]}]}]}))
+    root = create_driver_root(tmp_path / "root", name, topology, fabric_state="in_progress", channel_count=1)
+    out = subprocess.run([sys.executable, "-m", "cdriver", "kubelet-plugin", "--node-name", name,
+                          "--nvidia-driver-root", str(root.root), "--kubelet-plugins-directory-path",
+                          str(tmp_path / "p"), "--kubelet-registrar-directory-path", str(tmp_path / "r"),
+                          "--cdi-root", str(tmp_path / "cdi")],
+                         env=root.process_env(), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1, out.stderr
+    assert "Traceback" not in out.stderr
+    error = [line for line in out.stderr.splitlines() if line.startswith("Error:")]
+    assert error and "fabric" in error[0].lower()

@@ -14,6 +14,7 @@ from cdriver.roles.host_check.facts import (
     FabricFacts,
     ImexProcessFacts,
     NodeFacts,
+    in_pod_cgroup,
     is_imex_process,
     parse_channel_major,
 )
@@ -77,6 +78,13 @@ def test_service_down_fails_service_and_skips_config() -> None:
     assert results["imex-service"].status == checks.FAIL
     assert "systemctl enable --now nvidia-imex" in results["imex-service"].fix
     assert results["imex-config"].status == checks.SKIP
+    assert results["imex-socket"].status == checks.PASS  # the socket still answers: reported as seen
+
+    down = dataclasses.replace(facts, probe=None)
+    results = {r.name: r for r in checks.run_checks(down)}
+    assert list(failed(list(results.values()))) == ["imex-service"]
+    assert results["imex-socket"].status == checks.SKIP
+    assert "imex-service" in results["imex-socket"].evidence
 
 
 def test_socket_path_mismatch_names_both_paths() -> None:
@@ -87,11 +95,39 @@ def test_socket_path_mismatch_names_both_paths() -> None:
     assert list(bad) == ["imex-config"]
     assert "/other.sock" in bad["imex-config"].evidence and SOCKET in bad["imex-config"].evidence
 
+    facts.probe = None  # nothing listens where the driver looks: that follows from the config
+    results = {r.name: r for r in checks.run_checks(facts)}
+    assert list(failed(list(results.values()))) == ["imex-config"]
+    assert results["imex-socket"].status == checks.SKIP
+
 
 def test_cmd_disabled_fails_config() -> None:
     facts = healthy()
     facts.processes[0].config = ImexConfig.from_values({"IMEX_CMD_ENABLED": "0"}, "cfg")
     assert list(failed(checks.run_checks(facts))) == ["imex-config"]
+
+
+def test_not_ready_socket_fails_only_the_socket_check() -> None:
+    facts = dataclasses.replace(healthy(), probe=ProbeResult(ready=False, output="STARTING", returncode=1))
+    bad = failed(checks.run_checks(facts))
+    assert list(bad) == ["imex-socket"]
+    assert "STARTING" in bad["imex-socket"].evidence
+
+
+def test_driver_managed_service_evidence_names_its_ports() -> None:
+    node = healthy("driverManaged")
+    cfg = ImexConfig.from_values({"SERVER_PORT": "41000", "IMEX_CMD_PORT": "41005"}, "cfg")
+    node.processes = [ImexProcessFacts(pid=7, cmdline=["nvidia-imex", "-c", "/drv/cfg"], config_path="/drv/cfg",
+                                       config=cfg)]
+    bad = failed(checks.run_checks(node))
+    assert "ports 41000/41005" in bad["imex-service"].evidence
+
+
+def test_pod_cgroups_are_recognised() -> None:
+    assert in_pod_cgroup("0::/kubepods.slice/kubepods-besteffort.slice/cri-containerd-1.scope\n")
+    assert in_pod_cgroup("12:memory:/kubepods/burstable/pod1234/abcd\n1:cpu:/\n")
+    assert not in_pod_cgroup("0::/system.slice/nvidia-imex.service\n")
+    assert not in_pod_cgroup("")
 
 
 def test_driver_managed_inverts_service_check() -> None:

@@ -91,3 +91,10 @@ def test_state_file_round_trip(tmp_path: Path) -> None:
     assert failures.read_state(path) is None
     path.write_text("{not json")
     assert failures.read_state(path) is None
+
+
+def test_command_port_follows_the_config() -> None:
+    assert failures.command_port({}) == 50005
+    assert failures.command_port({"IMEX_CMD_PORT": "6000"}) == 6000
+    assert failures.command_port({"IMEX_CMD_ENABLED": "0"}) is None
+    assert failures.command_port({"IMEX_CMD_PORT": "0"}) is None

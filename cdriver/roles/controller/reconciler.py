@@ -202,11 +202,28 @@ class Reconciler:
         meta = body.setdefault("metadata", {})
         meta["finalizers"] = [f for f in meta.get("finalizers") or [] if f != C.FINALIZER]
         try:
-            self._update(res, body)
+            result = self.raw.update(res, body)
         except ApiError as exc:
             if not exc.not_found:
                 raise
             self.overlay.record_gone(res.plural, object_key(obj), obj)
+            return
+        self._record_result("update", res, result, object_key(obj))
+        log.debug("released finalizer of %s %s", res.kind, object_key(obj))
+
+    def _record_result(self, verb: str, res, result: dict, key: str) -> None:
+        """Record a write that may have removed the object (last finalizer released)."""
+        self.metrics.write(verb, res.plural)
+        meta = result.get("metadata") or {}
+        terminating = bool(meta.get("deletionTimestamp"))
+        if verb == "delete":
+            exists = terminating and bool(meta.get("finalizers"))
+        else:
+            exists = not terminating or bool(meta.get("finalizers"))
+        if result.get("kind") == res.kind and exists:
+            self.overlay.record(res.plural, result)
+        else:
+            self.overlay.record_gone(res.plural, key, result if meta else None)
 
     # --- reconcile ----------------------------------------------------------------------
     def reconcile(self, key: str) -> None:
@@ -422,11 +439,7 @@ class Reconciler:
                 raise
             self.overlay.record_gone(res.plural, key, objects.get((target.role, key)))
             return
-        self.metrics.write("delete", res.plural)
-        if result.get("kind") == res.kind and result.get("metadata"):
-            self.overlay.record(res.plural, result)
-        else:
-            self.overlay.record_gone(res.plural, key, objects.get((target.role, key)))
+        self._record_result("delete", res, result, key)
         log.info("deleted %s", target.describe())
 
     def _unlabel(self, node: str, uid: str) -> None:

@@ -35,18 +35,27 @@ class PortHolder:
     cmdline: str = ""
 
 
+def _config_port(config: dict[str, str], key: str, default: int) -> int | None:
+    value = (config.get(key) or "").strip()
+    try:
+        port = int(value) if value else default
+    except ValueError:
+        return None  # nvidia-imex itself reports the bad value at start-up
+    return port if 0 < port < 65536 else None
+
+
+def command_port(config: dict[str, str]) -> int | None:
+    """The command service port (`nvidia-imex-ctl` talks to it), None when disabled or invalid."""
+    if (config.get("IMEX_CMD_ENABLED") or "1").strip() == "0":
+        return None
+    return _config_port(config, "IMEX_CMD_PORT", c.IMEX_CMD_PORT)
+
+
 def imex_ports(config: dict[str, str]) -> list[int]:
     """Ports nvidia-imex binds on the pod IP, from its parsed config (defaults 50000/50005)."""
     ports = []
-    for key, default in (("SERVER_PORT", c.IMEX_SERVER_PORT), ("IMEX_CMD_PORT", c.IMEX_CMD_PORT)):
-        value = (config.get(key) or "").strip()
-        try:
-            port = int(value) if value else default
-        except ValueError:
-            continue  # nvidia-imex itself reports the bad value at start-up
-        if key == "IMEX_CMD_PORT" and (config.get("IMEX_CMD_ENABLED", "1").strip() == "0"):
-            continue
-        if 0 < port < 65536 and port not in ports:
+    for port in (_config_port(config, "SERVER_PORT", c.IMEX_SERVER_PORT), command_port(config)):
+        if port is not None and port not in ports:
             ports.append(port)
     return ports
 

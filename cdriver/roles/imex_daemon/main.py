@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import queue
 import signal
+import socket
 import sys
 import threading
 import time
@@ -41,14 +42,18 @@ class ImexReadyProbe:
     """After each (re)start of nvidia-imex, run `nvidia-imex-ctl -q` until it answers READY.
 
     Posts `on_ready(pid)` once per child; runs in its own thread so a slow ctl never blocks
-    the daemon loop. Probes start fast (the stand-in is ready within tens of ms) and back off.
+    the daemon loop. Until the command port accepts connections only a cheap in-process
+    connect is tried, so the ctl runs once the daemon can answer; a not-READY answer (e.g.
+    still waiting for peers) backs the ctl off up to `maximum` seconds.
     """
 
     def __init__(self, probe: Callable[[], bool], current_pid: Callable[[], int | None],
-                 on_ready: Callable[[int], None], initial: float = 0.02, maximum: float = 1.0) -> None:
+                 on_ready: Callable[[int], None], port_open: Callable[[], bool] = lambda: True,
+                 initial: float = 0.01, maximum: float = 1.0) -> None:
         self.probe = probe
         self.current_pid = current_pid
         self.on_ready = on_ready
+        self.port_open = port_open
         self.initial = initial
         self.maximum = maximum
         self._armed = threading.Event()
@@ -71,15 +76,39 @@ class ImexReadyProbe:
         while not self._stop.is_set():
             self._armed.wait()
             self._armed.clear()
-            delay = self.initial
+            waiting, backoff = self.initial, self.initial
             while not self._stop.is_set():
                 pid = self.current_pid()
-                if pid is not None and self.probe() and self.current_pid() == pid:
-                    self.on_ready(pid)
-                    break
+                if pid is not None and self.port_open():
+                    if self.probe() and self.current_pid() == pid:
+                        self.on_ready(pid)
+                        break
+                    delay, backoff = backoff, min(self.maximum, backoff * 2)
+                else:
+                    delay, waiting = waiting, min(0.25, waiting * 2)
                 if self._stop.wait(delay):
                     return
-                delay = min(self.maximum, delay * 2)
+
+
+def release_memory() -> None:
+    """Collect start-up garbage and hand freed heap pages back to the OS (glibc only)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def port_accepts(ip: str, port: int, timeout: float = 0.2) -> bool:
+    """True when a TCP connect to ip:port succeeds (the command service is listening)."""
+    try:
+        socket.create_connection((ip, port), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
 
 
 class Daemon:
@@ -105,6 +134,7 @@ class Daemon:
         self.prober: ImexReadyProbe | None = None
         self.recorder: Any = None
         self.ports: list[int] = []
+        self.cmd_endpoint: tuple[str, int] | None = None  # where `nvidia-imex-ctl -q` connects
         self.mapping: dict[str, str] | None = None  # DNS mode: last applied name -> IP
         self.ip_peers: list[str] | None = None  # IP mode: last applied peer list
         self.ready_pid: int | None = None  # child that answered READY since its start
@@ -118,6 +148,7 @@ class Daemon:
         self.last_wait_log = ""
         self.reloads = 0
         self.reload_pending = False  # peers changed while nvidia-imex was still starting
+        self.trimmed = False
 
     # --- inputs from other threads ----------------------------------------------------
 
@@ -190,7 +221,11 @@ class Daemon:
         except imex_config.ImexConfigError as exc:
             raise DaemonError(f"cannot render the IMEX config: {exc}") from None
         imex_config.write_file_atomic(paths.config, text)
-        self.ports = failures.imex_ports(imex_config.parse_config(text))
+        values = imex_config.parse_config(text)
+        self.ports = failures.imex_ports(values)
+        cmd_port = failures.command_port(values)
+        bind_ip = values.get("IMEX_CMD_BIND_INTERFACE_IP") or self.s.pod_ip
+        self.cmd_endpoint = (bind_ip, cmd_port) if cmd_port else None
         if self.s.dns_names:
             imex_config.write_file_atomic(paths.nodes_config, dnsnames.static_nodes_config(self.s.max_nodes))
         failures.clear_state(paths.state)
@@ -224,12 +259,16 @@ class Daemon:
             initial_backoff=min(self.initial_backoff, self.s.max_backoff), echo=self.echo,
             on_exit=lambda rc, expected: self._post("imex-exit", rc, expected), name=c.IMEX_DAEMON_BINARY)
         self.prober = ImexReadyProbe(self._probe_once, lambda: self.imex.pid,
-                                     lambda pid: self._post("imex-ready", pid))
+                                     lambda pid: self._post("imex-ready", pid),
+                                     port_open=self._command_service_up)
         self.prober.start()
         self.watchers = [members, pods.informer]
         for informer in self.watchers:
             informer.start()
         self._post("start")
+
+    def _command_service_up(self) -> bool:
+        return self.cmd_endpoint is None or port_accepts(*self.cmd_endpoint)
 
     def _probe_once(self) -> bool:
         from cdriver.imex import ctl
@@ -469,6 +508,9 @@ class Daemon:
         cl.update_with_retry(self.store, lambda e: cl.set_entry_status(e, self.s.node_name, want, key),
                              sleep=self.stopping.wait, what="status update")
         log.info("Entry of node %s in %s is now %s", self.s.node_name, self.store.description, want)
+        if want == c.STATUS_READY and not self.trimmed:
+            self.trimmed = True
+            release_memory()  # start-up is over: drop its garbage once
 
     # --- shutdown -------------------------------------------------------------------------------
 

@@ -13,10 +13,10 @@ from cdriver.api import constants as C
 from cdriver.cdi.model import ContainerEdits, Device, DeviceNode, Mount, Spec, qualified_name
 
 CHANNEL_FILE_MODE = 0o666
-IMEXD_MOUNT_OPTIONS = ["rw", "nosuid", "nodev", "bind"]
-BASE_DEVICE_NAME = "all"
-BASE_SPEC_NAME = f"{C.CDI_VENDOR}-{C.CDI_CLASS_DEVICE}_base"
-VISIBLE_DEVICES_VOID = "NVIDIA_VISIBLE_DEVICES=void"
+IMEXD_MOUNT_OPTIONS = list(C.IMEXD_MOUNT_OPTIONS)
+BASE_DEVICE_NAME = C.CDI_BASE_DEVICE
+BASE_SPEC_NAME = f"{C.CDI_VENDOR}-{C.CDI_CLASS_DEVICE}_{C.CDI_BASE_SPEC_ID}"
+VISIBLE_DEVICES_VOID = C.NVIDIA_VISIBLE_DEVICES_VOID
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ class SweepReport:
 
     claims: list[str] = field(default_factory=list)
     domain_dirs: list[str] = field(default_factory=list)
+    orphan_specs: list[str] = field(default_factory=list)
 
 
 def stale_domain_dirs(dir_names: list[str], known_domains: set[str], used_domains: set[str]) -> list[str]:

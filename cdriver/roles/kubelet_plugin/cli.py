@@ -60,7 +60,7 @@ def _opt(*names: str, **kw):
 @_opt(
     "--cdi-root",
     default=C.CDI_STATIC_DIR,
-    envvar="CDI_ROOT",
+    envvar=C.ENV_CDI_ROOT,
     show_default=True,
     help="Directory for CDI spec files (one the container runtime reads).",
 )
@@ -76,14 +76,14 @@ def _opt(*names: str, **kw):
 @_opt(
     "--container-driver-root",
     default="",
-    envvar="DRIVER_ROOT_CTR_PATH",
+    envvar=C.ENV_DRIVER_ROOT_CTR_PATH,
     help="Where this process sees the driver root (default: --nvidia-driver-root).",
 )
 @_opt(
     "--kubelet-registrar-directory-path",
     "registrar_dir",
     default=C.KUBELET_REGISTRY_DIR,
-    envvar="KUBELET_REGISTRAR_DIRECTORY_PATH",
+    envvar=C.ENV_KUBELET_REGISTRAR_DIR,
     show_default=True,
     help="Kubelet's plugin registry directory.",
 )
@@ -91,7 +91,7 @@ def _opt(*names: str, **kw):
     "--kubelet-plugins-directory-path",
     "plugins_dir",
     default=C.KUBELET_PLUGINS_DIR,
-    envvar="KUBELET_PLUGINS_DIRECTORY_PATH",
+    envvar=C.ENV_KUBELET_PLUGINS_DIR,
     show_default=True,
     help="Parent of the plugin's data directory.",
 )
@@ -99,7 +99,7 @@ def _opt(*names: str, **kw):
     "--healthcheck-port",
     type=int,
     default=-1,
-    envvar="HEALTHCHECK_PORT",
+    envvar=C.ENV_HEALTHCHECK_PORT,
     show_default=True,
     help="TCP port of the gRPC health service (0: any free port, <0: off).",
 )
@@ -122,14 +122,14 @@ def _opt(*names: str, **kw):
 @_opt(
     "--imex-host-socket-path",
     default=C.DEFAULT_HOST_IMEX_SOCKET,
-    envvar="IMEX_HOST_SOCKET_PATH",
+    envvar=C.ENV_IMEX_HOST_SOCKET_PATH,
     show_default=True,
     help="Host nvidia-imex command socket, inside the driver root (hostManaged only).",
 )
 @_opt(
     "--gpu-clique-label-enabled/--no-gpu-clique-label-enabled",
     default=False,
-    envvar="GPU_CLIQUE_LABEL_ENABLED",
+    envvar=list(C.ENV_GPU_CLIQUE_LABEL_ENABLED),
     help=f"Own the node label {C.LABEL_NODE_CLIQUE} (do not also run GFD).",
 )
 @_opt(
@@ -141,7 +141,7 @@ def _opt(*names: str, **kw):
 @_opt(
     "--prepare-timeout",
     default="30s",
-    envvar="PREPARE_TIMEOUT",
+    envvar=C.ENV_PREPARE_TIMEOUT,
     show_default=True,
     help="How long one Prepare waits for local readiness (keep it below kubelet's 45s).",
 )

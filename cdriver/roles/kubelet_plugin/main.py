@@ -31,6 +31,7 @@ from cdriver.roles.kubelet_plugin.devices import published_devices
 from cdriver.roles.kubelet_plugin.discovery import NodeDiscovery, base_device_nodes, discover
 from cdriver.roles.kubelet_plugin.driver import ComputeDomainDriver
 from cdriver.roles.kubelet_plugin.metrics import CountingRawClient, PluginMetrics, serve_metrics
+from cdriver.roles.kubelet_plugin.prepare import remove_orphan_specs
 from cdriver.roles.kubelet_plugin.resourceslice import SlicePublisher, slice_field_selector
 from cdriver.roles.kubelet_plugin.state import UID_INDEX, BackgroundEvents, PluginState
 
@@ -121,6 +122,7 @@ class Plugin:
                 f"node {cfg.node_name!r} does not exist in the cluster; set --node-name / NODE_NAME to this node's name"
             )
 
+        remove_orphan_specs(state)  # before serving: no Prepare can be half-way now
         self.driver = ComputeDomainDriver(state)
         dra = node_service.serve_node_service(cfg.dra_socket, self.driver, max_workers=cfg.grpc_workers)
         self._servers.append((dra, cfg.dra_socket))

@@ -68,8 +68,9 @@ class PluginMetrics:
             ["node", "driver", "device_type"],
             registry=self.registry,
         )
-        self.api_requests = Counter("cdriver_kubelet_plugin_api_requests", "Kubernetes API requests sent.",
-                                    ["verb"], registry=self.registry)
+        self.api_requests = Counter(
+            "cdriver_kubelet_plugin_api_requests", "Kubernetes API requests sent.", ["verb"], registry=self.registry
+        )
         for op in (OP_PREPARE, OP_UNPREPARE):
             self.requests.labels(driver, op)
             self.inflight.labels(driver, op)

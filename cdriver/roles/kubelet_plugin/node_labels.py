@@ -1,9 +1,15 @@
 """The node labels this plugin owns: ``resource.nvidia.com/computeDomain`` (and optionally
-``nvidia.com/gpu.clique``). Writes are conditional, so concurrent writers cannot lose updates."""
+``nvidia.com/gpu.clique``).
+
+Writes are conditional (resourceVersion precondition, JSON-patch test), so concurrent writers
+cannot lose updates. The labeler remembers the node as its own last write returned it, so a
+reader never sees an older state from the watch cache after this process changed the label.
+"""
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 
 from cdriver.api import constants as C
@@ -24,17 +30,45 @@ def _rv(node: dict | None) -> str:
     return str(((node or {}).get("metadata") or {}).get("resourceVersion") or "")
 
 
+def _rv_int(node: dict | None) -> int:
+    try:
+        return int(_rv(node) or 0)
+    except ValueError:
+        return 0
+
+
 def _json_pointer(key: str) -> str:
     return "/metadata/labels/" + key.replace("~", "~0").replace("/", "~1")
 
 
 class NodeLabeler:
-    """Adds and removes the ComputeDomain label of one node."""
+    """Adds and removes the ComputeDomain label of one node (thread-safe)."""
 
     def __init__(self, raw: RawClient, node_name: str, cached_node: Callable[[], dict | None]) -> None:
         self.raw = raw
         self.node_name = node_name
         self.cached_node = cached_node
+        self._lock = threading.Lock()
+        self._written: dict | None = None  # the node as our last write returned it
+
+    def node(self) -> dict | None:
+        """The newest node we know: the watch cache, or our own later write."""
+        cached = self.cached_node()
+        with self._lock:
+            written = self._written
+        if written is not None and (cached is None or _rv_int(written) > _rv_int(cached)):
+            return written
+        return cached
+
+    def current(self) -> str | None:
+        """The ComputeDomain label value as far as this process knows."""
+        return _labels(self.node()).get(C.LABEL_COMPUTE_DOMAIN)
+
+    def _remember(self, node: dict) -> None:
+        if node.get("metadata"):
+            with self._lock:
+                if self._written is None or _rv_int(node) >= _rv_int(self._written):
+                    self._written = node
 
     def ensure_domain(self, domain_id: str, label_is_stale: Callable[[str], bool]) -> bool:
         """Make the node carry ``computeDomain=<domain_id>``; True if a write was needed.
@@ -43,7 +77,7 @@ class NodeLabeler:
         is gone and nothing here still uses it); otherwise a retryable error explains who owns
         the node.
         """
-        node = self.cached_node()
+        node = self.node()
         for _ in range(MAX_ATTEMPTS):
             if node is None:
                 node = self._get()
@@ -60,7 +94,7 @@ class NodeLabeler:
                 log.info("replacing stale label %s=%s on node %s", C.LABEL_COMPUTE_DOMAIN, current, self.node_name)
             patch = {"metadata": {"labels": {C.LABEL_COMPUTE_DOMAIN: domain_id}, "resourceVersion": _rv(node)}}
             try:
-                self.raw.patch(NODES, self.node_name, patch)
+                self._remember(self.raw.patch(NODES, self.node_name, patch))
                 log.info("labelled node %s %s=%s", self.node_name, C.LABEL_COMPUTE_DOMAIN, domain_id)
                 return True
             except ApiError as exc:
@@ -68,22 +102,21 @@ class NodeLabeler:
                     raise retryable(
                         f"cannot label node {self.node_name} with {C.LABEL_COMPUTE_DOMAIN}={domain_id}: {exc}"
                     ) from None
-                node = None  # stale cache: read fresh and decide again
+                node = None  # stale view: read fresh and decide again
         raise retryable(f"cannot label node {self.node_name}: it kept changing during {MAX_ATTEMPTS} attempts")
 
     def remove_domain(self, domain_id: str) -> bool:
         """Remove the label if (and only if) it still names ``domain_id``; True if removed."""
-        node = self.cached_node()
-        if node is not None and _labels(node).get(C.LABEL_COMPUTE_DOMAIN) not in (None, domain_id):
+        if self.current() not in (None, domain_id):
             return False
         ops = [
             {"op": "test", "path": _json_pointer(C.LABEL_COMPUTE_DOMAIN), "value": domain_id},
             {"op": "remove", "path": _json_pointer(C.LABEL_COMPUTE_DOMAIN)},
         ]
         try:
-            self.raw.patch(NODES, self.node_name, ops, patch_type="json")
+            self._remember(self.raw.patch(NODES, self.node_name, ops, patch_type="json"))
         except ApiError as exc:
-            if exc.invalid or exc.status == 422 or exc.not_found:
+            if exc.invalid or exc.not_found:
                 return False  # label absent or names another domain: nothing of ours to remove
             raise retryable(
                 f"cannot remove label {C.LABEL_COMPUTE_DOMAIN}={domain_id} from node {self.node_name}: {exc}"
@@ -93,10 +126,12 @@ class NodeLabeler:
 
     def set_label(self, key: str, value: str | None) -> None:
         """Set (or with None, remove) an arbitrary label with a merge patch."""
-        self.raw.patch(NODES, self.node_name, {"metadata": {"labels": {key: value}}})
+        self._remember(self.raw.patch(NODES, self.node_name, {"metadata": {"labels": {key: value}}}))
 
     def _get(self) -> dict:
         try:
-            return self.raw.get(NODES, self.node_name)
+            node = self.raw.get(NODES, self.node_name)
         except ApiError as exc:
             raise retryable(f"cannot read node {self.node_name}: {exc}") from None
+        self._remember(node)
+        return node

@@ -3,10 +3,15 @@
 Order, each step idempotent so a killed plugin converges on the retried call:
 1. read the claim; a completely prepared claim returns its recorded devices;
 2. plan: decode the opaque config strictly and check the claim against its ComputeDomain;
-3. under the checkpoint lock: check channel ownership, record PrepareStarted (intent first);
-4. effects without the lock (so other claims progress): node label + wait for local
-   readiness (driver-managed), host daemon probe (host-managed), or the daemon's config dir;
-5. under the lock: re-check ownership, write the claim CDI spec, record PrepareCompleted.
+3. if the claim needs effects outside this node's files (the node label) or a wait: under the
+   checkpoint lock check channel ownership and record PrepareStarted (intent first), then
+   label the node and wait for local readiness without the lock (so other claims progress);
+4. under the lock: check ownership, write the claim CDI spec, record PrepareCompleted.
+
+A claim that needs neither (ready node already labelled for its domain, host-managed mode,
+daemon claims) goes straight to step 4: the CDI spec and the record are written together
+under the lock, and a spec left by a crash between the two has no record and is removed
+before the plugin serves again (`remove_orphan_specs`), so nothing leaks.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from pathlib import Path
 from cdriver.api import constants as C
 from cdriver.atomic import atomic_write
 from cdriver.cdi.model import ContainerEdits
-from cdriver.cdi.writer import claim_spec_name, remove_spec, write_spec
+from cdriver.cdi.writer import claim_spec_name, list_specs, remove_spec, write_spec
 from cdriver.checkpoint import CheckpointError, ClaimRecord, ClaimState
 from cdriver.dra.node_service import ClaimRef, PreparedDevice
 from cdriver.errors import CdriverError
@@ -27,11 +32,10 @@ from cdriver.imex.config import load_template
 from cdriver.kube.events import NORMAL, WARNING
 from cdriver.kube.raw import RESOURCES, ApiError
 from cdriver.roles.kubelet_plugin import cdi_edits, claims
-from cdriver.roles.kubelet_plugin.claims import KIND_CHANNEL, KIND_DAEMON, ClaimPlan
+from cdriver.roles.kubelet_plugin.claims import KIND_DAEMON, ClaimPlan
 from cdriver.roles.kubelet_plugin.discovery import DiscoveryError, fabric_mgmt_device
 from cdriver.roles.kubelet_plugin.errors import ClaimError, permanent, retryable
 from cdriver.roles.kubelet_plugin.host import check_host_imex
-from cdriver.roles.kubelet_plugin.node_labels import NodeLabeler
 from cdriver.roles.kubelet_plugin.readiness import node_readiness
 from cdriver.roles.kubelet_plugin.state import PluginState, held_devices
 
@@ -40,9 +44,13 @@ log = logging.getLogger(__name__)
 CLAIMS = RESOURCES["resourceclaims"]
 #: How long a channel claim waits for its ComputeDomain to show up in the cache.
 CD_APPEAR_TIMEOUT = 2.0
-EVENT_NOT_FABRIC = "IMEXChannelNotInjected"
-EVENT_WAITING = "WaitingForIMEXDaemon"
-EVENT_HOST_NOT_READY = "HostIMEXDaemonNotReady"
+EVENT_NOT_FABRIC = C.EVENT_REASON_CHANNEL_NOT_INJECTED
+EVENT_WAITING = C.EVENT_REASON_WAITING_FOR_DAEMON
+EVENT_HOST_NOT_READY = C.EVENT_REASON_HOST_IMEX_NOT_READY
+
+
+class _LabelGone(Exception):
+    """The fast path lost its precondition (node label) before it could complete."""
 
 
 @dataclass
@@ -69,7 +77,7 @@ class Preparer:
     def __init__(self, state: PluginState) -> None:
         self.state = state
         self.config = state.config
-        self.labeler = NodeLabeler(state.raw, state.config.node_name, state.node_object)
+        self.labeler = state.labeler
         self._template: str | None = None
 
     # -- entry point ---------------------------------------------------------------------
@@ -96,25 +104,26 @@ class Preparer:
         if not plan.devices:
             return Prepared(devices=[])
         cd = self._check_domain(plan)
+        if plan.kind == KIND_DAEMON:
+            return self._complete(plan, self._daemon_effects(plan, cd))
+        if self.config.host_managed:
+            if self.state.discovery.clique_id:
+                self._wait_host_ready(plan, claim, deadline)
+            return self._complete(plan, self._channel_edits(plan, claim))
+        if self.labeler.current() == plan.domain_id and self._node_ready(plan)[0]:
+            try:
+                return self._complete(plan, self._channel_edits(plan, claim), label_required=True)
+            except _LabelGone:
+                log.info("claim %s: node label changed while preparing; taking the waiting path", plan.label)
         with store.locked() as cp:
             done = self._completed(cp.claims.get(ref.uid))
             if done is not None:
                 return done
             claims.check_devices_free(plan, held_devices(cp.claims), self.config.host_managed)
-            cp.claims[ref.uid] = ClaimRecord(
-                uid=ref.uid,
-                name=ref.name,
-                namespace=ref.namespace,
-                state=ClaimState.PREPARE_STARTED,
-                domain_id=plan.domain_id,
-                kind=plan.kind,
-                devices=[d.to_dict() for d in plan.devices],
-            )
-        if plan.kind == KIND_CHANNEL:
-            edits = self._channel_effects(plan, claim, cd, deadline)
-        else:
-            edits = self._daemon_effects(plan, cd)
-        return self._complete(plan, edits)
+            cp.claims[ref.uid] = self._record(plan, ClaimState.PREPARE_STARTED)
+        self.labeler.ensure_domain(plan.domain_id, self._label_is_stale)
+        self._wait_ready(plan, claim, cd, deadline)
+        return self._complete(plan, self._channel_edits(plan, claim), started=True)
 
     # -- steps ---------------------------------------------------------------------------
     @staticmethod
@@ -151,14 +160,19 @@ class Preparer:
         claims.check_domain_namespace(plan, cd)
         return cd
 
-    def _channel_effects(self, plan: ClaimPlan, claim: dict, cd: dict | None, deadline: float) -> ContainerEdits:
+    def _record(self, plan: ClaimPlan, state: ClaimState) -> ClaimRecord:
+        return ClaimRecord(
+            uid=plan.uid,
+            name=plan.name,
+            namespace=plan.namespace,
+            state=state,
+            domain_id=plan.domain_id,
+            kind=plan.kind,
+            devices=[d.to_dict() for d in plan.devices],
+        )
+
+    def _channel_edits(self, plan: ClaimPlan, claim: dict) -> ContainerEdits:
         clique_id = self.state.discovery.clique_id
-        if self.config.host_managed:
-            if clique_id:
-                self._wait_host_ready(plan, claim, deadline)
-        else:
-            self.labeler.ensure_domain(plan.domain_id, self._label_is_stale)
-            self._wait_ready(plan, claim, cd, deadline)
         if not clique_id:
             msg = (
                 f"node {self.config.node_name} is not attached to a multi-node NVLink fabric (no clique ID): "
@@ -180,20 +194,24 @@ class Preparer:
             return False
         return not any(rec.domain_id == other_domain for rec in self.state.store.read().claims.values())
 
+    def _node_ready(self, plan: ClaimPlan) -> tuple[bool, str]:
+        st = self.state
+        return node_readiness(
+            self.config.node_name,
+            plan.domain_id,
+            st.discovery.clique_id,
+            st.clique(plan.domain_id),
+            st.compute_domain(plan.domain_id),
+            self.config.use_cliques,
+            self.config.namespace,
+        )
+
     def _wait_ready(self, plan: ClaimPlan, claim: dict, cd: dict | None, deadline: float) -> None:
         st = self.state
         why = [""]
 
         def check() -> bool | None:
-            ready, why[0] = node_readiness(
-                self.config.node_name,
-                plan.domain_id,
-                st.discovery.clique_id,
-                st.clique(plan.domain_id),
-                st.compute_domain(plan.domain_id),
-                self.config.use_cliques,
-                self.config.namespace,
-            )
+            ready, why[0] = self._node_ready(plan)
             return True if ready else None
 
         started = time.monotonic()
@@ -258,7 +276,15 @@ class Preparer:
         except OSError as exc:
             raise retryable(f"cannot write the IMEX config template to {domain_dir}: {exc.strerror or exc}") from None
 
-    def _complete(self, plan: ClaimPlan, edits: ContainerEdits) -> Prepared:
+    def _complete(
+        self, plan: ClaimPlan, edits: ContainerEdits, started: bool = False, label_required: bool = False
+    ) -> Prepared:
+        """Under the lock: check ownership, write the CDI spec, record PrepareCompleted.
+
+        ``started``: a PrepareStarted record must still be there (else an Unprepare or a sweep
+        ran meanwhile). ``label_required``: the node must still carry this domain's label (an
+        Unprepare may have just removed it); raises _LabelGone otherwise.
+        """
         spec_devices = [(d.device, edits) for d in plan.devices]
         spec = cdi_edits.claim_spec(plan.uid, spec_devices)
         devices = []
@@ -280,15 +306,18 @@ class Preparer:
             done = self._completed(cp.claims.get(plan.uid))
             if done is not None:
                 return done
-            if plan.uid not in cp.claims:
+            if started and plan.uid not in cp.claims:
                 raise retryable(f"claim {plan.label} was unprepared while it was being prepared; kubelet retries")
+            if label_required and self.labeler.current() != plan.domain_id:
+                raise _LabelGone()
             claims.check_devices_free(plan, held_devices(cp.claims), self.config.host_managed)
             name = claim_spec_name(plan.uid)
             if spec is not None:
                 write_spec(self.config.cdi_root, name, spec)
             else:
                 remove_spec(self.config.cdi_root, name)
-            rec = cp.claims[plan.uid]
+            rec = cp.claims.get(plan.uid) or self._record(plan, ClaimState.PREPARE_COMPLETED)
+            cp.claims[plan.uid] = rec
             rec.state = ClaimState.PREPARE_COMPLETED
             rec.devices = record_devices(devices, plan)
             rec.cdi_ids = [i for d in devices for i in d.cdi_device_ids]
@@ -302,3 +331,21 @@ class Preparer:
             ", ".join(i for d in devices for i in d.cdi_device_ids) or "no CDI devices",
         )
         return Prepared(devices=devices)
+
+
+def remove_orphan_specs(state: PluginState) -> list[str]:
+    """Remove claim CDI specs that no checkpoint record owns (left by a crash mid-Prepare).
+
+    Runs under the checkpoint lock, which every spec write also holds, so a Prepare in
+    progress is never mistaken for an orphan. Returns the removed claim UIDs.
+    """
+    prefix = claim_spec_name("x")[:-1]
+    removed = []
+    with state.store.locked() as cp:
+        for name in list_specs(state.config.cdi_root):
+            if name.startswith(prefix) and name[len(prefix) :] not in cp.claims:
+                remove_spec(state.config.cdi_root, name)
+                removed.append(name[len(prefix) :])
+    if removed:
+        log.info("removed CDI specs of claims this node does not hold: %s", ", ".join(removed))
+    return removed

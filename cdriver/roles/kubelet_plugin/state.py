@@ -15,6 +15,7 @@ from cdriver.roles.kubelet_plugin.claims import HeldDevice
 from cdriver.roles.kubelet_plugin.config import PluginConfig
 from cdriver.roles.kubelet_plugin.discovery import NodeDiscovery
 from cdriver.roles.kubelet_plugin.metrics import PluginMetrics
+from cdriver.roles.kubelet_plugin.node_labels import NodeLabeler
 from cdriver.roles.kubelet_plugin.readiness import ChangeNotifier
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,11 @@ class PluginState:
     metrics: PluginMetrics
     events: BackgroundEvents
     notifier: ChangeNotifier = field(default_factory=ChangeNotifier)
+    labeler: NodeLabeler | None = None
+
+    def __post_init__(self) -> None:
+        if self.labeler is None:
+            self.labeler = NodeLabeler(self.raw, self.config.node_name, self.node_object)
 
     # -- cache lookups ---------------------------------------------------------------
     def compute_domain(self, uid: str) -> dict | None:

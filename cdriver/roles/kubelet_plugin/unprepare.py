@@ -16,7 +16,6 @@ from cdriver.dra.node_service import ClaimRef
 from cdriver.errors import CdriverError
 from cdriver.roles.kubelet_plugin.claims import KIND_CHANNEL
 from cdriver.roles.kubelet_plugin.errors import ClaimError, retryable
-from cdriver.roles.kubelet_plugin.node_labels import NodeLabeler
 from cdriver.roles.kubelet_plugin.state import PluginState
 
 log = logging.getLogger(__name__)
@@ -27,7 +26,7 @@ class Unpreparer:
 
     def __init__(self, state: PluginState) -> None:
         self.state = state
-        self.labeler = NodeLabeler(state.raw, state.config.node_name, state.node_object)
+        self.labeler = state.labeler
 
     def unprepare(self, ref: ClaimRef) -> bool:
         """Undo ``ref``; False if it was unknown (nothing to do). Raises a retryable ClaimError."""

@@ -76,7 +76,7 @@ class NodeAgent:
                  labels: dict[str, str] | None = None, capacity: dict[str, str] | None = None,
                  options: NodeOptions | None = None, topology: str | os.PathLike[str] | None = None,
                  driver_root: bool = False, profile: str = "gb200", fabric_state: str = "completed",
-                 kubelet_port: int = 10250) -> None:
+                 kubelet_port: int = 10250, pki_dir: str | os.PathLike[str] | None = None) -> None:
         if isinstance(raw, str):
             from cdriver.kube.client import new_raw_client
 
@@ -93,6 +93,8 @@ class NodeAgent:
         self.profile = profile
         self.fabric_state = fabric_state
         self.kubelet_port = kubelet_port
+        self.pki_dir = Path(pki_dir) if pki_dir is not None else None
+        self.kubelet_server: Any = None
         self.log = logging.getLogger(f"cdriver.sim.node.{name}")
         self.recorder = EventRecorder(raw, EVENT_COMPONENT, host=name)
         self.plugins: PluginManager | None = None
@@ -135,6 +137,8 @@ class NodeAgent:
                                                   fabric_state=self.fabric_state)
         host, port = api_address(self.raw.server)
         self._stop.clear()
+        if self.pki_dir is not None:
+            self._start_kubelet_server()
         self._register_node()
         self._delete_slices()
         self.plugins = PluginManager(self.layout, self.log, scan_interval=self.options.plugin_scan_interval,
@@ -189,6 +193,9 @@ class NodeAgent:
         for thread in self._threads:
             thread.join(10)
         self._threads = []
+        if self.kubelet_server is not None:
+            self.kubelet_server.stop()
+            self.kubelet_server = None
         if self.plugins is not None:
             self.plugins.stop()
         if delete_node:
@@ -224,11 +231,29 @@ class NodeAgent:
             self._log_handler.close()
             self._log_handler = None
 
+    def _start_kubelet_server(self) -> None:
+        from cdriver.sim import pki
+        from cdriver.sim.node.kubelet_server import KubeletServer
+
+        files = pki.PKIFiles(self.pki_dir)
+        try:
+            cert, key = pki.issue_kubelet_serving_cert(files, self.name, (self.ip,), self.layout.pki_dir)
+        except (OSError, ValueError) as exc:
+            raise NodeError(f"node {self.name}: cannot issue the kubelet serving certificate from the cluster "
+                            f"CA in {self.pki_dir}: {exc}; pass the cluster's pki directory") from None
+        self.kubelet_server = KubeletServer(self, self.name, self.ip, self.kubelet_port, cert, key, files.ca_cert,
+                                            (pki.KUBELET_CLIENT_USER,), self.log).start()
+
     # -- Node object and heartbeat ---------------------------------------------------------------
     def node_object(self) -> dict[str, Any]:
+        port = self.kubelet_server.port if self.kubelet_server is not None else self.kubelet_port
         body = nodemod.node_object(self.name, self.labels, internal_ip=self.ip, capacity=self.capacity,
-                                   kubelet_port=self.kubelet_port)
+                                   kubelet_port=port)
         body["status"]["nodeInfo"]["containerRuntimeVersion"] = "cdriver-sim://1"
+        if self.kubelet_server is not None:
+            from cdriver.sim.node.kubelet_server import WEBSOCKET_NODE_FEATURE
+
+            body["status"]["declaredFeatures"] = [WEBSOCKET_NODE_FEATURE]
         return body
 
     def _register_node(self) -> None:

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cdriver.cdi.model import CDIError
 from cdriver.cdi.reader import CDIRegistry
 from cdriver.errors import CdriverError
 from cdriver.kube.events import EventRecorder
@@ -476,7 +475,7 @@ class PodWorker:
         try:
             self._setup_volumes()
             self._prepare_claims()
-        except (VolumeError, DRAError, CDIError, envmod.EnvError, ApiError, _SetupWait) as exc:
+        except (CdriverError, OSError) as exc:
             self.setup_failures += 1
             delay = backoff_delay(self.setup_failures, self.rt.options.setup_retry_base,
                                   self.rt.options.setup_retry_max)
@@ -581,7 +580,7 @@ class PodWorker:
                 cdi_env, devices, cdi_mounts = launch_edits(self.rt.resolve_cdi(ids), self.rt.layout)
                 env.update(cdi_env)
                 mounts.extend(cdi_mounts)
-        except (envmod.EnvError, VolumeError, CDIError, CdriverError, ApiError) as exc:
+        except (CdriverError, OSError) as exc:
             record.set_waiting(st.REASON_CONFIG_ERROR, str(exc))
             self._event("Warning", "Failed", f"Error: {exc}")
             self._backoff(name)

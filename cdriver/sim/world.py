@@ -1,0 +1,287 @@
+"""The whole simulated cluster: control plane, simulated GB200 nodes, and the driver's chart.
+
+`SimWorld.start()` builds what is missing (cached), starts the real control plane, one
+simulated node per topology node (each with its own loopback address, root directory and
+driver root holding the simulation kit), installs `helm/cdriver` with the built helm, and
+waits until the controller and every node's kubelet plugin are ready and publishing. Each
+step is named; a failure says which step failed and shows the relevant log tail.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cdriver.api import constants as c
+from cdriver.errors import CdriverError
+
+log = logging.getLogger(__name__)
+
+RELEASE = "cdriver"
+DRIVER_NAMESPACE = "cdriver-system"
+KUBE_VERSION = "1.37.2"
+SIM_DRIVER_ROOT = "/run/nvidia/driver"
+READY_TIMEOUT = 180.0
+
+Progress = Callable[[str], None]
+
+
+class WorldError(CdriverError):
+    """A step of bringing up the simulated cluster failed; the message names the step."""
+
+
+def chart_dir() -> Path:
+    """The chart in the source tree this package runs from."""
+    path = Path(__file__).resolve().parents[2] / "helm" / "cdriver"
+    if not (path / "Chart.yaml").exists():
+        raise WorldError(f"the Helm chart is not at {path}; run from a checkout of the cdriver repository")
+    return path
+
+
+@dataclass
+class WorldSettings:
+    """What to bring up."""
+
+    base_dir: Path
+    nodes: int = 4
+    topology: Path | None = None
+    imex_mode: str = c.IMEX_MODE_DRIVER_MANAGED
+    feature_gates: dict[str, bool] = field(default_factory=dict)
+    extra_values: list[str] = field(default_factory=list)
+    fast: bool = True
+    #: node names to lay out as not fabric-attached (NVML reports no fabric)
+    non_fabric_nodes: tuple[str, ...] = ()
+
+
+@dataclass
+class SimNode:
+    """One simulated node and its identity in the topology."""
+
+    name: str
+    ip: str
+    clique: str  # "<clusterUUID>.<cliqueId>" or "" when not fabric-attached
+    agent: Any
+
+
+def helm_values(settings: WorldSettings) -> list[str]:
+    """`--set` arguments that point the chart at the simulated nodes."""
+    values = [
+        "--set", f"nvidiaDriverRoot={SIM_DRIVER_ROOT}",
+        "--set", "command=cdriver",
+        "--set", "image.pullPolicy=Never",
+        "--set", f"imex.mode={settings.imex_mode}",
+        "--set", "logVerbosity=4",
+    ]
+    gates = dict(settings.feature_gates)
+    if settings.imex_mode == c.IMEX_MODE_HOST_MANAGED:
+        gates.setdefault("HostManagedIMEXDaemon", True)
+    for name, enabled in sorted(gates.items()):
+        values += ["--set", f"featureGates.{name}={str(enabled).lower()}"]
+    return values + list(settings.extra_values)
+
+
+class SimWorld:
+    """Control plane + simulated nodes + the installed chart (a context manager)."""
+
+    def __init__(self, settings: WorldSettings, progress: Progress | None = None) -> None:
+        self.settings = settings
+        self.progress = progress or (lambda msg: log.info("%s", msg))
+        self.cluster: Any = None
+        self.nodes: list[SimNode] = []
+        self.helm: Path | None = None
+        self.kubectl: Path | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def __enter__(self) -> SimWorld:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def raw(self) -> Any:
+        return self.cluster.raw
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.cluster.kubeconfig
+
+    def _step(self, name: str, fn: Callable[[], Any]) -> Any:
+        self.progress(f"==> {name}")
+        start = time.monotonic()
+        try:
+            result = fn()
+        except WorldError:
+            raise
+        except CdriverError as e:
+            raise WorldError(f"step '{name}' failed: {e}") from e
+        self.progress(f"    done in {time.monotonic() - start:.1f} s")
+        return result
+
+    def start(self) -> SimWorld:
+        try:
+            self._step("build or find the control-plane binaries and helm (first build: many minutes)",
+                       self._binaries)
+            self._step("start etcd, kube-apiserver, kube-controller-manager, kube-scheduler", self._start_cluster)
+            self._step(f"start {self.settings.nodes} simulated GB200 nodes", self._start_nodes)
+            self._step("install the cdriver Helm chart", self._install_chart)
+            self._step("wait for the controller and every node's kubelet plugin", self._wait_ready)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for node in reversed(self.nodes):
+            try:
+                node.agent.stop()
+            except Exception as e:  # keep stopping the rest
+                log.warning("stopping node %s: %s", node.name, e)
+        self.nodes = []
+        if self.cluster is not None:
+            self.cluster.stop()
+            self.cluster = None
+
+    # -- steps ---------------------------------------------------------------------------
+    def _binaries(self) -> None:
+        from cdriver.sim.binaries import control_plane_binaries, helm_binary
+
+        binaries = control_plane_binaries()
+        self._binaries_obj = binaries
+        self.helm = helm_binary()
+        self.kubectl = getattr(binaries, "kubectl", None)
+
+    def _start_cluster(self) -> None:
+        from cdriver.sim.cluster import LocalCluster
+
+        run_dir = self.settings.base_dir / "cluster"
+        self.cluster = LocalCluster(run_dir=run_dir, binaries=self._binaries_obj)
+        self.cluster.start()
+
+    def _topology(self) -> Any:
+        from cdriver.sim.topology import demo_topology_path, load_topology
+
+        path = self.settings.topology or demo_topology_path()
+        return path, load_topology(path)
+
+    def _start_nodes(self) -> None:
+        import threading
+
+        from cdriver.sim.node.agent import NodeAgent, node_ip
+        from cdriver.sim.node.pods import NodeOptions
+        from cdriver.sim.topology import clique_label
+
+        path, topology = self._topology()
+        names = topology.nodes()[: self.settings.nodes]
+        if len(names) < self.settings.nodes:
+            raise WorldError(f"the topology {path} lists {len(names)} nodes, {self.settings.nodes} were asked for")
+        options = NodeOptions.fast() if self.settings.fast else NodeOptions()
+        for i, name in enumerate(names, start=1):
+            fabric = name not in self.settings.non_fabric_nodes
+            identity = topology.find(name)
+            clique = clique_label(identity) if (identity and fabric) else ""
+            labels = {"nvidia.com/gpu.present": "true"}
+            if clique:
+                # What GPU feature discovery sets on a real node.
+                labels[c.LABEL_NODE_CLIQUE] = clique
+            agent = NodeAgent(self.raw, name, node_ip(i), self.settings.base_dir / "nodes" / name, labels=labels,
+                              options=options, topology=str(path),
+                              fabric_state="completed" if fabric else "not_supported")
+            self.nodes.append(SimNode(name, node_ip(i), clique, agent))
+        errors: list[BaseException] = []
+
+        def run(node: SimNode) -> None:
+            try:
+                node.agent.start()
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(WorldError(f"node {node.name}: {e}"))
+
+        threads = [threading.Thread(target=run, args=(n,), daemon=True) for n in self.nodes]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        for node in self.nodes:
+            self.progress(f"    {node.name} at {node.ip}, clique {node.clique or '<not fabric-attached>'}")
+
+    def helm_cmd(self, *args: str) -> subprocess.CompletedProcess:
+        """Run helm against this cluster."""
+        assert self.helm is not None
+        argv = [str(self.helm), *args, "--kubeconfig", str(self.kubeconfig)]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=300)
+
+    def _install_chart(self) -> None:
+        out = self.helm_cmd("upgrade", "--install", RELEASE, str(chart_dir()), "--namespace", DRIVER_NAMESPACE,
+                            "--create-namespace", *helm_values(self.settings))
+        if out.returncode != 0:
+            raise WorldError(f"helm install failed:\n{out.stdout[-2000:]}{out.stderr[-3000:]}")
+
+    def _wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
+        from cdriver.kube.raw import RESOURCES
+
+        deadline = time.monotonic() + timeout
+        want = {n.name for n in self.nodes}
+        last = ""
+        while time.monotonic() < deadline:
+            pods = self.raw.list(RESOURCES["pods"], namespace=DRIVER_NAMESPACE)["items"]
+            ready_plugins = {p["spec"].get("nodeName") for p in pods if _is_plugin(p) and _pod_ready(p)}
+            controller_ready = any(_is_controller(p) and _pod_ready(p) for p in pods)
+            slices = self.raw.list(RESOURCES["resourceslices"])["items"]
+            published = {s["spec"].get("nodeName") for s in slices if s["spec"].get("driver") == c.DRIVER_NAME}
+            if controller_ready and want <= ready_plugins and want <= published:
+                return
+            last = (f"controller ready: {controller_ready}; plugins ready on {sorted(ready_plugins)}; "
+                    f"ResourceSlices from {sorted(published)} (want {sorted(want)})")
+            time.sleep(0.5)
+        raise WorldError(f"the driver was not ready after {timeout:.0f} s: {last}\n{self.pod_log_tails()}")
+
+    # -- diagnostics ---------------------------------------------------------------------
+    def node(self, name: str) -> SimNode:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise WorldError(f"no simulated node {name!r}")
+
+    def pod_log_tails(self, namespace: str = DRIVER_NAMESPACE, lines: int = 15) -> str:
+        """The last lines of every container log in `namespace` (for failure messages)."""
+        from cdriver.kube.raw import RESOURCES
+
+        out = []
+        for pod in self.raw.list(RESOURCES["pods"], namespace=namespace)["items"]:
+            node_name = pod["spec"].get("nodeName")
+            node = next((n for n in self.nodes if n.name == node_name), None)
+            if node is None:
+                continue
+            for ctr in pod["spec"].get("containers", []):
+                path = node.agent.container_log(namespace, pod["metadata"]["name"], ctr["name"])
+                if path and os.path.exists(path):
+                    text = Path(path).read_text(errors="replace").splitlines()[-lines:]
+                    out.append(f"--- {pod['metadata']['name']}/{ctr['name']} on {node_name}:\n" + "\n".join(text))
+        return "\n".join(out)
+
+
+def _component(pod: dict) -> str:
+    return (pod["metadata"].get("labels") or {}).get("app.kubernetes.io/component", "")
+
+
+def _is_plugin(pod: dict) -> bool:
+    return _component(pod) == "kubelet-plugin"
+
+
+def _is_controller(pod: dict) -> bool:
+    return _component(pod) == "controller"
+
+
+def _pod_ready(pod: dict) -> bool:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return cond.get("status") == "True"
+    return False

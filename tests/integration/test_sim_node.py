@@ -1,0 +1,430 @@
+"""Simulated nodes run real pods against the real control plane: DaemonSets with hostPath,
+downward API and projected service-account tokens under RBAC; DRA claims prepared through a
+real gRPC plugin with CDI env and device nodes; probes, restarts and graceful termination."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import stat
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from cdriver.cdi.model import ContainerEdits, Device, DeviceNode, Spec
+from cdriver.cdi.writer import remove_spec, write_spec
+from cdriver.dra import node_service, registration, sockets
+from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.sim.node.agent import NodeAgent, start_nodes
+from cdriver.sim.node.pods import NodeOptions
+
+pytestmark = pytest.mark.integration
+
+T = TypeVar("T")
+PODS, NODES, EVENTS = RESOURCES["pods"], RESOURCES["nodes"], RESOURCES["events"]
+SLICES, CLASSES = RESOURCES["resourceslices"], RESOURCES["deviceclasses"]
+TEMPLATES, CLAIMS = RESOURCES["resourceclaimtemplates"], RESOURCES["resourceclaims"]
+NODE_LABEL = "sim-node-test.cdriver.dev/pool"
+PY = sys.executable
+
+
+def wait_for(fn: Callable[[], T | None], timeout: float, what: str, interval: float = 0.1) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def condition(pod: dict, ctype: str) -> str | None:
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == ctype:
+            return c.get("status")
+    return None
+
+
+def container_status(pod: dict, name: str = "main") -> dict:
+    for c in (pod.get("status") or {}).get("containerStatuses") or []:
+        if c.get("name") == name:
+            return c
+    return {}
+
+
+def get_pod(raw: RawClient, ns: str, name: str) -> dict:
+    return raw.get(PODS, name, ns)
+
+
+def pod_ready(raw: RawClient, ns: str, name: str) -> dict | None:
+    pod = raw.get_or_none(PODS, name, ns)
+    return pod if pod and condition(pod, "Ready") == "True" else None
+
+
+# --- fixtures ---------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def pool() -> str:
+    return f"p{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture(scope="module")
+def sim_nodes(cluster: Any, pool: str) -> Iterator[list[NodeAgent]]:
+    """Two simulated nodes with short roots (Unix socket paths must stay short)."""
+    base = tempfile.mkdtemp(prefix="cdn-")
+    agents = start_nodes(cluster.raw, 2, base, prefix=f"sim-{pool}", first_index=11,
+                         labels={NODE_LABEL: pool}, options=NodeOptions.fast())
+    yield agents
+    for agent in agents:
+        agent.stop(delete_node=True)
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def pod_body(name: str, command: list[str], pool: str, node: str | None = None, **spec: Any) -> dict:
+    container = {"name": "main", "image": "example.invalid/unused:1", "command": command}
+    container.update(spec.pop("container", {}))
+    body = {"metadata": {"name": name},
+            "spec": {"containers": [container], "terminationGracePeriodSeconds": 2,
+                     "nodeSelector": {NODE_LABEL: pool}, **spec}}
+    if node:
+        body["spec"]["nodeSelector"]["kubernetes.io/hostname"] = node
+    return body
+
+
+# --- DaemonSet: hostPath, downward API, projected token, RBAC -----------------------------------
+
+LISTER = r"""
+import json, os, ssl, urllib.request, urllib.error
+sa = "/var/run/secrets/kubernetes.io/serviceaccount"
+token = open(sa + "/token").read()
+ns = open(sa + "/namespace").read()
+ctx = ssl.create_default_context(cafile=sa + "/ca.crt")
+base = "https://%s:%s" % (os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"])
+def get(path):
+    req = urllib.request.Request(base + path, headers={"Authorization": "Bearer " + token})
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, None
+code, pods = get("/api/v1/namespaces/%s/pods" % ns)
+other, _ = get("/api/v1/namespaces/kube-system/pods")
+result = {"node": os.environ["MY_NODE"], "podIP": os.environ["MY_POD_IP"], "pod": os.environ["MY_POD"],
+          "uid": os.environ["MY_UID"], "namespace": ns, "listCode": code,
+          "pods": sorted(p["metadata"]["name"] for p in pods["items"]) if pods else [],
+          "otherNamespaceCode": other}
+tmp = "/data/result.json.tmp"
+open(tmp, "w").write(json.dumps(result))
+os.rename(tmp, "/data/result.json")
+print("listed", code, flush=True)
+import time
+time.sleep(3600)
+"""
+
+
+def test_daemonset_with_hostpath_downward_api_and_token_lists_pods_under_rbac(
+        raw: RawClient, namespace: str, sim_nodes: list[NodeAgent], pool: str) -> None:
+    raw.create(RESOURCES["serviceaccounts"], {"metadata": {"name": "lister"}}, namespace)
+    raw.create(RESOURCES["roles"], {"metadata": {"name": "pod-reader"}, "rules": [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]}, namespace)
+    raw.create(RESOURCES["rolebindings"], {
+        "metadata": {"name": "lister-reads-pods"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "lister", "namespace": namespace}]}, namespace)
+    hostdir = f"/var/lib/sim-test-{namespace}"
+    env = [{"name": n, "valueFrom": {"fieldRef": {"fieldPath": p}}} for n, p in (
+        ("MY_NODE", "spec.nodeName"), ("MY_POD_IP", "status.podIP"), ("MY_POD", "metadata.name"),
+        ("MY_UID", "metadata.uid"))]
+    raw.create(RESOURCES["daemonsets"], {
+        "metadata": {"name": "lister"},
+        "spec": {"selector": {"matchLabels": {"app": "lister"}}, "template": {
+            "metadata": {"labels": {"app": "lister"}},
+            "spec": {"serviceAccountName": "lister", "nodeSelector": {NODE_LABEL: pool},
+                     "terminationGracePeriodSeconds": 1,
+                     "containers": [{"name": "main", "image": "example.invalid/lister:1",
+                                     "command": [PY, "-c", LISTER], "env": env,
+                                     "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                     "volumes": [{"name": "data", "hostPath": {"path": hostdir, "type": "DirectoryOrCreate"}}]}}}},
+        namespace)
+
+    for node in sim_nodes:
+        result_file = node.layout.host_path(hostdir) / "result.json"
+        result = json.loads(wait_for(lambda f=result_file: f.exists() and f.read_text(), 60,
+                                     f"the DaemonSet pod on {node.name} to write {result_file}"))
+        assert result["node"] == node.name
+        assert result["podIP"] == node.ip
+        assert result["namespace"] == namespace
+        assert result["listCode"] == 200
+        assert result["pod"] in result["pods"]
+        assert result["otherNamespaceCode"] == 403  # the Role grants this namespace only
+        pod = wait_for(lambda r=result: pod_ready(raw, namespace, r["pod"]), 30, "the DaemonSet pod to be Ready")
+        assert pod["metadata"]["uid"] == result["uid"]
+        assert pod["status"]["podIP"] == node.ip and pod["status"]["hostIP"] == node.ip
+        assert pod["status"]["phase"] == "Running"
+    pods = raw.list(PODS, namespace, label_selector="app=lister")["items"]
+    assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(n.name for n in sim_nodes)
+    ds = wait_for(lambda: (d := raw.get(RESOURCES["daemonsets"], "lister", namespace))["status"].get(
+        "numberReady") == 2 and d, 30, "the DaemonSet to count 2 ready pods")
+    assert ds["status"]["desiredNumberScheduled"] == 2
+
+
+# --- DRA ---------------------------------------------------------------------------------------
+
+class SimTestDriver:
+    """A minimal DRA kubelet plugin for one simulated node, served over real gRPC sockets."""
+
+    def __init__(self, raw: RawClient, node: NodeAgent, driver: str) -> None:
+        self.raw, self.node, self.driver = raw, node, driver
+        self.vendor_kind = f"{driver}/device"
+        self.fail_with = ""
+        self.prepared: list[str] = []
+        self.unprepared: list[str] = []
+        self.lock = threading.Lock()
+        self.dev = node.layout.dev_dir / f"{driver}-dev0"
+        if not self.dev.exists():
+            os.mknod(self.dev, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        self.cdi_dir = node.layout.root / "var/run/cdi"
+        plugin_dir = node.layout.plugins_dir / driver
+        self.dra_socket = plugin_dir / "dra.sock"
+        self.reg_socket = node.layout.registry_dir / f"{driver}-reg.sock"
+        self.servers: list[Any] = []
+
+    def prepare_claims(self, claims: list[node_service.ClaimRef]) -> dict[str, node_service.PrepareResult]:
+        out = {}
+        for claim in claims:
+            with self.lock:
+                self.prepared.append(claim.uid)
+                error = self.fail_with
+            if error:
+                out[claim.uid] = node_service.PrepareResult(error=error)
+                continue
+            name = f"{claim.uid}-dev0"
+            spec = Spec(kind=self.vendor_kind, devices=[Device(name=name, edits=ContainerEdits(
+                env=["SIM_TEST_DEVICE=dev0", f"SIM_TEST_CLAIM={claim.name}"],
+                device_nodes=[DeviceNode(path="/dev/sim-test/dev0", host_path=str(self.dev), type="c",
+                                         major=1, minor=3, file_mode=0o666)]))])
+            write_spec(self.cdi_dir, f"{self.driver}-claim_{claim.uid}", spec)
+            out[claim.uid] = node_service.PrepareResult(devices=[node_service.PreparedDevice(
+                request_names=[], pool_name=self.node.name, device_name="dev0",
+                cdi_device_ids=[f"{self.vendor_kind}={name}"])])
+        return out
+
+    def unprepare_claims(self, claims: list[node_service.ClaimRef]) -> dict[str, str]:
+        for claim in claims:
+            with self.lock:
+                self.unprepared.append(claim.uid)
+            remove_spec(self.cdi_dir, f"{self.driver}-claim_{claim.uid}")
+        return {c.uid: "" for c in claims}
+
+    def start(self) -> SimTestDriver:
+        self.servers.append(node_service.serve_node_service(self.dra_socket, self))
+        servicer = registration.RegistrationServicer(self.driver, str(self.dra_socket))
+        self.servers.append(registration.serve_registration(self.reg_socket, servicer))
+        self.raw.create(SLICES, {"metadata": {"name": f"{self.node.name}-{self.driver}"}, "spec": {
+            "driver": self.driver, "nodeName": self.node.name,
+            "pool": {"name": self.node.name, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "dev0"}]}})
+        assert self.node.wait_for_plugin(self.driver, 10), "the node did not register the test plugin"
+        return self
+
+    def stop(self) -> None:
+        sockets.stop_server(self.servers[1], self.reg_socket)
+        sockets.stop_server(self.servers[0], self.dra_socket)
+        try:
+            self.raw.delete(SLICES, f"{self.node.name}-{self.driver}")
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+
+
+@pytest.fixture
+def dra_driver(raw: RawClient, sim_nodes: list[NodeAgent]) -> Iterator[SimTestDriver]:
+    driver = f"sim-{uuid.uuid4().hex[:6]}.example.com"
+    raw.create(CLASSES, {"metadata": {"name": driver}, "spec": {"selectors": [
+        {"cel": {"expression": f'device.driver == "{driver}"'}}]}})
+    plugin = SimTestDriver(raw, sim_nodes[0], driver).start()
+    yield plugin
+    plugin.stop()
+    raw.delete(CLASSES, driver)
+
+
+def claim_pod(raw: RawClient, namespace: str, plugin: SimTestDriver, pool: str, name: str = "user") -> None:
+    raw.create(TEMPLATES, {"metadata": {"name": "one-device"}, "spec": {"spec": {"devices": {"requests": [
+        {"name": "dev", "exactly": {"deviceClassName": plugin.driver}}]}}}}, namespace)
+    script = ("echo device=$SIM_TEST_DEVICE claim=$SIM_TEST_CLAIM; "
+              "test -c /dev/sim-test/dev0 && echo char-device-present; exec sleep 3600")
+    body = pod_body(name, ["sh", "-c", script], pool, plugin.node.name,
+                    resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "one-device"}],
+                    container={"resources": {"claims": [{"name": "gpu"}]}})
+    raw.create(PODS, body, namespace)
+
+
+def test_claim_is_prepared_cdi_applied_and_unprepared_on_delete(
+        raw: RawClient, namespace: str, sim_nodes: list[NodeAgent], pool: str, dra_driver: SimTestDriver) -> None:
+    node = dra_driver.node
+    claim_pod(raw, namespace, dra_driver, pool)
+    pod = wait_for(lambda: pod_ready(raw, namespace, "user"), 60, "the claim pod to be Ready")
+    claim_name = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+    claim = raw.get(CLAIMS, claim_name, namespace)
+    uid = claim["metadata"]["uid"]
+    assert dra_driver.prepared == [uid]
+    # inside the container's mount namespace, with its environment
+    assert node.exec_in_container(namespace, "user", "main", ["test", "-c", "/dev/sim-test/dev0"]).returncode == 0
+    assert node.exec_in_container(namespace, "user", "main", ["test", "-c", "/dev/sim-test/absent"]).returncode == 1
+    out = node.exec_in_container(namespace, "user", "main", ["sh", "-c", "echo $SIM_TEST_DEVICE $SIM_TEST_CLAIM"])
+    assert out.stdout.decode().split() == ["dev0", claim_name]
+    log_file = node.container_log(namespace, "user", "main")
+    assert log_file is not None
+    text = wait_for(lambda: "char-device-present" in log_file.read_text() and log_file.read_text(), 10,
+                    "the container's output")
+    assert f"device=dev0 claim={claim_name}" in text
+    assert not os.path.exists("/dev/sim-test/dev0")  # the device exists only inside the container
+
+    raw.delete(PODS, "user", namespace)
+    wait_for(lambda: raw.get_or_none(PODS, "user", namespace) is None, 30, "the pod to be deleted by its node")
+    assert dra_driver.unprepared == [uid]
+
+
+def test_failing_prepare_keeps_pod_creating_with_event_until_plugin_succeeds(
+        raw: RawClient, namespace: str, sim_nodes: list[NodeAgent], pool: str, dra_driver: SimTestDriver) -> None:
+    dra_driver.fail_with = "simulated device failure: channel busy"
+    claim_pod(raw, namespace, dra_driver, pool)
+
+    def failed_event() -> dict | None:
+        for ev in raw.list(EVENTS, namespace)["items"]:
+            if ev.get("reason") == "FailedPrepareDynamicResources" and ev["involvedObject"].get("name") == "user":
+                return ev
+        return None
+
+    event = wait_for(failed_event, 60, "a FailedPrepareDynamicResources event")
+    assert "simulated device failure: channel busy" in event["message"]
+    assert event["type"] == "Warning"
+    pod = get_pod(raw, namespace, "user")
+    assert pod["status"]["phase"] == "Pending"
+    assert container_status(pod)["state"]["waiting"]["reason"] == "ContainerCreating"
+    wait_for(lambda: len(dra_driver.prepared) >= 2, 30, "prepare to be retried")
+
+    dra_driver.fail_with = ""
+    pod = wait_for(lambda: pod_ready(raw, namespace, "user"), 60, "the pod to start once prepare succeeds")
+    assert pod["status"]["phase"] == "Running"
+
+
+# --- probes, restarts, termination -----------------------------------------------------------------
+
+def test_exec_readiness_probe_failures_flip_ready(raw: RawClient, namespace: str, sim_nodes: list[NodeAgent],
+                                                  pool: str) -> None:
+    node = sim_nodes[1]
+    probe = {"exec": {"command": ["test", "-f", "/work/ready"]}, "periodSeconds": 1, "failureThreshold": 1}
+    raw.create(PODS, pod_body("probed", ["sleep", "3600"], pool, node.name,
+                              volumes=[{"name": "work", "emptyDir": {}}],
+                              container={"readinessProbe": probe,
+                                         "volumeMounts": [{"name": "work", "mountPath": "/work"}]}), namespace)
+    pod = wait_for(lambda: (p := raw.get(PODS, "probed", namespace)).get("status", {}).get("phase") == "Running"
+                   and p, 30, "the probed pod to run")
+    assert condition(pod, "Ready") == "False"
+    assert container_status(pod)["ready"] is False
+    assert node.exec_in_container(namespace, "probed", "main", ["touch", "/work/ready"]).returncode == 0
+    wait_for(lambda: pod_ready(raw, namespace, "probed"), 30, "Ready=True after the probe passes")
+    assert node.exec_in_container(namespace, "probed", "main", ["rm", "/work/ready"]).returncode == 0
+    pod = wait_for(lambda: condition(p := raw.get(PODS, "probed", namespace), "Ready") == "False" and p, 30,
+                   "Ready=False after the probe fails")
+    assert condition(pod, "ContainersReady") == "False"
+    assert container_status(pod)["restartCount"] == 0  # readiness failures never restart
+
+
+def test_crashing_container_is_restarted_with_increasing_restart_count(
+        raw: RawClient, namespace: str, sim_nodes: list[NodeAgent], pool: str) -> None:
+    node = sim_nodes[0]
+    raw.create(PODS, pod_body("crasher", ["sh", "-c", "echo run; exit 3"], pool, node.name), namespace)
+    seen: list[int] = []
+
+    def restarts() -> bool:
+        status = container_status(raw.get(PODS, "crasher", namespace))
+        count = status.get("restartCount", 0)
+        if not seen or count != seen[-1]:
+            seen.append(count)
+        return count >= 3
+
+    wait_for(restarts, 60, "three restarts")
+    assert seen == sorted(seen) and len(set(seen)) >= 2
+    status = container_status(raw.get(PODS, "crasher", namespace))
+    assert status["lastState"]["terminated"]["exitCode"] == 3
+    # every run keeps its own log file
+    for run in range(3):
+        path = node.layout.container_log(namespace, "crasher", raw.get(PODS, "crasher", namespace)["metadata"]["uid"],
+                                         "main", run)
+        assert "stdout F run" in path.read_text()
+
+
+def test_killed_container_restarts_and_init_container_runs_first(
+        raw: RawClient, namespace: str, sim_nodes: list[NodeAgent], pool: str) -> None:
+    node = sim_nodes[1]
+    body = pod_body("with-init", ["sh", "-c", "cat /work/from-init; exec sleep 3600"], pool, node.name,
+                    volumes=[{"name": "work", "emptyDir": {}}],
+                    initContainers=[{"name": "init", "image": "example.invalid/unused:1",
+                                     "command": ["sh", "-c", "echo prepared-by-init > /work/from-init"],
+                                     "volumeMounts": [{"name": "work", "mountPath": "/work"}]}],
+                    container={"volumeMounts": [{"name": "work", "mountPath": "/work"}]})
+    raw.create(PODS, body, namespace)
+    pod = wait_for(lambda: pod_ready(raw, namespace, "with-init"), 30, "the pod with an init container")
+    init = pod["status"]["initContainerStatuses"][0]
+    assert init["state"]["terminated"]["exitCode"] == 0
+    log_file = node.container_log(namespace, "with-init", "main")
+    wait_for(lambda: "prepared-by-init" in log_file.read_text(), 10, "the main container to read the init output")
+
+    first = node.container_pid(namespace, "with-init", "main")
+    node.kill_container(namespace, "with-init", "main", signal.SIGKILL)
+    pod = wait_for(lambda: container_status(p := raw.get(PODS, "with-init", namespace)).get("restartCount") == 1
+                   and condition(p, "Ready") == "True" and p, 30, "the killed container to be restarted")
+    assert container_status(pod)["lastState"]["terminated"]["exitCode"] == 137
+    assert node.container_pid(namespace, "with-init", "main") != first
+
+
+def test_graceful_termination_sends_sigkill_after_the_grace_period(
+        raw: RawClient, namespace: str, sim_nodes: list[NodeAgent], pool: str) -> None:
+    node = sim_nodes[0]
+    script = "trap 'echo got-term' TERM; echo started; while true; do sleep 0.1; done"
+    raw.create(PODS, pod_body("stubborn", ["sh", "-c", script], pool, node.name,
+                              terminationGracePeriodSeconds=1), namespace)
+    wait_for(lambda: pod_ready(raw, namespace, "stubborn"), 30, "the stubborn pod")
+    pid = node.container_pid(namespace, "stubborn", "main")
+    assert pid
+    log_file = node.container_log(namespace, "stubborn", "main")
+    raw.delete(PODS, "stubborn", namespace)
+    wait_for(lambda: raw.get_or_none(PODS, "stubborn", namespace) is None, 30, "the pod to be gone")
+    assert "got-term" in log_file.read_text()  # SIGTERM first
+    assert not Path(f"/proc/{pid}").exists()  # then killed
+
+
+def test_configmap_and_secret_reach_env_and_volumes(raw: RawClient, namespace: str,
+                                                    sim_nodes: list[NodeAgent], pool: str) -> None:
+    node = sim_nodes[1]
+    raw.create(RESOURCES["configmaps"], {"metadata": {"name": "settings"},
+                                         "data": {"mode": "fast", "file.txt": "cm-file"}}, namespace)
+    raw.create(RESOURCES["secrets"], {"metadata": {"name": "creds"}, "stringData": {"password": "s3cret"}}, namespace)
+    body = pod_body("configured", ["sleep", "3600"], pool, node.name,
+                    volumes=[{"name": "cfg", "configMap": {"name": "settings", "items": [{"key": "file.txt",
+                                                                                          "path": "sub/f.txt"}]}},
+                             {"name": "sec", "secret": {"secretName": "creds", "defaultMode": 0o400}}],
+                    container={"env": [
+                        {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "mode"}}},
+                        {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "password"}}},
+                        {"name": "COMBINED", "value": "$(MODE)-$(PASSWORD)"}],
+                        "volumeMounts": [{"name": "cfg", "mountPath": "/etc/settings", "readOnly": True},
+                                         {"name": "sec", "mountPath": "/etc/creds"}]})
+    raw.create(PODS, body, namespace)
+    wait_for(lambda: pod_ready(raw, namespace, "configured"), 30, "the configured pod")
+    out = node.exec_in_container(namespace, "configured", "main", ["sh", "-c",
+                                 "echo $COMBINED; cat /etc/settings/sub/f.txt; echo; cat /etc/creds/password; echo;"
+                                 " stat -c %a /etc/creds/password; touch /etc/settings/x 2>/dev/null || echo ro"])
+    assert out.stdout.decode().split() == ["fast-s3cret", "cm-file", "s3cret", "400", "ro"]

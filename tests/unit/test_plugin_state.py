@@ -1,0 +1,63 @@
+"""Checkpoint records of prepared claims, orphan CDI specs and stale domain directories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cdriver.cdi.model import ContainerEdits, DeviceNode
+from cdriver.cdi.writer import claim_spec_name, list_specs, write_spec
+from cdriver.checkpoint import CheckpointStore, ClaimRecord, ClaimState
+from cdriver.dra.node_service import PreparedDevice
+from cdriver.roles.kubelet_plugin import cdi_edits
+from cdriver.roles.kubelet_plugin.claims import AllocatedDevice, ClaimPlan
+from cdriver.roles.kubelet_plugin.cleanup import stale_domain_dirs
+from cdriver.roles.kubelet_plugin.config import PluginConfig
+from cdriver.roles.kubelet_plugin.devices import DeviceRef
+from cdriver.roles.kubelet_plugin.discovery import NodeDiscovery
+from cdriver.roles.kubelet_plugin.metrics import PluginMetrics
+from cdriver.roles.kubelet_plugin.prepare import record_devices, remove_orphan_specs
+from cdriver.roles.kubelet_plugin.state import BackgroundEvents, PluginState, held_devices
+
+pytestmark = pytest.mark.unit
+
+
+def plan(uid: str, device: str = "channel-0") -> ClaimPlan:
+    kind, _, num = device.rpartition("-")
+    dev = AllocatedDevice("req", "node-a", device, DeviceRef(kind, int(num)))
+    return ClaimPlan(uid=uid, namespace="ns", name="c", kind=kind, domain_id="cd", devices=(dev,))
+
+
+def test_recorded_devices_round_trip_and_count_only_completed_claims():
+    p = plan("u1")
+    devices = [PreparedDevice(["req"], "node-a", "channel-0", ["k8s.compute-domain.nvidia.com/claim=u1-channel-0"])]
+    stored = record_devices(devices, p)
+    assert PreparedDevice.from_dict(stored[0]) == devices[0]
+    claims = {
+        "u1": ClaimRecord(uid="u1", state=ClaimState.PREPARE_COMPLETED, devices=stored, kind="channel"),
+        "u2": ClaimRecord(uid="u2", state=ClaimState.PREPARE_STARTED, devices=stored, kind="channel"),
+    }
+    (held,) = held_devices(claims)
+    assert (held.claim_uid, held.device, held.type, held.id, held.admin_access) == ("u1", "channel-0", "channel",
+                                                                                    0, False)
+
+
+def test_orphan_claim_specs_are_removed_and_owned_ones_kept(tmp_path: Path):
+    cfg = PluginConfig(node_name="node-a", cdi_root=tmp_path / "cdi", plugins_dir=tmp_path / "plugins")
+    store = CheckpointStore(cfg.checkpoint_path, boot_id="boot-1")
+    state = PluginState(config=cfg, discovery=NodeDiscovery(channel_major=240, clique_id=""), raw=None,
+                        store=store, cds=None, cliques=None, node=None, metrics=PluginMetrics("node-a"),
+                        events=BackgroundEvents(None))
+    edits = ContainerEdits(device_nodes=[DeviceNode(path="/dev/x", type="c", major=1, minor=1)])
+    for uid in ("owned", "orphan"):
+        write_spec(cfg.cdi_root, claim_spec_name(uid), cdi_edits.claim_spec(uid, [("channel-0", edits)]))
+    write_spec(cfg.cdi_root, cdi_edits.BASE_SPEC_NAME, cdi_edits.base_spec([]))
+    with store.locked() as cp:
+        cp.claims["owned"] = ClaimRecord(uid="owned", state=ClaimState.PREPARE_COMPLETED, kind="channel")
+    assert remove_orphan_specs(state) == ["orphan"]
+    assert list_specs(cfg.cdi_root) == sorted([claim_spec_name("owned"), cdi_edits.BASE_SPEC_NAME])
+
+
+def test_stale_domain_dirs():
+    assert stale_domain_dirs(["a", "b", "c"], known_domains={"a"}, used_domains={"b"}) == ["c"]
