@@ -581,3 +581,15 @@ def test_legacy_ip_mode_writes_domain_status_and_restarts_on_peer_change(daemons
     wait_for(lambda: (a.imexd / "nodes.cfg").read_text().split() == [a.ip, b.ip], 30,
              lambda: f"a's nodes.cfg with b's new IP\n{a.log()[-3000:]}")
     wait_for(lambda: h.imex_pid(a) not in (None, pid), 30, lambda: f"a's nvidia-imex to restart\n{a.log()[-3000:]}")
+
+
+def test_missing_config_template_exits_naming_the_plugin_step(daemons: Harness) -> None:
+    h = daemons
+    a = h.add(CQ0)
+    (a.imexd / c.IMEXD_TEMPLATE_NAME).unlink()
+    result = subprocess.run([sys.executable, "-m", "cdriver", "imex-daemon", "run"], env=h.env(a),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert f"IMEX config template {a.imexd / c.IMEXD_TEMPLATE_NAME} does not exist" in result.stderr
+    assert "kubelet plugin writes it when it prepares the daemon claim" in result.stderr
+    assert h.clique(CQ0) is None

@@ -24,8 +24,10 @@ log = logging.getLogger(__name__)
 
 #: IMEX daemons with DNS names need this driver version or newer.
 MIN_DRIVER_VERSION_DNS_NAMES = "570.158.01"
-#: Device nodes (below <dev root>/dev) that make up the base spec's ``all`` device.
-BASE_DEVICE_DIRS = (("", "nvidia"), ("nvidia-caps", "nvidia-cap"), ("nvidia-caps-imex-channels", "channel"))
+#: Device nodes (below <dev root>/dev) that make up the base spec's ``all`` device, as (sub
+#: directory, name prefix). IMEX channels are left out: the daemon does not use them, and
+#: workloads get theirs through their own claim specs.
+BASE_DEVICE_DIRS = (("", "nvidia"), ("nvidia-caps", "nvidia-cap"))
 BASE_EXCLUDED_PREFIXES = ("nvidia-fs", "nvidia-nvswitch", "nvidia-nvlink")
 
 
@@ -73,7 +75,7 @@ def fabric_mgmt_device(read_root: Path) -> CapDevice:
 
 
 def base_device_nodes(read_root: Path, dev_root: Path) -> list[DeviceNode]:
-    """Every NVIDIA character device below ``<read_root>/dev`` (or /dev), sorted by path."""
+    """The NVIDIA character devices below ``<read_root>/dev`` (or /dev) except IMEX channels."""
     dev = (read_root if (read_root / "dev").is_dir() else Path("/")) / "dev"
     nodes = []
     for sub, prefix in BASE_DEVICE_DIRS:

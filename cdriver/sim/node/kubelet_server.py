@@ -50,6 +50,10 @@ SUPPORTED_PROTOCOLS = (PROTOCOL_V5, PROTOCOL_V4)
 WEBSOCKET_NODE_FEATURE = "ExtendWebSocketsToKubelet"
 FOLLOW_POLL = 0.1
 PEER_CLOSE_WAIT = 2.0
+#: Seconds between the upgrade and the first message to the client. client-go creates its
+#: stream readers only after the upgrade and drops messages for streams it has not created
+#: yet; a command quicker than that would lose its output.
+FIRST_MESSAGE_DELAY = 0.2
 
 
 class ContainerSource(Protocol):
@@ -271,6 +275,7 @@ class ExecSession:
         self.master: int | None = None
         self.stdin_fd: int | None = None
         self._stdin_lock = threading.Lock()
+        self._first_message_at = time.monotonic() + FIRST_MESSAGE_DELAY
 
     def run(self) -> None:
         try:
@@ -289,6 +294,9 @@ class ExecSession:
             pass
 
     def _send(self, channel: int, data: bytes) -> None:
+        wait = self._first_message_at - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
         try:
             self.ws.send(bytes([channel]) + data)
         except (OSError, Exception):  # noqa: BLE001 - the client went away
