@@ -57,6 +57,15 @@ class WorldSettings:
     fast: bool = True
     #: node names to lay out as not fabric-attached (NVML reports no fabric)
     non_fabric_nodes: tuple[str, ...] = ()
+    controller_metrics_port: int = 0  # 0: pick a free port
+
+    def __post_init__(self) -> None:
+        if not self.controller_metrics_port:
+            import socket
+
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                self.controller_metrics_port = s.getsockname()[1]
 
 
 @dataclass
@@ -77,6 +86,10 @@ def helm_values(settings: WorldSettings) -> list[str]:
         "--set", "image.pullPolicy=Never",
         "--set", f"imex.mode={settings.imex_mode}",
         "--set", "logVerbosity=4",
+        # Simulated pods share the machine's network: per-node plugin metrics ports would collide,
+        # and the controller's metrics port is picked free.
+        "--set", "kubeletPlugin.metrics.enabled=false",
+        "--set", f"controller.metrics.port={settings.controller_metrics_port}",
     ]
     gates = dict(settings.feature_gates)
     if settings.imex_mode == c.IMEX_MODE_HOST_MANAGED:

@@ -239,8 +239,8 @@ def test_creates_exactly_the_expected_objects(raw, namespace, driver_ns, start_c
     assert pod_spec["nodeSelector"] == {C.LABEL_COMPUTE_DOMAIN: uid}
     assert pod_spec["resourceClaims"][0]["resourceClaimTemplateName"] == daemon_name
     assert pod_spec["priorityClassName"] == C.DEFAULT_DAEMON_PRIORITY_CLASS
-    # Nothing else carries the domain's label.
-    assert labelled(raw, DS, uid) == [ds] or len(labelled(raw, DS, uid)) == 1
+    # Nothing else carries the domain's label, in any namespace.
+    assert len(labelled(raw, DS, uid)) == 1 and labelled(raw, PODS, uid) == []
 
     cd = wait_for(lambda: (c := raw.get(CDS, "cd1", namespace)).get("status") and c,
                   what="status")

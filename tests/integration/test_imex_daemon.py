@@ -593,3 +593,36 @@ def test_missing_config_template_exits_naming_the_plugin_step(daemons: Harness) 
     assert f"IMEX config template {a.imexd / c.IMEXD_TEMPLATE_NAME} does not exist" in result.stderr
     assert "kubelet plugin writes it when it prepares the daemon claim" in result.stderr
     assert h.clique(CQ0) is None
+
+
+def test_a_stale_writer_conflicts_and_recomputes_its_index(raw: RawClient, namespace: str, crds: None) -> None:
+    from cdriver.roles.imex_daemon import clique as cl
+
+    cd_uid = str(uuid.uuid4())
+    name = c.clique_object_name(cd_uid, CQ0)
+
+    def store(pod_name: str) -> cl.CliqueStore:
+        # Real owner pods: the garbage collector deletes objects whose owners are all gone.
+        pod = raw.create(PODS, {"metadata": {"name": pod_name}, "spec": {"containers": [
+            {"name": "c", "image": "cdriver:test"}]}}, namespace)
+        owner = cl.pod_owner_reference(pod_name, pod["metadata"]["uid"])
+        return cl.CliqueStore(raw, namespace, name, cd_uid, CQ0, owner)
+
+    first, second = store("p1"), store("p2")
+    first.ensure()
+    second.ensure()  # both now cache the same resourceVersion
+    assert cl.resource_version(first.current()) == cl.resource_version(second.current())
+    sleeps: list[float] = []
+    cl.update_with_retry(first, lambda e: cl.upsert_entry(e, cl.Member("n1", "10.0.0.1", CQ0), 4),
+                         sleep=sleeps.append)
+    assert sleeps == []
+    out = cl.update_with_retry(second, lambda e: cl.upsert_entry(e, cl.Member("n2", "10.0.0.2", CQ0), 4),
+                               sleep=sleeps.append)
+    assert len(sleeps) == 1  # exactly one 409, then a fresh read
+    assert sorted((d["nodeName"], d["index"]) for d in out["daemons"]) == [("n1", 0), ("n2", 1)]
+    stored = raw.get(CLIQUES, name, namespace)
+    assert {r["name"] for r in stored["metadata"]["ownerReferences"]} == {"p1", "p2"}
+    version = stored["metadata"]["resourceVersion"]
+    cl.update_with_retry(second, lambda e: cl.upsert_entry(e, cl.Member("n2", "10.0.0.2", CQ0), 4),
+                         sleep=sleeps.append)
+    assert raw.get(CLIQUES, name, namespace)["metadata"]["resourceVersion"] == version  # no-op: no write

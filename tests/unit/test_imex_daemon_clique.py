@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 
 from cdriver.api import constants as c
-from cdriver.kube.raw import ApiError
 from cdriver.roles.imex_daemon import clique as cl
 
 pytestmark = pytest.mark.unit
@@ -111,100 +108,3 @@ def test_backoff_doubles_caps_and_jitters_within_25_percent() -> None:
     assert cl.backoff_delay(30, rng=lambda: 0.5) == pytest.approx(6.0)
     assert cl.backoff_delay(30, rng=lambda: 0.0) == pytest.approx(4.5)
     assert cl.backoff_delay(30, rng=lambda: 0.999999) == pytest.approx(7.5, rel=1e-5)
-
-
-class FakeServer:
-    """An in-memory object with resourceVersion checks, standing in for one API object.
-
-    Only for the pure retry loop; the real API server is exercised by the integration tests.
-    """
-
-    def __init__(self, obj: dict) -> None:
-        self.obj = copy.deepcopy(obj)
-        self.obj["metadata"]["resourceVersion"] = "1"
-        self.writes = 0
-
-    def bump(self, mutate) -> None:
-        mutate(self.obj)
-        self.obj["metadata"]["resourceVersion"] = str(int(self.obj["metadata"]["resourceVersion"]) + 1)
-
-
-class MemoryStore:
-    key = cl.KEY_CLIQUE
-    description = "test clique"
-
-    def __init__(self, server: FakeServer, stale: dict | None = None) -> None:
-        self.server = server
-        self.latest = copy.deepcopy(stale if stale is not None else server.obj)
-
-    def observe(self, obj): self.latest = copy.deepcopy(obj)
-    def forget(self): self.latest = None
-    def current(self): return copy.deepcopy(self.latest)
-    def needs_write(self, obj): return False
-    def refresh(self):
-        self.latest = copy.deepcopy(self.server.obj)
-        return copy.deepcopy(self.latest)
-    def ensure(self): return self.current() or self.refresh()
-
-    def write(self, obj):
-        if obj["metadata"]["resourceVersion"] != self.server.obj["metadata"]["resourceVersion"]:
-            raise ApiError(409, "Conflict", "the object has been modified")
-        self.server.writes += 1
-        self.server.bump(lambda o: o.update({"daemons": obj.get("daemons", [])}))
-        self.latest = copy.deepcopy(self.server.obj)
-        return copy.deepcopy(self.server.obj)
-
-    def entries(self, obj): return list(obj.get("daemons") or [])
-    def with_entries(self, obj, entries):
-        out = copy.deepcopy(obj)
-        out["daemons"] = entries
-        return out
-
-
-def test_conflicting_join_recomputes_from_the_newer_object() -> None:
-    base = {"metadata": {"name": "u.cq"}, "daemons": []}
-    server = FakeServer(base)
-    stale = copy.deepcopy(server.obj)
-    # A peer joined (index 0) after this daemon's cached copy was taken.
-    server.bump(lambda o: o.update({"daemons": [entry("peer", "10.0.0.1", 0)]}))
-    store = MemoryStore(server, stale=stale)
-    sleeps: list[float] = []
-    out = cl.update_with_retry(store, lambda e: cl.upsert_entry(e, cl.Member("me", "10.0.0.2", CQ), 18),
-                               sleep=sleeps.append)
-    assert len(sleeps) == 1
-    assert sorted((d["nodeName"], d["index"]) for d in out["daemons"]) == [("me", 1), ("peer", 0)]
-    assert server.writes == 1
-
-
-def test_no_change_means_no_write() -> None:
-    server = FakeServer({"metadata": {"name": "u.cq"}, "daemons": [entry("me", "10.0.0.2", 0)]})
-    store = MemoryStore(server)
-    cl.update_with_retry(store, lambda e: cl.upsert_entry(e, cl.Member("me", "10.0.0.2", CQ), 18),
-                         sleep=lambda s: None)
-    assert server.writes == 0
-
-
-def test_endless_conflicts_give_up_after_the_bound() -> None:
-    server = FakeServer({"metadata": {"name": "u.cq"}, "daemons": []})
-    store = MemoryStore(server)
-
-    def always_conflict(obj):
-        raise ApiError(409, "Conflict", "modified")
-
-    store.write = always_conflict
-    with pytest.raises(cl.RetriesExhausted, match="after 3 attempts"):
-        cl.update_with_retry(store, lambda e: cl.upsert_entry(e, cl.Member("me", "1.1.1.1", CQ), 18),
-                             attempts=3, sleep=lambda s: None)
-
-
-def test_other_api_errors_are_not_retried() -> None:
-    server = FakeServer({"metadata": {"name": "u.cq"}, "daemons": []})
-    store = MemoryStore(server)
-
-    def forbidden(obj):
-        raise ApiError(403, "Forbidden", "no")
-
-    store.write = forbidden
-    with pytest.raises(ApiError, match="Forbidden"):
-        cl.update_with_retry(store, lambda e: cl.upsert_entry(e, cl.Member("me", "1.1.1.1", CQ), 18),
-                             sleep=lambda s: None)

@@ -135,7 +135,6 @@ def command(ctx: click.Context, **opts) -> None:
 def _build(opts: dict, root: dict):
     from cdriver import featuregates as fg
     from cdriver.api.imex_mode import resolve_imex_config
-    from cdriver.kube.client import load_api_client
     from cdriver.kube.raw import RawClient
     from cdriver.roles.controller.main import ControllerConfig, LeaderConfig, Runner
     from cdriver.roles.controller.metrics import ControllerMetrics, HttpServer
@@ -179,6 +178,9 @@ def _build(opts: dict, root: dict):
         if not leader.renew_seconds < leader.lease_seconds:
             raise CdriverError("--leader-election-renew-deadline must be shorter than "
                                "--leader-election-lease-duration")
+    # Settings are valid: now load the (slow to import) Kubernetes client.
+    from cdriver.kube.client import load_api_client
+
     metrics = ControllerMetrics()
     raw = RawClient(load_api_client(opts["kubeconfig"]))
     identity = opts["pod_name"] or socket.gethostname()

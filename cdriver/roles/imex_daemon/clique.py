@@ -249,17 +249,9 @@ class CliqueStore:
         return copy.deepcopy(self._latest) if self._latest is not None else None
 
     def refresh(self) -> dict | None:
-        from cdriver.kube.raw import ApiError
-
-        try:
-            obj = self.raw.get(self.res, self.name, namespace=self.namespace)
-        except ApiError as exc:
-            if exc.not_found:
-                self._latest = None
-                return None
-            raise
-        self._latest = obj
-        return copy.deepcopy(obj)
+        """Read the object from the API server (after a conflict); None if it is gone."""
+        self._latest = self.raw.get_or_none(self.res, self.name, namespace=self.namespace)
+        return copy.deepcopy(self._latest)
 
     def ensure(self) -> dict:
         """The clique, created (with labels and our owner reference) if it does not exist."""

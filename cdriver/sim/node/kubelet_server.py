@@ -9,7 +9,7 @@ from another CA fails the TLS handshake, any other user gets 403.
 - ``GET /healthz``
 - ``GET /containerLogs/{namespace}/{pod}/{container}`` with ``follow``, ``tailLines``,
   ``previous``, ``timestamps``, ``sinceSeconds``, ``limitBytes``
-- ``GET|POST /exec/{namespace}/{pod}/{container}?command=...&stdin=&stdout=&stderr=&tty=``
+- ``GET|POST /exec/{namespace}/{pod}/{container}?command=...&input=&output=&error=&tty=``
   over WebSocket (``v5.channel.k8s.io``, else ``v4.channel.k8s.io``): channels 0 stdin,
   1 stdout, 2 stderr, 3 status (a metav1.Status with the exit code), 4 resize, 255 close
   (v5). The Node declares ``ExtendWebSocketsToKubelet`` so kube-apiserver proxies the
@@ -75,8 +75,13 @@ def exit_status(code: int, argv: list[str]) -> dict[str, Any]:
     }
 
 
-def flag(query: dict[str, list[str]], name: str) -> bool:
-    return (query.get(name) or ["false"])[-1].lower() in ("1", "true", "yes")
+def flag(query: dict[str, list[str]], *names: str) -> bool:
+    """A boolean query parameter; several names for one setting (kubelet: input/output/error,
+    API server clients: stdin/stdout/stderr)."""
+    for name in names:
+        if name in query:
+            return query[name][-1].lower() in ("1", "true", "yes")
+    return False
 
 
 def filter_since(entries: list[logmod.Entry], since: dt.datetime | None) -> list[logmod.Entry]:
@@ -257,8 +262,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.close_connection = True
         ws = WebSocketConn(self.connection, self.rfile)
         ExecSession(ws, proto, live.proc.pid, live.env, live.working_dir, argv,
-                    stdin=flag(query, "stdin"), stdout=flag(query, "stdout"), stderr=flag(query, "stderr"),
-                    tty=flag(query, "tty"), log=self.server.log).run()
+                    stdin=flag(query, "input", "stdin"), stdout=flag(query, "output", "stdout"),
+                    stderr=flag(query, "error", "stderr"), tty=flag(query, "tty"), log=self.server.log).run()
 
 
 class ExecSession:
