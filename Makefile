@@ -30,6 +30,9 @@ lint: venv
 binary: venv
 	PYINSTALLER=$(BIN)/pyinstaller packaging/build.sh
 
+demo: venv control-plane
+	$(BIN)/cdriver sim demo
+
 bench: venv control-plane
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 

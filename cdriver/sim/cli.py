@@ -26,6 +26,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "node": "cdriver.sim.node_cli:command",
     "up": "cdriver.sim.demo_cli:up",
     "down": "cdriver.sim.demo_cli:down",
+    "demo": "cdriver.sim.demo_cli:demo",
     "host-imex": "cdriver.sim.host_imex_cli:command",
 }
 ALIASES = {"render-node": "driver-root"}

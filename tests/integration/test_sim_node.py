@@ -137,9 +137,9 @@ result = {"node": os.environ["MY_NODE"], "podIP": os.environ["MY_POD_IP"], "pod"
           "uid": os.environ["MY_UID"], "namespace": ns, "listCode": code,
           "pods": sorted(p["metadata"]["name"] for p in pods["items"]) if pods else [],
           "otherNamespaceCode": other}
-tmp = "/data/result.json.tmp"
+tmp = "/mnt/result.json.tmp"
 open(tmp, "w").write(json.dumps(result))
-os.rename(tmp, "/data/result.json")
+os.rename(tmp, "/mnt/result.json")
 print("listed", code, flush=True)
 import time
 time.sleep(3600)
@@ -167,7 +167,7 @@ def test_daemonset_with_hostpath_downward_api_and_token_lists_pods_under_rbac(
                      "terminationGracePeriodSeconds": 1,
                      "containers": [{"name": "main", "image": "example.invalid/lister:1",
                                      "command": [PY, "-c", LISTER], "env": env,
-                                     "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                                     "volumeMounts": [{"name": "data", "mountPath": "/mnt"}]}],
                      "volumes": [{"name": "data", "hostPath": {"path": hostdir, "type": "DirectoryOrCreate"}}]}}}},
         namespace)
 
@@ -343,18 +343,18 @@ def test_failing_prepare_keeps_pod_creating_with_event_until_plugin_succeeds(
 def test_exec_readiness_probe_failures_flip_ready(raw: RawClient, namespace: str, sim_nodes: list[NodeAgent],
                                                   pool: str) -> None:
     node = sim_nodes[1]
-    probe = {"exec": {"command": ["test", "-f", "/work/ready"]}, "periodSeconds": 1, "failureThreshold": 1}
+    probe = {"exec": {"command": ["test", "-f", "/opt/ready"]}, "periodSeconds": 1, "failureThreshold": 1}
     raw.create(PODS, pod_body("probed", ["sleep", "3600"], pool, node.name,
                               volumes=[{"name": "work", "emptyDir": {}}],
                               container={"readinessProbe": probe,
-                                         "volumeMounts": [{"name": "work", "mountPath": "/work"}]}), namespace)
+                                         "volumeMounts": [{"name": "work", "mountPath": "/opt"}]}), namespace)
     pod = wait_for(lambda: (p := raw.get(PODS, "probed", namespace)).get("status", {}).get("phase") == "Running"
                    and p, 30, "the probed pod to run")
     assert condition(pod, "Ready") == "False"
     assert container_status(pod)["ready"] is False
-    assert node.exec_in_container(namespace, "probed", "main", ["touch", "/work/ready"]).returncode == 0
+    assert node.exec_in_container(namespace, "probed", "main", ["touch", "/opt/ready"]).returncode == 0
     wait_for(lambda: pod_ready(raw, namespace, "probed"), 30, "Ready=True after the probe passes")
-    assert node.exec_in_container(namespace, "probed", "main", ["rm", "/work/ready"]).returncode == 0
+    assert node.exec_in_container(namespace, "probed", "main", ["rm", "/opt/ready"]).returncode == 0
     pod = wait_for(lambda: condition(p := raw.get(PODS, "probed", namespace), "Ready") == "False" and p, 30,
                    "Ready=False after the probe fails")
     assert condition(pod, "ContainersReady") == "False"
@@ -388,12 +388,12 @@ def test_crashing_container_is_restarted_with_increasing_restart_count(
 def test_killed_container_restarts_and_init_container_runs_first(
         raw: RawClient, namespace: str, sim_nodes: list[NodeAgent], pool: str) -> None:
     node = sim_nodes[1]
-    body = pod_body("with-init", ["sh", "-c", "cat /work/from-init; exec sleep 3600"], pool, node.name,
+    body = pod_body("with-init", ["sh", "-c", "cat /opt/from-init; exec sleep 3600"], pool, node.name,
                     volumes=[{"name": "work", "emptyDir": {}}],
                     initContainers=[{"name": "init", "image": "example.invalid/unused:1",
-                                     "command": ["sh", "-c", "echo prepared-by-init > /work/from-init"],
-                                     "volumeMounts": [{"name": "work", "mountPath": "/work"}]}],
-                    container={"volumeMounts": [{"name": "work", "mountPath": "/work"}]})
+                                     "command": ["sh", "-c", "echo prepared-by-init > /opt/from-init"],
+                                     "volumeMounts": [{"name": "work", "mountPath": "/opt"}]}],
+                    container={"volumeMounts": [{"name": "work", "mountPath": "/opt"}]})
     raw.create(PODS, body, namespace)
     pod = wait_for(lambda: pod_ready(raw, namespace, "with-init"), 30, "the pod with an init container")
     init = pod["status"]["initContainerStatuses"][0]
@@ -439,13 +439,13 @@ def test_configmap_and_secret_reach_env_and_volumes(raw: RawClient, namespace: s
                         {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "mode"}}},
                         {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "password"}}},
                         {"name": "COMBINED", "value": "$(MODE)-$(PASSWORD)"}],
-                        "volumeMounts": [{"name": "cfg", "mountPath": "/etc/settings", "readOnly": True},
-                                         {"name": "sec", "mountPath": "/etc/creds"}]})
+                        "volumeMounts": [{"name": "cfg", "mountPath": "/srv", "readOnly": True},
+                                         {"name": "sec", "mountPath": "/media"}]})
     raw.create(PODS, body, namespace)
     wait_for(lambda: pod_ready(raw, namespace, "configured"), 30, "the configured pod")
     out = node.exec_in_container(namespace, "configured", "main", ["sh", "-c",
-                                 "echo $COMBINED; cat /etc/settings/sub/f.txt; echo; cat /etc/creds/password; echo;"
-                                 " stat -c %a /etc/creds/password; touch /etc/settings/x 2>/dev/null || echo ro"])
+                                 "echo $COMBINED; cat /srv/sub/f.txt; echo; cat /media/password; echo;"
+                                 " stat -c %a /media/password; touch /srv/x 2>/dev/null || echo ro"])
     assert out.stdout.decode().split() == ["fast-s3cret", "cm-file", "s3cret", "400", "ro"]
 
 
@@ -455,12 +455,12 @@ def test_kubectl_logs_current_previous_and_follow(raw: RawClient, namespace: str
                                                  pool: str, cluster: Any,
                                                  kubectl: Callable[..., subprocess.CompletedProcess]) -> None:
     node = sim_nodes[1]
-    script = ("n=$(cat /work/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /work/n; echo run-$n; "
-              "[ $n -ge 2 ] || exit 1; echo waiting; while [ ! -f /work/go ]; do sleep 0.05; done; "
+    script = ("n=$(cat /opt/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /opt/n; echo run-$n; "
+              "[ $n -ge 2 ] || exit 1; echo waiting; while [ ! -f /opt/go ]; do sleep 0.05; done; "
               "echo after-go; exec sleep 3600")
     raw.create(PODS, pod_body("logger", ["sh", "-c", script], pool, node.name,
                               volumes=[{"name": "work", "emptyDir": {}}],
-                              container={"volumeMounts": [{"name": "work", "mountPath": "/work"}]}), namespace)
+                              container={"volumeMounts": [{"name": "work", "mountPath": "/opt"}]}), namespace)
     wait_for(lambda: container_status(raw.get(PODS, "logger", namespace)).get("restartCount") == 1
              and b"waiting" in kubectl(namespace, "logs", "logger").stdout, 60, "the second run")
     assert kubectl(namespace, "logs", "logger").stdout == b"run-2\nwaiting\n"
@@ -476,7 +476,7 @@ def test_kubectl_logs_current_previous_and_follow(raw: RawClient, namespace: str
         assert follower.stdout is not None
         assert follower.stdout.readline() == b"run-2\n"
         assert follower.stdout.readline() == b"waiting\n"
-        node.exec_in_container(namespace, "logger", "main", ["touch", "/work/go"])
+        node.exec_in_container(namespace, "logger", "main", ["touch", "/opt/go"])
         assert follower.stdout.readline() == b"after-go\n"  # streamed while kubectl keeps following
         assert follower.poll() is None
     finally:

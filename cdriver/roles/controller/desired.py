@@ -18,6 +18,8 @@ import yaml
 from cdriver.api import constants as C
 from cdriver.roles.controller.settings import ControllerSettings
 
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available
+
 TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "templates" / "controller"
 WORKLOAD_TEMPLATE = "workload-claim-template.yaml.j2"
 DAEMON_CLAIM_TEMPLATE = "daemon-claim-template.yaml.j2"
@@ -68,7 +70,7 @@ def _environment() -> jinja2.Environment:
 def render(template: str, **values: object) -> dict:
     """Render one template and parse it into the object dict."""
     text = _environment().get_template(template).render(**values)
-    obj = yaml.safe_load(text)
+    obj = yaml.load(text, Loader=_LOADER)
     if not isinstance(obj, dict):  # pragma: no cover - a broken template is a bug
         raise ValueError(f"template {template} did not render to an object")
     return obj

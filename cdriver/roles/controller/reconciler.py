@@ -242,18 +242,23 @@ class Reconciler:
             obj = self._with_finalizer(CDS, obj)
         problem: S.Problem | None = None
         complete = True
+        daemon_name = C.daemon_object_name(cd.uid)
         if not self.settings.host_managed:
-            template, problem = self._ensure(obj, D.ROLE_DAEMON_TEMPLATE,
-                                             W.daemon_claim_template(cd, self.settings))
+            template, problem = self._ensure(
+                obj, D.ROLE_DAEMON_TEMPLATE, self.settings.namespace, daemon_name,
+                lambda: W.daemon_claim_template(cd, self.settings))
             if template is not None:
-                daemon_set = W.daemon_set(cd, self.settings, template["metadata"]["name"])
-                ds, ds_problem = self._ensure(obj, D.ROLE_DAEMON_SET, daemon_set)
+                template_name = template["metadata"]["name"]
+                ds, ds_problem = self._ensure(
+                    obj, D.ROLE_DAEMON_SET, self.settings.namespace, daemon_name,
+                    lambda: W.daemon_set(cd, self.settings, template_name))
                 problem = problem or ds_problem
                 complete = ds is not None
             else:
                 complete = False
         workload, wl_problem = self._ensure(
-            obj, D.ROLE_WORKLOAD_TEMPLATE, W.workload_claim_template(cd, self.settings))
+            obj, D.ROLE_WORKLOAD_TEMPLATE, cd.namespace, cd.channel_template_name,
+            lambda: W.workload_claim_template(cd, self.settings))
         problem = wl_problem or problem
         complete = complete and workload is not None
         nodes = [] if self.settings.host_managed else self._nodes(obj, cd.uid)
@@ -274,18 +279,21 @@ class Reconciler:
             self.recorder.warning(obj, EVENT_INVALID, f"{exc}; fix the ComputeDomain (its "
                                   "spec is immutable: delete and recreate it)")
 
-    def _ensure(self, cd_obj: dict, role: str, want: dict) -> tuple[dict | None, S.Problem | None]:
-        """Create or adopt one generated object; never overwrite someone else's."""
+    def _ensure(self, cd_obj: dict, role: str, namespace: str, name: str,
+                build: Callable[[], dict]) -> tuple[dict | None, S.Problem | None]:
+        """Create (from ``build()``) or adopt one generated object; never overwrite someone
+        else's. Objects are found by the domain's label, preferring ``namespace/name``."""
         res = DAEMON_SETS if role == D.ROLE_DAEMON_SET else TEMPLATES
         uid = (cd_obj.get("metadata") or {})["uid"]
         existing = self.generated(role, uid)
         if existing:
-            name = want["metadata"]["name"]
-            chosen = next((o for o in existing if o["metadata"]["name"] == name), existing[0])
+            chosen = next((o for o in existing if o["metadata"]["name"] == name
+                           and o["metadata"].get("namespace") == namespace), existing[0])
             if len(existing) > 1:
                 log.warning("%s: %d %ss labelled for domain %s; using %s", object_key(cd_obj),
                             len(existing), _kind(role), uid, object_key(chosen))
             return self._adopt(res, role, chosen)
+        want = build()
         try:
             created = self._record("create", res.plural, self.raw.create(res, want))
         except ApiError as exc:

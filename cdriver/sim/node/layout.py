@@ -21,12 +21,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from cdriver.api import constants as C
 from cdriver.errors import CdriverError
 
-KUBELET_DIR = "var/lib/kubelet"
-DRIVER_ROOT_DIR = "run/nvidia/driver"
+KUBELET_DIR = "/var/lib/kubelet"
+DRIVER_ROOT_DIR = "/run/nvidia/driver"
 #: CDI dirs in priority order (later wins), as container runtimes scan them.
-CDI_DIRS = ("etc/cdi", "var/run/cdi")
+CDI_DIRS = (C.CDI_STATIC_DIR, C.CDI_DYNAMIC_DIR)
 
 
 class LayoutError(CdriverError):
@@ -60,15 +61,15 @@ class NodeLayout:
     # -- kubelet dirs ------------------------------------------------------------------
     @property
     def kubelet_dir(self) -> Path:
-        return self.root / KUBELET_DIR
+        return self.host_path(KUBELET_DIR)
 
     @property
     def plugins_dir(self) -> Path:
-        return self.kubelet_dir / "plugins"
+        return self.host_path(C.KUBELET_PLUGINS_DIR)
 
     @property
     def registry_dir(self) -> Path:
-        return self.kubelet_dir / "plugins_registry"
+        return self.host_path(C.KUBELET_REGISTRY_DIR)
 
     @property
     def pods_dir(self) -> Path:
@@ -93,7 +94,7 @@ class NodeLayout:
     # -- other node dirs ---------------------------------------------------------------
     @property
     def cdi_dirs(self) -> list[Path]:
-        return [self.root / d for d in CDI_DIRS]
+        return [self.host_path(d) for d in CDI_DIRS]
 
     @property
     def dev_dir(self) -> Path:
@@ -101,7 +102,7 @@ class NodeLayout:
 
     @property
     def driver_root(self) -> Path:
-        return self.root / DRIVER_ROOT_DIR
+        return self.host_path(DRIVER_ROOT_DIR)
 
     @property
     def logs_dir(self) -> Path:

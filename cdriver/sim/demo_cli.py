@@ -1,0 +1,229 @@
+"""`cdriver sim up|down|demo`: the local simulated cluster with the driver installed.
+
+`up` starts the control plane, the simulated nodes and the chart in a background process and
+prints how to use the cluster; `down` stops it. `demo` does both around the narrated
+ComputeDomain scenario and exits 0 only if every check passed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from cdriver.api import constants as c
+
+UP_TIMEOUT = 1800.0  # includes a first, cold build of the control plane
+
+
+def default_base_dir() -> Path:
+    """Short on purpose: Unix socket paths under a node's root are limited to 107 bytes."""
+    return Path(os.environ.get("CDRIVER_SIM_DIR") or f"/tmp/cdriver-sim-{os.getuid()}")
+
+
+def _files(base: Path) -> tuple[Path, Path, Path]:
+    return base / "world.pid", base / "world.json", base / "world.log"
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _settings(base: Path, nodes: int, topology: Path | None, host_managed: bool):
+    from cdriver.sim.world import WorldSettings
+
+    return WorldSettings(base_dir=base, nodes=nodes, topology=topology,
+                         imex_mode=c.IMEX_MODE_HOST_MANAGED if host_managed else c.IMEX_MODE_DRIVER_MANAGED)
+
+
+def _echo_err(msg: str) -> None:
+    click.echo(msg, err=True)
+
+
+nodes_option = click.option("--nodes", default=4, show_default=True, help="Number of simulated nodes.")
+topology_option = click.option("--topology", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                               default=None, help="Topology document (default: the demo topology).")
+base_option = click.option("--base-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+                           help="Where the cluster keeps its files [default: /tmp/cdriver-sim-<uid>, "
+                                "env CDRIVER_SIM_DIR].")
+
+
+@click.command("up")
+@base_option
+@nodes_option
+@topology_option
+@click.option("--host-managed", is_flag=True, help="Install in host-managed IMEX mode.")
+@click.option("--foreground", is_flag=True, help="Run in this process until Ctrl-C instead of detaching.")
+def up(base_dir: Path | None, nodes: int, topology: Path | None, host_managed: bool, foreground: bool) -> None:
+    """Start a local cluster: control plane, simulated GB200 nodes, and the driver's chart."""
+    base = base_dir or default_base_dir()
+    pid_file, state_file, log_file = _files(base)
+    if _alive(_read_pid(pid_file)):
+        raise click.ClickException(f"a simulated cluster is already running (pid {_read_pid(pid_file)}); "
+                                   "stop it with `cdriver sim down`")
+    if not foreground:
+        base.mkdir(parents=True, exist_ok=True)
+        state_file.unlink(missing_ok=True)
+        argv = [*_self_argv(), "up", "--foreground", "--base-dir", str(base), "--nodes", str(nodes)]
+        if topology:
+            argv += ["--topology", str(topology)]
+        if host_managed:
+            argv.append("--host-managed")
+        with open(log_file, "wb") as logf:
+            child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        _echo_err(f"starting the simulated cluster (progress: {log_file}) ...")
+        shown = 0
+        deadline = time.monotonic() + UP_TIMEOUT
+        while not state_file.exists():
+            lines = log_file.read_text(errors="replace").splitlines()
+            for line in lines[shown:]:
+                if line.startswith(("==>", "    ", "[build")):
+                    _echo_err(line)
+            shown = len(lines)
+            if child.poll() is not None:
+                raise click.ClickException(f"the simulated cluster failed to start (exit {child.returncode}); "
+                                           f"last lines of {log_file}:\n" + "\n".join(lines[-40:]))
+            if time.monotonic() > deadline:
+                child.terminate()
+                raise click.ClickException(f"not ready after {UP_TIMEOUT:.0f} s; see {log_file}")
+            time.sleep(0.5)
+        state = json.loads(state_file.read_text())
+        _print_usage(state)
+        return
+
+    from cdriver.sim.world import SimWorld, WorldError
+
+    base.mkdir(parents=True, exist_ok=True)
+    for sub in ("cluster", "nodes"):
+        shutil.rmtree(base / sub, ignore_errors=True)
+    pid_file.write_text(f"{os.getpid()}\n")
+    stopping = {"flag": False}
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stopping["flag"] = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    world = SimWorld(_settings(base, nodes, topology, host_managed), progress=lambda m: click.echo(m, err=True))
+    try:
+        try:
+            world.start()
+        except WorldError as e:
+            raise click.ClickException(str(e)) from None
+        state = {"kubeconfig": str(world.kubeconfig), "server": world.cluster.server,
+                 "kubectl": str(world.kubectl), "helm": str(world.helm), "pid": os.getpid(),
+                 "nodes": [{"name": n.name, "ip": n.ip, "clique": n.clique} for n in world.nodes]}
+        tmp = state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(state_file)
+        click.echo("simulated cluster is up", err=True)
+        while not stopping["flag"]:
+            time.sleep(1.0)
+    finally:
+        world.stop()
+        state_file.unlink(missing_ok=True)
+        pid_file.unlink(missing_ok=True)
+        click.echo("simulated cluster stopped", err=True)
+
+
+def _self_argv() -> list[str]:
+    if getattr(sys, "frozen", False):
+        return [sys.executable, "sim"]
+    return [sys.executable, "-m", "cdriver", "sim"]
+
+
+def _print_usage(state: dict) -> None:
+    nodes = "\n".join(f"  {n['name']:<10} {n['ip']:<11} clique {n['clique'] or '-'}" for n in state["nodes"])
+    click.echo(f"""The simulated cluster is up.
+
+  export KUBECONFIG={state['kubeconfig']}
+  alias kubectl={state['kubectl']}
+  kubectl get nodes -L nvidia.com/gpu.clique
+  kubectl get computedomains -A
+  kubectl get pods -n cdriver-system
+
+Nodes:
+{nodes}
+
+Stop it with: cdriver sim down""")
+
+
+@click.command("down")
+@base_option
+@click.option("--timeout", default=120.0, show_default=True, help="Seconds to wait for the stop.")
+def down(base_dir: Path | None, timeout: float) -> None:
+    """Stop the simulated cluster started by `cdriver sim up`."""
+    base = base_dir or default_base_dir()
+    pid_file, _, _ = _files(base)
+    pid = _read_pid(pid_file)
+    if not _alive(pid):
+        pid_file.unlink(missing_ok=True)
+        _echo_err("no simulated cluster is running")
+        return
+    assert pid is not None
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            raise click.ClickException(f"the cluster process {pid} did not stop in {timeout:.0f} s; kill -9 {pid}")
+        time.sleep(0.3)
+    _echo_err("simulated cluster stopped")
+
+
+@click.command("demo")
+@base_option
+@click.option("--keep", is_flag=True, help="Leave the cluster running after the demo (stop with Ctrl-C).")
+def demo(base_dir: Path | None, keep: bool) -> None:
+    """Bring up a 4-node simulated cluster, run the narrated ComputeDomain demo, tear it down.
+
+    Exits 0 only if every check passed.
+    """
+    from cdriver.sim.demo import run_demo
+    from cdriver.sim.world import SimWorld, WorldError
+
+    base = (base_dir or default_base_dir()) / "demo"
+    shutil.rmtree(base, ignore_errors=True)
+    start = time.monotonic()
+    world = SimWorld(_settings(base, 4, None, False), progress=lambda m: click.echo(m))
+    try:
+        try:
+            world.start()
+        except WorldError as e:
+            raise click.ClickException(str(e)) from None
+        click.echo(f"cluster ready in {time.monotonic() - start:.1f} s; KUBECONFIG={world.kubeconfig}\n")
+        report = run_demo(world, echo=click.echo)
+        total = time.monotonic() - start
+        if report.ok:
+            click.echo(f"\nDEMO PASSED: {len(report.steps)} checks in {total:.1f} s")
+        if keep:
+            click.echo("cluster left running; Ctrl-C stops it")
+            try:
+                while True:
+                    time.sleep(1)
+            except KeyboardInterrupt:
+                pass
+    finally:
+        world.stop()
+    if not report.ok:
+        raise click.ClickException(f"demo failed: {report.error}")
