@@ -178,7 +178,9 @@ def controller_phase(cluster: LocalCluster, n: int, workers: int, log: Path) -> 
             if time.monotonic() > deadline or proc.poll() is not None:
                 raise SystemExit(f"controller did not become healthy; see {log}")
             time.sleep(0.1)
-        rss_idle = psutil.Process(proc.pid).memory_info().rss / 2**20
+        ps = psutil.Process(proc.pid)
+        rss_idle = ps.memory_info().rss / 2**20
+        cpu_before = sum(ps.cpu_times()[:2])
         requests_before = apiserver_requests(raw)
 
         t0 = time.perf_counter()
@@ -195,6 +197,7 @@ def controller_phase(cluster: LocalCluster, n: int, workers: int, log: Path) -> 
                 raise SystemExit(f"controller did not finish; see {log}")
             time.sleep(0.1)
         elapsed = time.perf_counter() - t0
+        cpu = sum(ps.cpu_times()[:2]) - cpu_before
         requests = apiserver_requests(raw) - requests_before - n  # minus our own creates
         time.sleep(1.0)  # let the tail of watch events settle before measuring memory
         m = scrape(f"{base}/metrics")
@@ -218,7 +221,7 @@ def controller_phase(cluster: LocalCluster, n: int, workers: int, log: Path) -> 
             "elapsed_s": elapsed, "create_domains_s": created_s,
             "controller_writes_per_domain": total_writes / n,
             "apiserver_requests_per_domain_all_clients": requests / n,
-            "rss_mb": rss, "rss_idle_mb": rss_idle,
+            "rss_mb": rss, "rss_idle_mb": rss_idle, "controller_cpu_s": cpu,
             "reconciles": {k.split('"')[1]: v for k, v in m.items()
                            if k.startswith("cdriver_controller_reconcile_total{")},
         }
@@ -274,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
          f"{phase['apiserver_requests_per_domain_all_clients']:.2f}"),
         (f"controller RSS at {n} domains", f"{phase['rss_mb']:.0f} MB "
          f"(idle {phase['rss_idle_mb']:.0f} MB)"),
+        ("controller CPU during the run", f"{phase['controller_cpu_s']:.1f} s"),
         ("reconciles", ", ".join(f"{k} {v:.0f}" for k, v in sorted(phase["reconciles"].items()))),
     ]
     width = max(len(name) for name, _ in rows)

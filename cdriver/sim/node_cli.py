@@ -41,6 +41,19 @@ def _kubeconfig(value: str | None) -> str:
                            "with `cdriver sim cluster up`")
 
 
+def _pki_dir(value: Path | None) -> Path | None:
+    """The cluster PKI for the kubelet API: the given dir, else the local cluster's if present."""
+    if value is not None:
+        if not (value / "ca.key").is_file():
+            raise click.BadParameter(f"{value} holds no ca.key; pass the cluster's pki directory",
+                                     param_hint="--pki-dir")
+        return value
+    from cdriver.sim.cluster_cli import default_base_dir
+
+    local = default_base_dir() / "cluster" / "pki"
+    return local if (local / "ca.key").is_file() else None
+
+
 def _wait_for_signal() -> None:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -64,6 +77,9 @@ fast_option = click.option("--fast", is_flag=True, help="Short heartbeats, backo
 topology_option = click.option("--topology", type=click.Path(dir_okay=False, exists=True, path_type=Path),
                                default=None, help="Topology file: also lay out a simulated driver root "
                                                   "(<root>/run/nvidia/driver) for the node.")
+pki_option = click.option("--pki-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+                          help="Cluster PKI directory (ca.crt, ca.key): serve the kubelet API for kubectl "
+                               "logs/exec [default: the local cluster's, if present; else no kubelet API].")
 delete_option = click.option("--delete-node/--keep-node", default=True, show_default=True,
                              help="Delete the Node object on exit.")
 
@@ -84,15 +100,18 @@ def command() -> None:
 @click.option("--profile", default="gb200", show_default=True, help="Driver-root hardware profile.")
 @click.option("--fabric-state", default="completed", show_default=True, help="Driver-root fabric state.")
 @fast_option
+@pki_option
 @delete_option
 def run_cmd(name: str, ip: str, root: Path, kubeconfig: str | None, labels: tuple[str, ...],
-            topology: Path | None, profile: str, fabric_state: str, fast: bool, delete_node: bool) -> None:
+            topology: Path | None, profile: str, fabric_state: str, fast: bool, pki_dir: Path | None,
+            delete_node: bool) -> None:
     """Run one simulated node until interrupted."""
     from cdriver.sim.node.agent import NodeAgent
 
     try:
         agent = NodeAgent(_kubeconfig(kubeconfig), name, ip, root, labels=_labels(labels), options=_options(fast),
-                          topology=topology, profile=profile, fabric_state=fabric_state)
+                          topology=topology, profile=profile, fabric_state=fabric_state,
+                          pki_dir=_pki_dir(pki_dir))
         agent.start()
     except CdriverError as exc:
         click.echo(f"error: {exc}", err=True)
@@ -114,9 +133,10 @@ def run_cmd(name: str, ip: str, root: Path, kubeconfig: str | None, labels: tupl
 @kubeconfig_option
 @label_option
 @fast_option
+@pki_option
 @delete_option
 def up_cmd(count: int, base_dir: Path, prefix: str, first_index: int, kubeconfig: str | None,
-           labels: tuple[str, ...], fast: bool, delete_node: bool) -> None:
+           labels: tuple[str, ...], fast: bool, pki_dir: Path | None, delete_node: bool) -> None:
     """Run COUNT simulated nodes in this process until interrupted."""
     from cdriver.sim.node.agent import start_nodes
 
@@ -125,7 +145,7 @@ def up_cmd(count: int, base_dir: Path, prefix: str, first_index: int, kubeconfig
                                  param_hint="--count")
     try:
         agents = start_nodes(_kubeconfig(kubeconfig), count, base_dir, prefix=prefix, first_index=first_index,
-                             labels=_labels(labels), options=_options(fast))
+                             labels=_labels(labels), options=_options(fast), pki_dir=_pki_dir(pki_dir))
     except CdriverError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)

@@ -516,3 +516,66 @@ def test_kubelet_api_serves_only_the_api_servers_client_certificate(
     key.write_bytes(pair.key_pem())
     with pytest.raises((ssl.SSLError, ConnectionResetError, BrokenPipeError)):
         _kubelet_get(node, "/healthz", cert, key, files.ca_cert)
+
+
+# --- faults on demand ---------------------------------------------------------------------------
+
+def test_dropped_plugin_socket_unregisters_the_driver_and_its_slices_go(
+        raw: RawClient, sim_nodes: list[NodeAgent], dra_driver: SimTestDriver) -> None:
+    node = dra_driver.node
+    slice_name = f"{node.name}-{dra_driver.driver}"
+    assert raw.get_or_none(SLICES, slice_name) is not None
+    wipe_delay = node.options.slice_wipe_delay
+    node.options.slice_wipe_delay = 0.5
+    try:
+        removed = node.drop_plugin_socket(dra_driver.driver)
+        assert not removed.exists()
+        assert node.plugins is not None and node.plugins.wait_for(dra_driver.driver, 10, present=False)
+        wait_for(lambda: raw.get_or_none(SLICES, slice_name) is None, 20,
+                 "the unregistered driver's ResourceSlice to be deleted")
+    finally:
+        node.options.slice_wipe_delay = wipe_delay
+
+
+def test_restarted_agent_runs_its_pods_again_and_keeps_counting_restarts(
+        raw: RawClient, namespace: str, sim_nodes: list[NodeAgent], pool: str) -> None:
+    node = sim_nodes[1]
+    raw.create(PODS, pod_body("survivor", ["sleep", "3600"], pool, node.name), namespace)
+    wait_for(lambda: pod_ready(raw, namespace, "survivor"), 30, "the pod before the restart")
+    first = node.container_pid(namespace, "survivor", "main")
+    node.restart()
+    assert first is not None and not Path(f"/proc/{first}").exists()  # the node's containers stopped
+    pod = wait_for(lambda: (p := pod_ready(raw, namespace, "survivor"))
+                   and container_status(p).get("restartCount") == 1 and p, 30, "the pod after the restart")
+    assert container_status(pod)["state"].get("running")
+    assert node.container_pid(namespace, "survivor", "main") not in (None, first)
+    assert condition(raw.get(NODES, node.name), "Ready") == "True"
+
+
+def test_container_process_has_private_dev_mounts_and_hostname(tmp_path: Path) -> None:
+    """The launcher alone (no cluster): namespaces, device nodes, read-only binds, start errors."""
+    from cdriver.sim.node.container import ContainerProcess, DeviceSpec, LaunchSpec, StartError
+    from cdriver.sim.node.volumes import BindMount
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "f").write_text("volume-content")
+    host_dev = tmp_path / "hostdev0"
+    os.mknod(host_dev, 0o666 | stat.S_IFCHR, os.makedev(1, 5))
+    script = ("hostname; cat /mnt/f; echo; test -c /dev/test/bound && test -c /dev/test/made && echo devices; "
+              "touch /mnt/x 2>/dev/null || echo read-only; test -c /dev/null && echo null")
+    spec = LaunchSpec(argv=["sh", "-c", script], env={"PATH": "/usr/bin:/bin"}, hostname="pod-x",
+                      devices=[DeviceSpec("/dev/test/bound", str(host_dev)),
+                               DeviceSpec("/dev/test/made", None, "c", 1, 3, 0o600)],
+                      mounts=[BindMount(str(data), "/mnt", read_only=True)], dev_staging=str(tmp_path / "stage"))
+    proc = ContainerProcess(spec, tmp_path / "spec.json", tmp_path / "logs" / "0.log", "t").start()
+    assert proc.wait(10) == 0
+    proc.close()
+    from cdriver.sim.node import logs
+
+    out = logs.render(logs.read_entries(tmp_path / "logs" / "0.log")).decode().split()
+    assert out == ["pod-x", "volume-content", "devices", "read-only", "null"]
+    assert not os.path.exists("/dev/test/made") and socket.gethostname() != "pod-x"
+    spec.argv = ["no-such-command-here"]
+    with pytest.raises(StartError, match="no-such-command-here"):
+        ContainerProcess(spec, tmp_path / "spec2.json", tmp_path / "logs" / "1.log", "t").start()

@@ -64,8 +64,10 @@ def daemon_edits(
     domain_dir: Path,
     fabric_mgmt: CapDevice | None,
     dev_root: Path,
+    imex_binaries: list[Mount] | None = None,
 ) -> ContainerEdits:
-    """Identity env, the /imexd bind mount and (on a fabric node) the fabric management node."""
+    """Identity env, the /imexd bind mount, the driver's IMEX binaries and (on a fabric node)
+    the fabric management node."""
     nodes = []
     if fabric_mgmt is not None:
         nodes.append(
@@ -86,8 +88,31 @@ def daemon_edits(
             f"{C.ENV_CD_NAMESPACE}={cd_namespace}",
         ],
         device_nodes=nodes,
-        mounts=[Mount(host_path=str(domain_dir), container_path=C.IMEXD_DIR, options=list(IMEXD_MOUNT_OPTIONS))],
+        mounts=[Mount(host_path=str(domain_dir), container_path=C.IMEXD_DIR, options=list(IMEXD_MOUNT_OPTIONS)),
+                *(imex_binaries or [])],
     )
+
+
+IMEX_BINARY_DIRS = ("usr/bin", "usr/sbin", "bin", "sbin", "opt/bin")
+BINARY_MOUNT_OPTIONS = ["ro", "nosuid", "nodev", "bind"]
+
+
+def imex_binary_mounts(read_root: Path, driver_root: Path) -> list[Mount]:
+    """Mounts of the driver's `nvidia-imex` and `nvidia-imex-ctl` into the daemon container.
+
+    The daemon container runs them from PATH, like the driver binaries the NVIDIA container
+    toolkit injects: each is mounted at its path relative to the driver root (e.g.
+    /usr/bin/nvidia-imex), from where it lies on the host.
+    """
+    mounts = []
+    for name in (C.IMEX_DAEMON_BINARY, C.IMEX_CTL_BINARY):
+        for sub in IMEX_BINARY_DIRS:
+            if (read_root / sub / name).is_file():
+                rel = f"{sub}/{name}"
+                mounts.append(Mount(host_path=str(Path(driver_root) / rel), container_path=f"/{rel}",
+                                    options=list(BINARY_MOUNT_OPTIONS)))
+                break
+    return mounts
 
 
 def claim_device_name(claim_uid: str, device: str) -> str:

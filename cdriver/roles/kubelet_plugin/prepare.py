@@ -263,6 +263,7 @@ class Preparer:
             domain_dir=domain_dir,
             fabric_mgmt=fabric,
             dev_root=self.config.dev_root,
+            imex_binaries=cdi_edits.imex_binary_mounts(self.config.read_root, self.config.driver_root),
         )
 
     def _write_domain_dir(self, domain_dir: Path) -> None:

@@ -130,6 +130,16 @@ class NodeAgent:
         self.layout.ensure()
         self._setup_logging()
         self.log.info("starting node %s (%s) in %s", self.name, self.ip, self.layout.root)
+        self._running = True
+        try:
+            self._start(wait)
+        except BaseException:
+            self.stop()
+            raise
+        self.log.info("node %s is up", self.name)
+        return self
+
+    def _start(self, wait: bool) -> None:
         if self.want_driver_root:
             from cdriver.sim.driver_root import create_driver_root
 
@@ -157,18 +167,10 @@ class NodeAgent:
         self.informer.add_handler(on_add=self._on_pod, on_update=lambda old, new: self._on_pod(new),
                                   on_delete=self._on_pod_deleted)
         self.informer.start()
-        self._running = True
         if not self.informer.wait_synced(30):
-            self.stop()
             raise NodeError(f"node {self.name}: the pod list did not load within 30 s; is the API server up?")
         if wait:
-            try:
-                nodemod.wait_schedulable(self.raw, self.name, self.options.wait_schedulable)
-            except CdriverError:
-                self.stop()
-                raise
-        self.log.info("node %s is up", self.name)
-        return self
+            nodemod.wait_schedulable(self.raw, self.name, self.options.wait_schedulable)
 
     def stop(self, delete_node: bool = False) -> None:
         """Stop the pods (claims stay prepared), the plugin watcher and the heartbeat."""
@@ -178,6 +180,7 @@ class NodeAgent:
         self._running = False
         if self.informer is not None:
             self.informer.stop()
+            self.informer = None
         with self._lock:
             workers = list(self.workers.values())
         for worker in workers:

@@ -228,12 +228,13 @@ def _notify(socket_path: Path, registered: bool, error: str, timeout: float) -> 
         target.close()
 
 
-def registry_sockets(directory: Path) -> list[Path]:
-    """Unix sockets in the registry dir and its direct subdirs (hidden names skipped)."""
+def registry_sockets(directory: Path, depth: int = 1) -> list[Path]:
+    """Unix sockets in the registry dir and, up to `depth` levels, its subdirs (hidden names
+    skipped)."""
     found: list[Path] = []
     try:
         entries = sorted(directory.iterdir())
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return []
     for entry in entries:
         if entry.name.startswith("."):
@@ -244,8 +245,8 @@ def registry_sockets(directory: Path) -> list[Path]:
             continue
         if stat.S_ISSOCK(mode):
             found.append(entry)
-        elif stat.S_ISDIR(mode):
-            found.extend(registry_sockets(entry) if entry.parent == directory else [])
+        elif stat.S_ISDIR(mode) and depth > 0:
+            found.extend(registry_sockets(entry, depth - 1))
     return found
 
 

@@ -438,8 +438,8 @@ class _Server(http.server.ThreadingHTTPServer):
 
 def default_log_active(worker: Any, container: str, path: Path) -> bool:
     """Whether the run writing `path` may still add to it."""
-    live = worker.container_info(container)
-    return bool(live is not None and live.proc.log_path == path and live.proc.poll() is None)
+    live = worker.container_info(container)  # reaped (and its output flushed) only after it exited
+    return bool(live is not None and live.proc.log_path == path)
 
 
 class KubeletServer:

@@ -820,13 +820,14 @@ class PodWorker:
         return True
 
     def _wait_or_stop(self, seconds: float) -> bool:
-        """Sleep; True if the worker should stop waiting (agent shutdown)."""
+        """Sleep; True if the worker should stop waiting (agent shutdown, pod object gone: the
+        node's orphan cleanup retries from the saved state)."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            if self._shutdown:
+            if self._shutdown or self._deleted:
                 return True
             time.sleep(min(0.1, max(deadline - time.monotonic(), 0)))
-        return self._shutdown
+        return self._shutdown or self._deleted
 
     # -- termination ------------------------------------------------------------------------------
     def _kill_all(self, grace: float) -> None:

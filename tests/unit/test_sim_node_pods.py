@@ -1,0 +1,73 @@
+"""Pod worker decisions on simulated nodes: backoff, restarts, hosts file, claims, state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cdriver.sim.node import pods
+from cdriver.sim.node.dra import ClaimRef, PreparedDevice
+
+pytestmark = pytest.mark.unit
+
+
+def test_crash_loop_backoff_starts_immediately_then_doubles_up_to_the_cap() -> None:
+    assert [pods.backoff_delay(n, 10, 300) for n in range(7)] == [0, 10, 20, 40, 80, 160, 300]
+
+
+@pytest.mark.parametrize(("policy", "code", "restart"), [
+    ("Always", 0, True), ("Always", 1, True), ("OnFailure", 0, False), ("OnFailure", 2, True),
+    ("Never", 1, False)])
+def test_should_restart(policy: str, code: int, restart: bool) -> None:
+    assert pods.should_restart(policy, code) is restart
+
+
+def test_hosts_file_names_the_pod_and_host_aliases() -> None:
+    pod = {"metadata": {"name": "web-0", "namespace": "ns"},
+           "spec": {"hostname": "web-0", "subdomain": "web",
+                    "hostAliases": [{"ip": "127.0.1.9", "hostnames": ["peer", "peer.local"]}]}}
+    text = pods.hosts_file(pod, "127.0.1.2", "node-2")
+    assert "127.0.0.1\tlocalhost" in text
+    assert "127.0.1.2\tweb-0.web.ns.svc.cluster.local web-0" in text
+    assert "127.0.1.9\tpeer peer.local" in text
+    host_net = pods.hosts_file({"metadata": {"name": "p"}, "spec": {"hostNetwork": True}}, "127.0.1.2", "node-2")
+    assert "127.0.1.2\tnode-2" in host_net
+
+
+def test_pod_claim_names_from_spec_and_status() -> None:
+    pod = {"spec": {"resourceClaims": [
+        {"name": "direct", "resourceClaimName": "shared-claim"},
+        {"name": "templated", "resourceClaimTemplateName": "t"},
+        {"name": "unneeded", "resourceClaimTemplateName": "t"},
+        {"name": "pending", "resourceClaimTemplateName": "t"}]},
+        "status": {"resourceClaimStatuses": [{"name": "templated", "resourceClaimName": "pod-templated-x"},
+                                             {"name": "unneeded"}]}}
+    assert pods.pod_claim_names(pod) == [("direct", "shared-claim"), ("templated", "pod-templated-x"),
+                                         ("pending", None)]
+
+
+def test_claim_drivers_and_reservation() -> None:
+    claim = {"status": {"allocation": {"devices": {"results": [
+        {"driver": "b.example.com"}, {"driver": "a.example.com"}, {"driver": "b.example.com"}]}},
+        "reservedFor": [{"resource": "pods", "name": "p", "uid": "u1"}]}}
+    assert pods.claim_drivers(claim) == ["a.example.com", "b.example.com"]
+    assert pods.reserved_for(claim, "u1") and not pods.reserved_for(claim, "u2")
+    assert pods.claim_drivers({}) == []
+
+
+def test_pod_state_round_trip_and_corrupt_file(tmp_path: Path) -> None:
+    state = pods.PodState("ns", "p", "2026-01-01T00:00:00Z", {"main": 3}, [pods.PreparedClaim(
+        "drv", "gpu", ClaimRef("ns", "c", "uid-c"), [PreparedDevice(["r"], "pool", "d", ["v/c=d"])])], {"main"})
+    path = tmp_path / "state.json"
+    state.save(path)
+    loaded = pods.PodState.load(path)
+    assert loaded == state
+    path.write_text("{broken")
+    assert pods.PodState.load(path) == pods.PodState()
+
+
+def test_options_fast_is_faster_everywhere() -> None:
+    slow, fast = pods.NodeOptions(), pods.NodeOptions.fast()
+    for name in ("heartbeat_interval", "backoff_base", "backoff_max", "setup_retry_base", "plugin_probe_interval"):
+        assert getattr(fast, name) < getattr(slow, name)
