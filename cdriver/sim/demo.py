@@ -51,6 +51,12 @@ class Narrator:
         self.report.steps.append((title, evidence, elapsed))
 
 
+def _text(data: bytes | str | None) -> str:
+    if isinstance(data, bytes):
+        return data.decode("utf-8", errors="replace")
+    return data or ""
+
+
 def exec_in_pod(world: SimWorld, namespace: str, pod: dict, argv: list[str], container: str | None = None) -> Any:
     """Run `argv` in a container of `pod` (kubectl exec when the node serves it)."""
     node = world.node(pod["spec"]["nodeName"])
@@ -175,7 +181,7 @@ def run_demo(world: SimWorld, echo: Callable[[str], None] = print) -> DemoReport
                 if out.returncode != 0:
                     raise s.ScenarioError(f"{pod['metadata']['name']}: {dev} is not a character device inside the "
                                           f"container: {out.stdout!r} {out.stderr!r}")
-                lines.append(f"{pod['metadata']['name']}: {out.stdout.strip()}")
+                lines.append(f"{pod['metadata']['name']}: {_text(out.stdout).strip()}")
             return "\n".join(lines)
 
         n.check(f"{c.channel_device_path(0)} is a character device inside each container", channel)
@@ -187,9 +193,9 @@ def run_demo(world: SimWorld, echo: Callable[[str], None] = print) -> DemoReport
                 out = exec_in_pod(world, DRIVER_NAMESPACE, pod,
                                   [c.IMEX_CTL_BINARY, "-c", c.IMEXD_CONFIG, "-N", "-j"])
                 try:
-                    doc = json.loads(out.stdout)
+                    doc = json.loads(_text(out.stdout))
                 except json.JSONDecodeError:
-                    return s.Seen(False, None, f"{out.stdout!r} {out.stderr!r}")
+                    return s.Seen(False, None, f"{_text(out.stdout)!r} {_text(out.stderr)!r}")
                 return s.Seen(doc.get("status") == "UP", doc, json.dumps(doc)[:300])
 
             doc = s.wait_for("IMEX domain UP", probe, 60)

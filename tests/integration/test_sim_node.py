@@ -328,6 +328,7 @@ def test_failing_prepare_keeps_pod_creating_with_event_until_plugin_succeeds(
     event = wait_for(failed_event, 60, "a FailedPrepareDynamicResources event")
     assert "simulated device failure: channel busy" in event["message"]
     assert event["type"] == "Warning"
+    assert event["involvedObject"]["kind"] == "Pod" and event["source"]["host"] == dra_driver.node.name
     pod = get_pod(raw, namespace, "user")
     assert pod["status"]["phase"] == "Pending"
     assert container_status(pod)["state"]["waiting"]["reason"] == "ContainerCreating"
@@ -359,6 +360,25 @@ def test_exec_readiness_probe_failures_flip_ready(raw: RawClient, namespace: str
                    "Ready=False after the probe fails")
     assert condition(pod, "ContainersReady") == "False"
     assert container_status(pod)["restartCount"] == 0  # readiness failures never restart
+
+
+def test_failing_liveness_probe_restarts_the_container(raw: RawClient, namespace: str,
+                                                      sim_nodes: list[NodeAgent], pool: str) -> None:
+    node = sim_nodes[0]
+    probe = {"exec": {"command": ["test", "-f", "/opt/alive"]}, "periodSeconds": 1, "failureThreshold": 1}
+    raw.create(PODS, pod_body("lively", ["sh", "-c", "touch /opt/alive; exec sleep 3600"], pool, node.name,
+                              terminationGracePeriodSeconds=1, volumes=[{"name": "work", "emptyDir": {}}],
+                              container={"livenessProbe": probe,
+                                         "volumeMounts": [{"name": "work", "mountPath": "/opt"}]}), namespace)
+    wait_for(lambda: pod_ready(raw, namespace, "lively"), 30, "the pod with a liveness probe")
+    time.sleep(1.5)  # passing probes leave it alone
+    assert container_status(raw.get(PODS, "lively", namespace))["restartCount"] == 0
+    node.exec_in_container(namespace, "lively", "main", ["rm", "/opt/alive"])
+    pod = wait_for(lambda: container_status(p := raw.get(PODS, "lively", namespace)).get("restartCount") == 1
+                   and p, 30, "the container to be restarted after failing its liveness probe")
+    assert container_status(pod)["lastState"]["terminated"]["exitCode"] == 143  # SIGTERM
+    reasons = {e["reason"] for e in raw.list(EVENTS, namespace)["items"] if e["involvedObject"]["name"] == "lively"}
+    assert {"Unhealthy", "Killing"} <= reasons
 
 
 def test_crashing_container_is_restarted_with_increasing_restart_count(

@@ -404,7 +404,8 @@ class PodWorker:
         raise KeyError(name)
 
     def _event(self, type_: str, reason: str, message: str) -> None:
-        self.rt.recorder.event(self._pod(), type_, reason, message)
+        # list items carry no kind; `kubectl describe` selects events by involvedObject.kind
+        self.rt.recorder.event({**self._pod(), "apiVersion": "v1", "kind": "Pod"}, type_, reason, message)
 
     def _save_state(self) -> None:
         self.state.restarts = {n: r.restart_count for n, r in self.records.items()}
