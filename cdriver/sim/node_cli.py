@@ -63,7 +63,7 @@ def _wait_for_signal() -> None:
 
 
 def _options(fast: bool):
-    from cdriver.sim.node.pods import NodeOptions
+    from cdriver.sim.node.runtime import NodeOptions
 
     return NodeOptions.fast() if fast else NodeOptions()
 

@@ -57,6 +57,8 @@ class WorldSettings:
     fast: bool = True
     #: node names to lay out as not fabric-attached (NVML reports no fabric)
     non_fabric_nodes: tuple[str, ...] = ()
+    #: extra nodes outside the topology (GPU nodes without NVLink fabric), e.g. ("cpu-1",)
+    extra_nodes: tuple[str, ...] = ()
     controller_metrics_port: int = 0  # 0: pick a free port
 
     def __post_init__(self) -> None:
@@ -194,10 +196,11 @@ class SimWorld:
         names = topology.nodes()[: self.settings.nodes]
         if len(names) < self.settings.nodes:
             raise WorldError(f"the topology {path} lists {len(names)} nodes, {self.settings.nodes} were asked for")
+        names += list(self.settings.extra_nodes)
         options = NodeOptions.fast() if self.settings.fast else NodeOptions()
         for i, name in enumerate(names, start=1):
-            fabric = name not in self.settings.non_fabric_nodes
             identity = topology.find(name)
+            fabric = identity is not None and name not in self.settings.non_fabric_nodes
             clique = clique_label(identity) if (identity and fabric) else ""
             labels = {"nvidia.com/gpu.present": "true"}
             if clique:

@@ -29,7 +29,7 @@ from cdriver.dra import node_service, registration, sockets
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
 from cdriver.sim import pki
 from cdriver.sim.node.agent import NodeAgent, start_nodes
-from cdriver.sim.node.pods import NodeOptions
+from cdriver.sim.node.runtime import NodeOptions
 
 pytestmark = pytest.mark.integration
 

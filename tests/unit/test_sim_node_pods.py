@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from cdriver.sim.node import pods
+from cdriver.sim.node import claims, pods, runtime
 from cdriver.sim.node.dra import ClaimRef, PreparedDevice
 
 pytestmark = pytest.mark.unit
@@ -43,7 +43,7 @@ def test_pod_claim_names_from_spec_and_status() -> None:
         {"name": "pending", "resourceClaimTemplateName": "t"}]},
         "status": {"resourceClaimStatuses": [{"name": "templated", "resourceClaimName": "pod-templated-x"},
                                              {"name": "unneeded"}]}}
-    assert pods.pod_claim_names(pod) == [("direct", "shared-claim"), ("templated", "pod-templated-x"),
+    assert claims.pod_claim_names(pod) == [("direct", "shared-claim"), ("templated", "pod-templated-x"),
                                          ("pending", None)]
 
 
@@ -51,23 +51,23 @@ def test_claim_drivers_and_reservation() -> None:
     claim = {"status": {"allocation": {"devices": {"results": [
         {"driver": "b.example.com"}, {"driver": "a.example.com"}, {"driver": "b.example.com"}]}},
         "reservedFor": [{"resource": "pods", "name": "p", "uid": "u1"}]}}
-    assert pods.claim_drivers(claim) == ["a.example.com", "b.example.com"]
-    assert pods.reserved_for(claim, "u1") and not pods.reserved_for(claim, "u2")
-    assert pods.claim_drivers({}) == []
+    assert claims.claim_drivers(claim) == ["a.example.com", "b.example.com"]
+    assert claims.reserved_for(claim, "u1") and not claims.reserved_for(claim, "u2")
+    assert claims.claim_drivers({}) == []
 
 
 def test_pod_state_round_trip_and_corrupt_file(tmp_path: Path) -> None:
-    state = pods.PodState("ns", "p", "2026-01-01T00:00:00Z", {"main": 3}, [pods.PreparedClaim(
+    state = claims.PodState("ns", "p", "2026-01-01T00:00:00Z", {"main": 3}, [claims.PreparedClaim(
         "drv", "gpu", ClaimRef("ns", "c", "uid-c"), [PreparedDevice(["r"], "pool", "d", ["v/c=d"])])], {"main"})
     path = tmp_path / "state.json"
     state.save(path)
-    loaded = pods.PodState.load(path)
+    loaded = claims.PodState.load(path)
     assert loaded == state
     path.write_text("{broken")
-    assert pods.PodState.load(path) == pods.PodState()
+    assert claims.PodState.load(path) == claims.PodState()
 
 
 def test_options_fast_is_faster_everywhere() -> None:
-    slow, fast = pods.NodeOptions(), pods.NodeOptions.fast()
+    slow, fast = runtime.NodeOptions(), runtime.NodeOptions.fast()
     for name in ("heartbeat_interval", "backoff_base", "backoff_max", "setup_retry_base", "plugin_probe_interval"):
         assert getattr(fast, name) < getattr(slow, name)

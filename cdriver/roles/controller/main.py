@@ -18,6 +18,7 @@ from cdriver.roles.controller.desired import domain_uid_of
 from cdriver.roles.controller.metrics import ControllerMetrics
 from cdriver.roles.controller.overlay import Overlay
 from cdriver.roles.controller.settings import ControllerSettings
+from cdriver.roles.controller.trim import TrimmingClient, without_managed_fields
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,8 @@ class Controller:
 
     # --- construction -------------------------------------------------------------------
     def _informer(self, res, namespace=None, selector=None) -> Informer:
-        return Informer(self.raw, res, namespace=namespace, label_selector=selector,
+        client = TrimmingClient(self.raw, R.TRIMS.get(res.plural, without_managed_fields))
+        return Informer(client, res, namespace=namespace, label_selector=selector,
                         resync_seconds=self.config.resync_seconds)
 
     def _informers(self) -> R.Caches:

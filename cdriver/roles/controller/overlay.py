@@ -12,6 +12,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from cdriver.api import constants as C
 from cdriver.kube.raw import object_key
 
 #: Entries older than this are dropped: the informer has long caught up (or relisted).
@@ -25,11 +26,17 @@ def _rv(obj: dict | None) -> int:
         return 0
 
 
+def _uid_label(obj: dict | None) -> str:
+    return str((((obj or {}).get("metadata") or {}).get("labels") or {}).get(
+        C.LABEL_COMPUTE_DOMAIN) or "")
+
+
 @dataclass
 class _Entry:
     obj: dict | None  # None: deleted by us
     rv: int
     at: float
+    uid: str
 
 
 class Overlay:
@@ -39,54 +46,63 @@ class Overlay:
         self._ttl = ttl
         self._clock = clock
         self._lock = threading.Lock()
-        self._entries: dict[tuple[str, str], _Entry] = {}
+        self._entries: dict[str, dict[str, _Entry]] = {}
+
+    def _put(self, resource: str, key: str, entry: _Entry) -> None:
+        self._entries.setdefault(resource, {})[key] = entry
+
+    def _pop(self, resource: str, key: str) -> None:
+        entries = self._entries.get(resource)
+        if entries is not None:
+            entries.pop(key, None)
 
     def record(self, resource: str, obj: dict) -> dict:
         """Remember the API server's answer to a write; returns it."""
         with self._lock:
-            self._entries[(resource, object_key(obj))] = _Entry(obj, _rv(obj), self._clock())
+            self._put(resource, object_key(obj),
+                      _Entry(obj, _rv(obj), self._clock(), _uid_label(obj)))
         return obj
 
     def record_gone(self, resource: str, key: str, last: dict | None = None) -> None:
         """Remember that an object is gone (its last known resourceVersion, if any)."""
         with self._lock:
-            self._entries[(resource, key)] = _Entry(None, _rv(last), self._clock())
+            self._put(resource, key, _Entry(None, _rv(last), self._clock(), _uid_label(last)))
 
     def resolve(self, resource: str, key: str, cached: dict | None) -> dict | None:
         """The newer of the informer's copy and ours (None: does not exist)."""
         with self._lock:
-            entry = self._entries.get((resource, key))
+            entry = self._entries.get(resource, {}).get(key)
             if entry is None:
                 return cached
             if self._clock() - entry.at > self._ttl:
-                del self._entries[(resource, key)]
+                self._pop(resource, key)
                 return cached
             if entry.obj is None:  # tombstone
-                if cached is None or (_rv(cached) > entry.rv and entry.rv):
-                    del self._entries[(resource, key)]
+                if cached is None or (entry.rv and _rv(cached) > entry.rv):
+                    self._pop(resource, key)
                     return cached
                 return None
             if cached is not None and _rv(cached) >= entry.rv:
-                del self._entries[(resource, key)]
+                self._pop(resource, key)
                 return cached
             return entry.obj
 
     def observe(self, resource: str, obj: dict) -> None:
         """An informer saw ``obj``: forget our copy once the informer has caught up."""
-        key = (resource, object_key(obj))
+        key = object_key(obj)
         with self._lock:
-            entry = self._entries.get(key)
+            entry = self._entries.get(resource, {}).get(key)
             if entry is not None and entry.obj is not None and _rv(obj) >= entry.rv:
-                del self._entries[key]
+                self._pop(resource, key)
 
     def observe_deleted(self, resource: str, obj: dict) -> None:
         """An informer saw ``obj`` deleted: our copy (or tombstone) is obsolete."""
         with self._lock:
-            self._entries.pop((resource, object_key(obj)), None)
+            self._pop(resource, object_key(obj))
 
-    def merge(self, resource: str, cached: list[dict], match) -> list[dict]:
-        """``cached`` objects resolved against ours, plus ours not cached yet that satisfy
-        ``match(obj)``."""
+    def merge(self, resource: str, cached: list[dict], uid: str | None = None) -> list[dict]:
+        """``cached`` objects resolved against ours, plus ours not cached yet that carry the
+        domain label ``uid`` (none when ``uid`` is None)."""
         seen = set()
         out = []
         for obj in cached:
@@ -95,16 +111,17 @@ class Overlay:
             resolved = self.resolve(resource, key, obj)
             if resolved is not None:
                 out.append(resolved)
+        if uid is None:
+            return out
         with self._lock:
-            pending = [(k[1], e.obj) for k, e in self._entries.items()
-                       if k[0] == resource and e.obj is not None and k[1] not in seen]
-        for key, obj in pending:
-            if match(obj):
-                resolved = self.resolve(resource, key, None)
-                if resolved is not None:
-                    out.append(resolved)
+            pending = [key for key, e in self._entries.get(resource, {}).items()
+                       if e.uid == uid and e.obj is not None and key not in seen]
+        for key in pending:
+            resolved = self.resolve(resource, key, None)
+            if resolved is not None:
+                out.append(resolved)
         return out
 
     def __len__(self) -> int:
         with self._lock:
-            return len(self._entries)
+            return sum(len(e) for e in self._entries.values())

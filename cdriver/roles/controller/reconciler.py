@@ -25,6 +25,12 @@ from cdriver.roles.controller.cleanup import objects_of, orphan_domains
 from cdriver.roles.controller.metrics import ControllerMetrics
 from cdriver.roles.controller.overlay import Overlay
 from cdriver.roles.controller.settings import ControllerSettings
+from cdriver.roles.controller.trim import (
+    Trim,
+    metadata_only,
+    pod_summary,
+    without_managed_fields,
+)
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +51,16 @@ EVENT_CLEANUP_FAILED = "CleanupFailed"
 REASON_CONFLICT = "{kind}Conflict"
 REASON_CREATE_FAILED = "{kind}CreateFailed"
 REASON_TERMINATING = "{kind}Terminating"
+
+#: Cache trimming per resource: objects written back whole keep everything but managedFields.
+TRIMS: dict[str, Trim] = {
+    CDS.plural: without_managed_fields,
+    CLIQUES.plural: without_managed_fields,
+    TEMPLATES.plural: metadata_only,
+    DAEMON_SETS.plural: metadata_only,
+    NODES.plural: metadata_only,
+    PODS.plural: pod_summary,
+}
 
 _ROLE_TARGET = {
     D.ROLE_WORKLOAD_TEMPLATE: C.TARGET_WORKLOAD,
@@ -125,6 +141,8 @@ class Reconciler:
         self.overlay = overlay or Overlay()
         self.timing = timing or Timing()
         self.clock = clock
+        #: How objects are trimmed in the caches, per resource (our records match them).
+        self.trims: dict[str, Trim] = dict(TRIMS)
         self._invalid_seen: dict[str, str] = {}
 
     # --- cache reads --------------------------------------------------------------------
@@ -151,12 +169,8 @@ class Reconciler:
             if role == D.ROLE_DAEMON_TEMPLATE and self.settings.host_managed:
                 return []
 
-        def match(obj: dict) -> bool:
-            if W.domain_uid_of(obj) != uid:
-                return False
-            return role == D.ROLE_DAEMON_SET or W.labels_of(obj).get(C.LABEL_TARGET) == target
-
-        found = self.overlay.merge(plural, cached, match)
+        found = [o for o in self.overlay.merge(plural, cached, uid)
+                 if role == D.ROLE_DAEMON_SET or W.labels_of(o).get(C.LABEL_TARGET) == target]
         if role == D.ROLE_DAEMON_TEMPLATE:  # only the driver namespace holds daemon templates
             found = [o for o in found if (o.get("metadata") or {}).get("namespace")
                      == self.settings.namespace]
@@ -165,8 +179,7 @@ class Reconciler:
     def labelled_nodes(self, uid: str) -> list[str]:
         if self.caches.nodes is None:
             return []
-        nodes = self.overlay.merge(NODES.plural, self.caches.nodes.by_index(INDEX_DOMAIN, uid),
-                                   lambda o: False)
+        nodes = self.overlay.merge(NODES.plural, self.caches.nodes.by_index(INDEX_DOMAIN, uid))
         return sorted((o.get("metadata") or {}).get("name", "") for o in nodes
                       if W.domain_uid_of(o) == uid)
 
@@ -179,36 +192,41 @@ class Reconciler:
         if self.caches.cliques is None:
             return []
         return self.overlay.merge(CLIQUES.plural,
-                                  self.caches.cliques.by_index(INDEX_DOMAIN, uid),
-                                  lambda o: False)
+                                  self.caches.cliques.by_index(INDEX_DOMAIN, uid))
 
     # --- writes -------------------------------------------------------------------------
     def _record(self, verb: str, plural: str, obj: dict) -> dict:
         self.metrics.write(verb, plural)
         if obj.get("metadata"):
-            self.overlay.record(plural, obj)
+            self.overlay.record(plural, self.trims.get(plural, without_managed_fields)(obj))
         return obj
 
     def _update(self, res, body: dict) -> dict:
         return self._record("update", res.plural, self.raw.update(res, body))
 
+    def _patch_finalizers(self, res, obj: dict, finalizers: list[str]) -> dict:
+        """Set the finalizers with an optimistic-concurrency merge patch (the cached copy may
+        be trimmed, so never a full update)."""
+        meta = obj["metadata"]
+        patch = {"metadata": {"resourceVersion": meta["resourceVersion"],
+                              "finalizers": finalizers}}
+        return self.raw.patch(res, meta["name"], patch, namespace=meta.get("namespace"))
+
     def _with_finalizer(self, res, obj: dict) -> dict:
-        body = copy.deepcopy(obj)
-        body.setdefault("metadata", {}).setdefault("finalizers", []).append(C.FINALIZER)
-        return self._update(res, body)
+        finalizers = list((obj.get("metadata") or {}).get("finalizers") or []) + [C.FINALIZER]
+        return self._record("patch", res.plural, self._patch_finalizers(res, obj, finalizers))
 
     def _without_finalizer(self, res, obj: dict) -> None:
-        body = copy.deepcopy(obj)
-        meta = body.setdefault("metadata", {})
-        meta["finalizers"] = [f for f in meta.get("finalizers") or [] if f != C.FINALIZER]
+        finalizers = [f for f in (obj.get("metadata") or {}).get("finalizers") or []
+                      if f != C.FINALIZER]
         try:
-            result = self.raw.update(res, body)
+            result = self._patch_finalizers(res, obj, finalizers)
         except ApiError as exc:
             if not exc.not_found:
                 raise
             self.overlay.record_gone(res.plural, object_key(obj), obj)
             return
-        self._record_result("update", res, result, object_key(obj))
+        self._record_result("patch", res, result, object_key(obj))
         log.debug("released finalizer of %s %s", res.kind, object_key(obj))
 
     def _record_result(self, verb: str, res, result: dict, key: str) -> None:
@@ -221,7 +239,8 @@ class Reconciler:
         else:
             exists = not terminating or bool(meta.get("finalizers"))
         if result.get("kind") == res.kind and exists:
-            self.overlay.record(res.plural, result)
+            self.overlay.record(res.plural, self.trims.get(res.plural, without_managed_fields)(
+                result))
         else:
             self.overlay.record_gone(res.plural, key, result if meta else None)
 

@@ -31,10 +31,12 @@ from cdriver.kube.events import EventRecorder
 from cdriver.kube.informer import Informer, uid_index
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
 from cdriver.sim import nodes as nodemod
+from cdriver.sim.node.claims import PodState, unprepare_claims
 from cdriver.sim.node.container import run_in_container
 from cdriver.sim.node.dra import PluginManager
 from cdriver.sim.node.layout import NodeLayout
-from cdriver.sim.node.pods import NodeOptions, NodeRuntime, PodState, PodWorker, unprepare_claims
+from cdriver.sim.node.pods import PodWorker
+from cdriver.sim.node.runtime import NodeOptions, NodeRuntime
 
 PODS = RESOURCES["pods"]
 NODES = RESOURCES["nodes"]

@@ -14,9 +14,6 @@ node agent continues counting and can unprepare the claims of pods deleted meanw
 
 from __future__ import annotations
 
-import json
-import logging
-import os
 import queue
 import signal
 import threading
@@ -26,110 +23,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cdriver.cdi.reader import CDIRegistry
 from cdriver.errors import CdriverError
-from cdriver.kube.events import EventRecorder
-from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.kube.raw import RESOURCES, ApiError
 from cdriver.sim.node import env as envmod
 from cdriver.sim.node import probes as probemod
 from cdriver.sim.node import status as st
 from cdriver.sim.node.cdi_apply import container_cdi_ids, launch_edits
+from cdriver.sim.node.claims import (
+    PodState,
+    PreparedClaim,
+    claim_drivers,
+    merge_prepared,
+    pod_claim_names,
+    reserved_for,
+    unprepare_claims,
+)
 from cdriver.sim.node.container import ContainerProcess, LaunchSpec, StartError, exit_details, run_in_container
-from cdriver.sim.node.dra import ClaimRef, DRAError, PluginManager, PreparedDevice
-from cdriver.sim.node.layout import NodeLayout
+from cdriver.sim.node.dra import ClaimRef, DRAError, PreparedDevice
+from cdriver.sim.node.runtime import NodeOptions as NodeOptions  # re-exported (older import path)
+from cdriver.sim.node.runtime import NodeRuntime
 from cdriver.sim.node.volumes import BindMount, PodVolumes, VolumeContext, VolumeError, container_mounts
 
 PODS = RESOURCES["pods"]
 CLAIMS = RESOURCES["resourceclaims"]
 TICK = 0.2
 DEFAULT_GRACE = 30
-EXEC_PROBE_OUTPUT = 1024
-
-
-@dataclass
-class NodeOptions:
-    """Timing of a node; `fast()` scales everything down for tests."""
-
-    heartbeat_interval: float = 10.0
-    status_interval: float = 60.0
-    backoff_base: float = 10.0
-    backoff_max: float = 300.0
-    setup_retry_base: float = 1.0
-    setup_retry_max: float = 30.0
-    plugin_scan_interval: float = 1.0
-    plugin_probe_interval: float = 10.0
-    prepare_timeout: float = 45.0
-    volume_refresh_interval: float = 60.0
-    slice_wipe_delay: float = 30.0
-    shutdown_grace: float = 5.0
-    wait_schedulable: float = 60.0
-
-    @classmethod
-    def fast(cls) -> NodeOptions:
-        return cls(heartbeat_interval=2.0, status_interval=10.0, backoff_base=0.3, backoff_max=3.0,
-                   setup_retry_base=0.3, setup_retry_max=2.0, plugin_scan_interval=0.2,
-                   plugin_probe_interval=2.0, prepare_timeout=20.0, volume_refresh_interval=5.0,
-                   slice_wipe_delay=5.0, shutdown_grace=2.0)
-
-
-@dataclass
-class NodeRuntime:
-    """What pod workers share: the node's identity, API access, plugins and options."""
-
-    node_name: str
-    node_ip: str
-    layout: NodeLayout
-    raw: RawClient
-    recorder: EventRecorder
-    plugins: PluginManager
-    api_host: str
-    api_port: int
-    allocatable: dict[str, str]
-    options: NodeOptions
-    path_prefix: list[str]
-    log: logging.Logger
-    cdi_lock: threading.Lock = field(default_factory=threading.Lock)
-    _cdi: CDIRegistry | None = None
-
-    def resolve_cdi(self, ids: list[str]) -> Any:
-        with self.cdi_lock:
-            if self._cdi is None:
-                self._cdi = CDIRegistry(self.layout.cdi_dirs)
-            return self._cdi.resolve(ids)
-
-    def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.raw.get_or_none(RESOURCES["configmaps"], name, namespace)
-
-    def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.raw.get_or_none(RESOURCES["secrets"], name, namespace)
-
-    def services(self, namespace: str) -> list[dict[str, Any]]:
-        return self.raw.list(RESOURCES["services"], namespace)["items"]
-
-    def request_token(self, namespace: str, sa: str, audience: str, seconds: int,
-                      pod: dict[str, Any]) -> tuple[str, float]:
-        """A pod-bound service-account token from the TokenRequest API: (token, seconds valid)."""
-        meta = pod["metadata"]
-        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                "spec": {"audiences": [audience] if audience else [], "expirationSeconds": seconds,
-                         "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
-                                            "uid": meta["uid"]}}}
-        resp = self.raw.create_subresource(RESOURCES["serviceaccounts"], sa, "token", body, namespace)
-        status = resp.get("status") or {}
-        token = status.get("token")
-        if not token:
-            raise CdriverError(f"TokenRequest for {namespace}/{sa} returned no token")
-        valid = float(seconds)
-        expires = status.get("expirationTimestamp")
-        if expires:
-            import datetime as dt
-
-            try:
-                when = dt.datetime.strptime(expires, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
-                valid = max(when.timestamp() - time.time(), 1.0)
-            except ValueError:
-                pass
-        return token, valid
 
 
 # --- pure helpers --------------------------------------------------------------------------
@@ -168,110 +86,8 @@ def hosts_file(pod: dict[str, Any], ip: str, node_name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def pod_claim_names(pod: dict[str, Any]) -> list[tuple[str, str | None]]:
-    """(pod claim name, ResourceClaim name or None while not known yet) for the pod's claims.
-
-    A claim from a template is named in status.resourceClaimStatuses; an entry there without
-    a name means no claim is needed."""
-    statuses = {s.get("name"): s for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []}
-    out: list[tuple[str, str | None]] = []
-    for ref in (pod.get("spec") or {}).get("resourceClaims") or []:
-        name = ref.get("name", "")
-        if ref.get("resourceClaimName"):
-            out.append((name, ref["resourceClaimName"]))
-        elif name in statuses:
-            claim = statuses[name].get("resourceClaimName")
-            if claim:
-                out.append((name, claim))
-        else:
-            out.append((name, None))
-    return out
-
-
-def claim_drivers(claim: dict[str, Any]) -> list[str]:
-    """Drivers of the allocated devices of a claim (sorted, unique)."""
-    results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
-    return sorted({r.get("driver", "") for r in results if r.get("driver")})
-
-
-def reserved_for(claim: dict[str, Any], pod_uid: str) -> bool:
-    return any(r.get("uid") == pod_uid for r in (claim.get("status") or {}).get("reservedFor") or [])
-
-
 def sidecar(container: dict[str, Any]) -> bool:
     return container.get("restartPolicy") == "Always"
-
-
-# --- persisted per-pod state -----------------------------------------------------------------
-
-@dataclass
-class PreparedClaim:
-    driver: str
-    pod_claim: str
-    ref: ClaimRef
-    devices: list[PreparedDevice]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"driver": self.driver, "podClaim": self.pod_claim, "namespace": self.ref.namespace,
-                "name": self.ref.name, "uid": self.ref.uid, "devices": [d.to_dict() for d in self.devices]}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> PreparedClaim:
-        return cls(d["driver"], d.get("podClaim", ""), ClaimRef(d["namespace"], d["name"], d["uid"]),
-                   [PreparedDevice.from_dict(x) for x in d.get("devices") or []])
-
-
-@dataclass
-class PodState:
-    """What survives an agent restart."""
-
-    namespace: str = ""
-    name: str = ""
-    start_time: str = ""
-    restarts: dict[str, int] = field(default_factory=dict)
-    prepared: list[PreparedClaim] = field(default_factory=list)
-    started: set[str] = field(default_factory=set)  # containers that ran at least once
-
-    def save(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps({"namespace": self.namespace, "name": self.name, "startTime": self.start_time,
-                                   "restarts": self.restarts, "started": sorted(self.started),
-                                   "prepared": [p.to_dict() for p in self.prepared]}, indent=1))
-        os.replace(tmp, path)
-
-    @classmethod
-    def load(cls, path: Path) -> PodState:
-        try:
-            d = json.loads(path.read_text())
-            return cls(d.get("namespace", ""), d.get("name", ""), d.get("startTime", ""),
-                       {k: int(v) for k, v in (d.get("restarts") or {}).items()},
-                       [PreparedClaim.from_dict(p) for p in d.get("prepared") or []],
-                       {str(n) for n in d.get("started") or []})
-        except (OSError, ValueError, KeyError, TypeError):
-            return cls()
-
-
-def unprepare_claims(rt: NodeRuntime, prepared: list[PreparedClaim]) -> list[str]:
-    """NodeUnprepareResources per driver; returns errors ([] = all done)."""
-    errors: list[str] = []
-    by_driver: dict[str, list[PreparedClaim]] = {}
-    for p in prepared:
-        by_driver.setdefault(p.driver, []).append(p)
-    for driver, claims in sorted(by_driver.items()):
-        client = rt.plugins.client(driver)
-        if client is None:
-            errors.append(f"DRA driver {driver} is not registered on node {rt.node_name}")
-            continue
-        refs = list({c.ref.uid: c.ref for c in claims}.values())
-        try:
-            result = client.unprepare(refs, timeout=rt.options.prepare_timeout)
-        except DRAError as exc:
-            errors.append(str(exc))
-            continue
-        errors.extend(f"NodeUnprepareResources failed for claim {c.name}: {err}"
-                      for c in refs if (err := result.get(c.uid)))
-    return errors
 
 
 # --- a container's live parts ----------------------------------------------------------------
@@ -551,7 +367,7 @@ class PodWorker:
                 uid = claim["metadata"]["uid"]
                 prepared.append(PreparedClaim(driver, pod_claim, refs[uid], result[uid].devices))
                 # record progressively so a failure of a later driver still unprepares these
-            self.state.prepared = _merge_prepared(self.state.prepared, prepared)
+            self.state.prepared = merge_prepared(self.state.prepared, prepared)
             self._save_state()
         self.prepared = {}
         for p in prepared:
@@ -920,10 +736,3 @@ class _SetupWait(CdriverError):
     def __init__(self, message: str, event: bool = True) -> None:
         super().__init__(message)
         self.event = event
-
-
-def _merge_prepared(existing: list[PreparedClaim], new: list[PreparedClaim]) -> list[PreparedClaim]:
-    keyed = {(p.driver, p.ref.uid): p for p in existing}
-    for p in new:
-        keyed[(p.driver, p.ref.uid)] = p
-    return list(keyed.values())

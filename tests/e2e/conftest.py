@@ -1,0 +1,49 @@
+"""End-to-end fixtures: a whole simulated cluster (control plane + nodes + installed chart).
+
+Each test module gets its own world; its base directory is short because Unix socket paths
+under a node's root are limited to 107 bytes.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cdriver.sim.world import SimWorld, WorldSettings
+
+
+def start_world(settings_kwargs: dict) -> Iterator[SimWorld]:
+    base = Path(tempfile.mkdtemp(prefix="cde", dir="/tmp"))
+    world = SimWorld(WorldSettings(base_dir=base, **settings_kwargs), progress=print)
+    world.start()
+    try:
+        yield world
+    finally:
+        world.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def text(data: bytes | str | None) -> str:
+    if isinstance(data, bytes):
+        return data.decode("utf-8", errors="replace")
+    return data or ""
+
+
+def exec_in(world: SimWorld, namespace: str, pod: dict, argv: list[str],
+            container: str | None = None) -> subprocess.CompletedProcess:
+    """Run argv inside a pod's container on its simulated node (as `kubectl exec` would)."""
+    node = world.node(pod["spec"]["nodeName"])
+    name = container or pod["spec"]["containers"][0]["name"]
+    return node.agent.exec_in_container(namespace, pod["metadata"]["name"], name, argv)
+
+
+@pytest.fixture
+def e2e_namespace(request: pytest.FixtureRequest) -> str:
+    """A namespace name unique to the test (created by the scenario helpers)."""
+    name = request.node.name.lower().replace("_", "-").replace("[", "-").replace("]", "")
+    return ("e2e-" + "".join(ch for ch in name if ch.isalnum() or ch == "-"))[:60].rstrip("-")
