@@ -58,10 +58,8 @@ def _text(data: bytes | str | None) -> str:
 
 
 def exec_in_pod(world: SimWorld, namespace: str, pod: dict, argv: list[str], container: str | None = None) -> Any:
-    """Run `argv` in a container of `pod` (kubectl exec when the node serves it)."""
-    node = world.node(pod["spec"]["nodeName"])
-    container = container or pod["spec"]["containers"][0]["name"]
-    return node.agent.exec_in_container(namespace, pod["metadata"]["name"], container, argv)
+    """`kubectl exec` into `pod`, exactly as a user checks a workload on a real cluster."""
+    return world.exec(namespace, pod["metadata"]["name"], argv, container)
 
 
 def run_demo(world: SimWorld, echo: Callable[[str], None] = print) -> DemoReport:

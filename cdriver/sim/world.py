@@ -189,7 +189,7 @@ class SimWorld:
         import threading
 
         from cdriver.sim.node.agent import NodeAgent, node_ip
-        from cdriver.sim.node.pods import NodeOptions
+        from cdriver.sim.node.runtime import NodeOptions
         from cdriver.sim.topology import clique_label
 
         path, topology = self._topology()
@@ -207,7 +207,7 @@ class SimWorld:
                 # What GPU feature discovery sets on a real node.
                 labels[c.LABEL_NODE_CLIQUE] = clique
             agent = NodeAgent(self.raw, name, node_ip(i), self.settings.base_dir / "nodes" / name, labels=labels,
-                              options=options, topology=str(path),
+                              options=options, topology=str(path), pki_dir=self.cluster.pki.dir,
                               fabric_state="completed" if fabric else "not_supported")
             self.nodes.append(SimNode(name, node_ip(i), clique, agent))
         errors: list[BaseException] = []
@@ -258,6 +258,20 @@ class SimWorld:
                     f"ResourceSlices from {sorted(published)} (want {sorted(want)})")
             time.sleep(0.5)
         raise WorldError(f"the driver was not ready after {timeout:.0f} s: {last}\n{self.pod_log_tails()}")
+
+    def kubectl_cmd(self, *args: str, timeout: float = 60.0, stdin: str | None = None) -> subprocess.CompletedProcess:
+        """Run the matching kubectl against this cluster (text output)."""
+        assert self.kubectl is not None
+        return subprocess.run([str(self.kubectl), "--kubeconfig", str(self.kubeconfig), *args], input=stdin,
+                              capture_output=True, text=True, timeout=timeout)
+
+    def exec(self, namespace: str, pod: str, argv: list[str], container: str | None = None,
+             timeout: float = 60.0) -> subprocess.CompletedProcess:
+        """`kubectl exec` into a pod on a simulated node (served by the node's kubelet API)."""
+        args = ["exec", "-n", namespace, pod]
+        if container:
+            args += ["-c", container]
+        return self.kubectl_cmd(*args, "--", *argv, timeout=timeout)
 
     # -- diagnostics ---------------------------------------------------------------------
     def node(self, name: str) -> SimNode:

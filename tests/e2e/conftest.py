@@ -36,10 +36,8 @@ def text(data: bytes | str | None) -> str:
 
 def exec_in(world: SimWorld, namespace: str, pod: dict, argv: list[str],
             container: str | None = None) -> subprocess.CompletedProcess:
-    """Run argv inside a pod's container on its simulated node (as `kubectl exec` would)."""
-    node = world.node(pod["spec"]["nodeName"])
-    name = container or pod["spec"]["containers"][0]["name"]
-    return node.agent.exec_in_container(namespace, pod["metadata"]["name"], name, argv)
+    """`kubectl exec` into a pod's container (the simulated node serves the kubelet API)."""
+    return world.exec(namespace, pod["metadata"]["name"], argv, container)
 
 
 @pytest.fixture

@@ -599,3 +599,16 @@ def test_container_process_has_private_dev_mounts_and_hostname(tmp_path: Path) -
     spec.argv = ["no-such-command-here"]
     with pytest.raises(StartError, match="no-such-command-here"):
         ContainerProcess(spec, tmp_path / "spec2.json", tmp_path / "logs" / "1.log", "t").start()
+
+
+def test_node_that_cannot_start_reports_why_and_leaves_nothing_behind(raw: RawClient, tmp_path: Path) -> None:
+    from cdriver.sim.node.agent import NodeError
+
+    name = f"broken-{uuid.uuid4().hex[:6]}"
+    agent = NodeAgent(raw, name, "127.0.1.250", tmp_path / "n", pki_dir=tmp_path / "no-pki",
+                      options=NodeOptions.fast())
+    with pytest.raises(NodeError, match="kubelet serving certificate"):
+        agent.start()
+    assert not agent.running
+    assert raw.get_or_none(NODES, name) is None
+    assert not [t for t in threading.enumerate() if t.name.startswith(f"node-{name}")]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -204,13 +205,33 @@ class Reconciler:
     def _update(self, res, body: dict) -> dict:
         return self._record("update", res.plural, self.raw.update(res, body))
 
+    def _create(self, res, obj: dict) -> dict:
+        """Create with compact JSON. Opaque device parameters are stored byte for byte: sent
+        with spaces they would differ from the server's own re-encoding, and every later patch
+        of the claim template (even a label) would fail as a change of its immutable spec."""
+        data = json.dumps(obj, separators=(",", ":")).encode()
+        result = self.raw.request("POST", res.path(obj["metadata"].get("namespace")), body=data,
+                                  content_type="application/json")
+        return result if isinstance(result, dict) else {}
+
     def _patch_finalizers(self, res, obj: dict, finalizers: list[str]) -> dict:
         """Set the finalizers with an optimistic-concurrency merge patch (the cached copy may
         be trimmed, so never a full update)."""
         meta = obj["metadata"]
         patch = {"metadata": {"resourceVersion": meta["resourceVersion"],
                               "finalizers": finalizers}}
-        return self.raw.patch(res, meta["name"], patch, namespace=meta.get("namespace"))
+        try:
+            return self.raw.patch(res, meta["name"], patch, namespace=meta.get("namespace"))
+        except ApiError as exc:
+            if not exc.invalid:
+                raise
+        # Written by a client that sent opaque parameters with whitespace: the server cannot
+        # patch it (see `_create`), but a full update with its own bytes works.
+        current = self.raw.get(res, meta["name"], meta.get("namespace"))
+        if current["metadata"].get("resourceVersion") != meta["resourceVersion"]:
+            raise ApiError(409, "Conflict", f"{object_key(obj)} changed; retrying")
+        current["metadata"]["finalizers"] = finalizers
+        return self.raw.update(res, current)
 
     def _with_finalizer(self, res, obj: dict) -> dict:
         finalizers = list((obj.get("metadata") or {}).get("finalizers") or []) + [C.FINALIZER]
@@ -314,7 +335,7 @@ class Reconciler:
             return self._adopt(res, role, chosen)
         want = build()
         try:
-            created = self._record("create", res.plural, self.raw.create(res, want))
+            created = self._record("create", res.plural, self._create(res, want))
         except ApiError as exc:
             return self._create_failed(cd_obj, res, role, want, uid, exc)
         log.info("%s: created %s %s", object_key(cd_obj), _kind(role), object_key(created))

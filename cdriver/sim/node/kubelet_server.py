@@ -53,7 +53,7 @@ PEER_CLOSE_WAIT = 2.0
 #: Seconds between the upgrade and the first message to the client. client-go creates its
 #: stream readers only after the upgrade and drops messages for streams it has not created
 #: yet; a command quicker than that would lose its output.
-FIRST_MESSAGE_DELAY = 0.2
+FIRST_MESSAGE_DELAY = 0.1
 
 
 class ContainerSource(Protocol):
@@ -68,8 +68,8 @@ def exit_status(code: int, argv: list[str]) -> dict[str, Any]:
         return {"metadata": {}, "status": "Success"}
     return {
         "metadata": {}, "status": "Failure",
-        "message": f"command terminated with non-zero exit code: error executing command {argv}, "
-                   f"exit code {code}",
+        "message": f"command terminated with non-zero exit code: error executing command "
+                   f"[{' '.join(argv)}], exit code {code}",
         "reason": "NonZeroExitCode",
         "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]},
     }

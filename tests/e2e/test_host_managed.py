@@ -1,0 +1,82 @@
+"""End to end, host-managed IMEX (chart values imex.mode=hostManaged): each node runs its own
+host `nvidia-imex` service; the driver runs no daemons and asks that service for readiness."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from cdriver.api import constants as c
+from cdriver.sim import scenario as s
+from cdriver.sim.host_imex import HostImexService
+from cdriver.sim.world import DRIVER_NAMESPACE, SimWorld
+from tests.e2e.conftest import exec_in, start_world
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def world() -> Iterator[SimWorld]:
+    yield from start_world({"nodes": 2, "imex_mode": c.IMEX_MODE_HOST_MANAGED})
+
+
+@pytest.fixture(scope="module")
+def services(world: SimWorld) -> Iterator[dict[str, HostImexService]]:
+    ips = [n.ip for n in world.nodes]
+    running = {}
+    for node in world.nodes:
+        svc = HostImexService(node.agent.driver_root, node.ip, peers=[ip for ip in ips if ip != node.ip])
+        svc.start()
+        running[node.name] = svc
+    yield running
+    for svc in running.values():
+        svc.stop()
+
+
+def test_host_managed_workload_waits_for_the_host_service(world: SimWorld, services: dict[str, HostImexService],
+                                                          e2e_namespace: str) -> None:
+    ns, raw = e2e_namespace, world.raw
+    up_node, down_node = (n.name for n in world.nodes)
+    services[down_node].stop()
+    s.ensure_namespace(raw, ns)
+    # All is not available with a host service: the controller admits the CD as Single and says so.
+    cd = raw.create(s.CDS, s.compute_domain("host", ns, "host-channel", c.ALLOCATION_MODE_ALL), ns)
+    uid = cd["metadata"]["uid"]
+    rct = s.wait_for("workload template", lambda: raw.get_or_none(s.RCTS, "host-channel", ns), 60)
+    params = rct["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]
+    assert params["allocationMode"] == c.ALLOCATION_MODE_SINGLE
+    s.wait_for("an Event about allocationMode All", lambda: any(
+        "All" in e.get("message", "") for e in s.events_for(raw, ns, "host")), 30)
+    # No daemon objects in host-managed mode.
+    assert raw.list(s.DAEMONSETS, namespace=DRIVER_NAMESPACE,
+                    label_selector=f"{c.LABEL_COMPUTE_DOMAIN}={uid}")["items"] == []
+
+    raw.create(s.PODS, s.workload_pod("ok", ns, "host-channel", node=up_node), ns)
+    raw.create(s.PODS, s.workload_pod("waits", ns, "host-channel", node=down_node), ns)
+    (ok,) = s.wait_pods_running(raw, ns, ["ok"], 120)
+    assert exec_in(world, ns, ok, ["test", "-c", c.channel_device_path(0)]).returncode == 0
+    assert exec_in(world, ns, ok, ["test", "-e", c.channel_device_path(1)]).returncode == 1
+
+    def stuck_with_reason() -> s.Seen:
+        pod = raw.get(s.PODS, "waits", ns)
+        events = [e.get("message", "") for e in s.events_for(raw, ns, "waits")
+                  if e.get("reason") == "FailedPrepareDynamicResources"]
+        ok_ = s.pod_waiting_reason(pod) == "ContainerCreating" and any("imex_ctrl.sock" in m for m in events)
+        return s.Seen(ok_, events, f"{s.pod_waiting_reason(pod)} {events}")
+
+    events = s.wait_for("the workload on the node without host service to wait with an Event", stuck_with_reason, 90)
+    assert any("READY" in m or "not ready" in m.lower() or "nvidia-imex-ctl" in m for m in events), events
+    assert s.nodes_labelled(raw, uid) == []  # host mode never labels nodes
+
+    services[down_node].start()
+    (waited,) = s.wait_pods_running(raw, ns, ["waits"], 120)
+    assert exec_in(world, ns, waited, ["test", "-c", c.channel_device_path(0)]).returncode == 0
+
+    for pod in ("ok", "waits"):
+        raw.delete(s.PODS, pod, ns)
+    raw.delete(s.CDS, "host", ns)
+    s.wait_for("the ComputeDomain and its template to be gone", lambda: (
+        raw.get_or_none(s.CDS, "host", ns) is None and raw.get_or_none(s.RCTS, "host-channel", ns) is None), 60)
+    # Deleting the domain leaves the host services alone.
+    assert all(svc.is_running() for svc in services.values())
