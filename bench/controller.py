@@ -30,6 +30,7 @@ import re
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -247,8 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     with LocalCluster(binaries=binaries) as cluster:
         install_crds(cluster.raw)
         floor_s = raw_floor(cluster, n, workers)
-        phase = controller_phase(cluster, n, workers,
-                                 args.json_out.parent / "controller-bench.log")
+        log = Path(tempfile.gettempdir()) / f"cdriver-controller-bench-{os.getpid()}.log"
+        phase = controller_phase(cluster, n, workers, log)
+        log.unlink(missing_ok=True)
     floor_rate = n * (MIN_WRITES_PER_DOMAIN + 1) / floor_s
     ctl_rate = n * (MIN_WRITES_PER_DOMAIN + 1) / phase["elapsed_s"]
     result = {

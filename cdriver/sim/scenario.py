@@ -128,11 +128,21 @@ def pod_waiting_reason(pod: dict) -> str:
 
 
 def wait_pods_running(raw: Any, namespace: str, names: list[str], timeout: float = 120.0) -> list[dict]:
+    """Wait until every named pod is Running and Ready; on timeout, say where each one is stuck."""
     def probe() -> Seen:
         pods = [raw.get_or_none(PODS, n, namespace) for n in names]
-        state = {n: (pod_phase(p), pod_waiting_reason(p)) if p else "missing" for n, p in zip(names, pods, strict=True)}
         ok = all(p and pod_phase(p) == "Running" and pod_ready(p) for p in pods)
-        return Seen(ok, pods, json.dumps(state))
+        if ok:
+            return Seen(True, pods)
+        state = {}
+        for n, p in zip(names, pods, strict=True):
+            if not p:
+                state[n] = "missing"
+                continue
+            last = events_for(raw, namespace, n)[-1:] if not pod_ready(p) else []
+            state[n] = [pod_phase(p), pod_waiting_reason(p), p["spec"].get("nodeName", ""),
+                        *(f"{e.get('reason')}: {e.get('message', '')[:300]}" for e in last)]
+        return Seen(False, pods, json.dumps(state))
 
     return wait_for(f"pods {names} Running and Ready in {namespace}", probe, timeout)
 

@@ -6,6 +6,7 @@ under a node's root are limited to 107 bytes.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -25,7 +26,10 @@ def start_world(settings_kwargs: dict) -> Iterator[SimWorld]:
         yield world
     finally:
         world.stop()
-        shutil.rmtree(base, ignore_errors=True)
+        if os.environ.get("CDRIVER_E2E_KEEP"):
+            print(f"e2e world files kept in {base}")
+        else:
+            shutil.rmtree(base, ignore_errors=True)
 
 
 def text(data: bytes | str | None) -> str:
