@@ -108,3 +108,38 @@ def namespace(cluster: Any, raw: Any) -> Iterator[str]:
     except ApiError as exc:
         if not exc.not_found and not exc.unavailable:
             raise
+
+
+@pytest.fixture(scope="session")
+def chart_crds(cluster: Any) -> None:
+    """The chart's CRDs (ComputeDomain, ComputeDomainClique) installed and served."""
+    import time
+    from pathlib import Path
+
+    import yaml
+
+    from cdriver.kube.raw import RESOURCES, ApiError
+
+    raw = cluster.raw
+    crd_res = RESOURCES["customresourcedefinitions"]
+    crd_dir = Path(__file__).resolve().parents[1] / "helm" / "cdriver" / "crds"
+    for path in sorted(crd_dir.glob("*.yaml")):
+        body = yaml.safe_load(path.read_text())
+        try:
+            raw.create(crd_res, body)
+        except ApiError as exc:
+            if not exc.already_exists:
+                raise
+            current = raw.get(crd_res, body["metadata"]["name"])
+            current["spec"] = body["spec"]
+            raw.update(crd_res, current)
+    deadline = time.monotonic() + 30
+    for plural in ("computedomains", "computedomaincliques"):
+        while True:
+            try:
+                raw.list(RESOURCES[plural], "default")
+                break
+            except ApiError as exc:
+                if not exc.not_found or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)

@@ -325,7 +325,8 @@ class Reconciler:
         else's. Objects are found by the domain's label, preferring ``namespace/name``."""
         res = DAEMON_SETS if role == D.ROLE_DAEMON_SET else TEMPLATES
         uid = (cd_obj.get("metadata") or {})["uid"]
-        existing = self.generated(role, uid)
+        existing = [o for o in self.generated(role, uid)
+                    if o["metadata"].get("namespace") == namespace]
         if existing:
             chosen = next((o for o in existing if o["metadata"]["name"] == name
                            and o["metadata"].get("namespace") == namespace), existing[0])
