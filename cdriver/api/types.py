@@ -185,7 +185,8 @@ class NodeStatus:
             name=r.str("name", required=True),
             ip_address=r.str("ipAddress"),
             clique_id=r.str("cliqueID"),
-            index=r.int("index", minimum=0),
+            # -1: a node without NVLink fabric (no clique, no IMEX index).
+            index=r.int("index", minimum=-1),
             status=r.enum("status", _STATUSES, C.STATUS_NOT_READY),
         )
 
@@ -222,7 +223,7 @@ class ComputeDomain:
         channel = spec.obj_at("channel", ("resourceClaimTemplate", "allocationMode"),
                               required=True)
         template = channel.obj_at("resourceClaimTemplate", ("name",), required=True)
-        status = r.obj_at("status", ("status", "nodes"))
+        status = r.obj_at("status", ("status", "nodes", "readyNodes", "conditions"))
         nodes = []
         for i, entry in enumerate(status.list_at("nodes")):
             nodes.append(NodeStatus._read(
@@ -261,6 +262,11 @@ class ComputeDomain:
         out: dict[str, Any] = {"status": self.status or C.STATUS_NOT_READY}
         if self.nodes:
             out["nodes"] = [n.to_dict() for n in self.nodes]
+        # Fields the controller owns are carried through unchanged.
+        previous = self.raw.get("status") or {}
+        for key in ("readyNodes", "conditions"):
+            if key in previous:
+                out[key] = copy.deepcopy(previous[key])
         return out
 
     def to_dict(self) -> dict:

@@ -214,3 +214,21 @@ def test_valid_domain_ids(value: str) -> None:
 def test_invalid_domain_ids(value: object) -> None:
     with pytest.raises(ValidationError, match="field domainID"):
         validate_domain_id(value)
+
+
+def test_controller_status_fields_survive_a_daemon_status_write() -> None:
+    """Legacy daemons rewrite status.nodes; the controller's readyNodes/conditions stay."""
+    from cdriver.api.types import ComputeDomain
+
+    obj = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
+           "metadata": {"name": "cd", "namespace": "ns", "uid": "u1"},
+           "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": "t"}}},
+           "status": {"status": "Ready", "readyNodes": "1/1",
+                      "conditions": [{"type": "Ready", "status": "True", "reason": "AllReady"}],
+                      "nodes": [{"name": "n1", "ipAddress": "10.0.0.1", "cliqueID": "", "index": -1,
+                                 "status": "Ready"}]}}
+    cd = ComputeDomain.from_dict(obj)
+    assert cd.nodes[0].index == -1
+    written = cd.status_dict()
+    assert written["readyNodes"] == "1/1"
+    assert written["conditions"][0]["reason"] == "AllReady"

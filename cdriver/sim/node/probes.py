@@ -146,6 +146,9 @@ def resolve_port(port: Any, named: dict[str, int]) -> int:
 
 # --- the worker -----------------------------------------------------------------------------
 
+GATE_POLL_INTERVAL = 0.1
+
+
 class ProbeWorker:
     """Runs one probe of one container run until stopped."""
 
@@ -178,19 +181,24 @@ class ProbeWorker:
             return
         while not self._stop.is_set():
             began = time.monotonic()
-            if self.gate is None or self.gate():
-                try:
-                    ok, message = self.check(self.settings.timeout)
-                except Exception as exc:  # noqa: BLE001 - a broken probe is a failed probe
-                    ok, message = False, str(exc)
-                if self._stop.is_set():
+            if self.gate is not None and not self.gate():
+                # Like kubelet, liveness/readiness run as soon as the startup probe succeeds,
+                # not one full period later.
+                if self._stop.wait(GATE_POLL_INTERVAL):
                     return
-                if not ok:
-                    self.on_failure(self.kind, message)
-                if self.tracker.record(ok):
-                    self.on_change(self.kind, bool(self.tracker.state), message)
-                if self.kind == STARTUP and self.tracker.state is True:
-                    return  # a startup probe stops once it succeeded
+                continue
+            try:
+                ok, message = self.check(self.settings.timeout)
+            except Exception as exc:  # noqa: BLE001 - a broken probe is a failed probe
+                ok, message = False, str(exc)
+            if self._stop.is_set():
+                return
+            if not ok:
+                self.on_failure(self.kind, message)
+            if self.tracker.record(ok):
+                self.on_change(self.kind, bool(self.tracker.state), message)
+            if self.kind == STARTUP and self.tracker.state is True:
+                return  # a startup probe stops once it succeeded
             elapsed = time.monotonic() - began
             if self._stop.wait(max(self.settings.period - elapsed, 0.05)):
                 return
