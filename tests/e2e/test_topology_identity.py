@@ -50,8 +50,9 @@ def read_identities(world: SimWorld, ns: str, round_: str) -> dict[str, list[tup
             s.pod_phase(obj := world.raw.get(s.PODS, p, ns)) in ("Succeeded", "Failed"), obj,
             s.pod_phase(obj)), 60)
         assert s.pod_phase(done) == "Succeeded", done.get("status")
-        log = world.node(node).agent.container_log(ns, pod, "check")
-        text = "\n".join(line.split(" ", 3)[-1] for line in Path(log).read_text().splitlines())
+        logs = world.kubectl_cmd("logs", "-n", ns, pod)
+        assert logs.returncode == 0, logs.stderr
+        text = logs.stdout
         assert re.search(r"Discovered (\d+) GPU\(s\)", text), text
         uuids = re.findall(r"clusterUuid : (\S+)", text)
         cliques = [int(x) for x in re.findall(r"cliqueId\s+: (\d+)", text)]
