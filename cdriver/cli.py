@@ -6,14 +6,13 @@ dependencies (grpc, kubernetes) load only when that role runs.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import platform
 import sys
 
 import click
 
 from cdriver import KUBERNETES_VERSION, __version__
+from cdriver.lazy_group import LazyGroup
 from cdriver.logs import LOG_FORMATS, setup_logging
 
 #: subcommand name -> "module:attribute" of its click command. A role appears in the CLI
@@ -27,33 +26,13 @@ LAZY_COMMANDS: dict[str, str] = {
 }
 
 
-def _available(target: str) -> bool:
-    module = target.split(":", 1)[0]
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
+class RoleGroup(LazyGroup):
+    """The top-level group: one lazily imported subcommand per role."""
+
+    lazy_commands = LAZY_COMMANDS
 
 
-class LazyGroup(click.Group):
-    """A click group that imports subcommands on first use."""
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        lazy = [name for name, target in LAZY_COMMANDS.items() if _available(target)]
-        return sorted(set(super().list_commands(ctx)) | set(lazy))
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        cmd = super().get_command(ctx, cmd_name)
-        if cmd is not None:
-            return cmd
-        target = LAZY_COMMANDS.get(cmd_name)
-        if target is None or not _available(target):
-            return None
-        module_name, attr = target.split(":", 1)
-        return getattr(importlib.import_module(module_name), attr)
-
-
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=RoleGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--log-format", type=click.Choice(LOG_FORMATS), default="text", show_default=True,
               envvar="LOG_FORMAT", help="Log line format (env LOG_FORMAT).")
 @click.option("-v", "--verbosity", type=int, default=0, show_default=True, envvar=["V", "LOG_VERBOSITY"],

@@ -7,8 +7,6 @@ and a minimal `nvidia-smi`. Larger parts load lazily, like the top-level CLI: `i
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -18,6 +16,7 @@ import click
 
 from cdriver.api import constants as c
 from cdriver.errors import CdriverError
+from cdriver.lazy_group import LazyGroup
 
 #: subcommand name -> "module:attribute" of its click command.
 LAZY_COMMANDS: dict[str, str] = {
@@ -32,29 +31,11 @@ LAZY_COMMANDS: dict[str, str] = {
 ALIASES = {"render-node": "driver-root"}
 
 
-def _available(target: str) -> bool:
-    try:
-        return importlib.util.find_spec(target.split(":", 1)[0]) is not None
-    except ModuleNotFoundError:
-        return False
-
-
-class SimGroup(click.Group):
+class SimGroup(LazyGroup):
     """Imports heavy subcommands on first use; resolves aliases."""
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        lazy = [name for name, target in LAZY_COMMANDS.items() if _available(target)]
-        return sorted(set(super().list_commands(ctx)) | set(lazy))
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        cmd = super().get_command(ctx, ALIASES.get(cmd_name, cmd_name))
-        if cmd is not None:
-            return cmd
-        target = LAZY_COMMANDS.get(cmd_name)
-        if target is None or not _available(target):
-            return None
-        module_name, attr = target.split(":", 1)
-        return getattr(importlib.import_module(module_name), attr)
+    lazy_commands = LAZY_COMMANDS
+    aliases = ALIASES
 
 
 def _fail(exc: CdriverError) -> NoReturn:

@@ -22,6 +22,7 @@ from pathlib import Path
 import click
 
 from cdriver.errors import CdriverError
+from cdriver.sim.pidfile import process_alive, read_pid
 
 DETACH_TIMEOUT = 600.0
 
@@ -36,23 +37,6 @@ def _paths(base: Path) -> tuple[Path, Path, Path]:
     return base / "cluster", base / "cluster.pid", base / "cluster.log"
 
 
-def _read_pid(pid_file: Path) -> int | None:
-    try:
-        return int(pid_file.read_text().strip())
-    except (FileNotFoundError, ValueError):
-        return None
-
-
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _up_argv() -> list[str]:
@@ -76,8 +60,8 @@ def command() -> None:
 
 def _prepare_base(base: Path) -> tuple[Path, Path, Path]:
     run_dir, pid_file, log_file = _paths(base)
-    pid = _read_pid(pid_file)
-    if _alive(pid):
+    pid = read_pid(pid_file)
+    if process_alive(pid):
         raise click.ClickException(
             f"a local cluster is already running (pid {pid}, kubeconfig {run_dir / 'admin.kubeconfig'}); "
             "stop it with `cdriver sim cluster down` or pick another --base-dir")
@@ -164,15 +148,15 @@ def down(base_dir: Path | None, timeout: float) -> None:
     """Stop a cluster started with `up` (SIGTERM to its process; it stops every component)."""
     base = base_dir or default_base_dir()
     run_dir, pid_file, _ = _paths(base)
-    pid = _read_pid(pid_file)
-    if not _alive(pid):
+    pid = read_pid(pid_file)
+    if not process_alive(pid):
         pid_file.unlink(missing_ok=True)
         click.echo(f"no local cluster is running (no live process in {pid_file})", err=True)
         return
     assert pid is not None
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while _alive(pid):
+    while process_alive(pid):
         if time.monotonic() > deadline:
             raise click.ClickException(f"the cluster process {pid} did not stop within {timeout:.0f} s; "
                                        f"kill it with `kill -9 {pid}` and remove {run_dir}")
@@ -190,8 +174,8 @@ def status(base_dir: Path | None) -> None:
 
     base = base_dir or default_base_dir()
     run_dir, pid_file, _ = _paths(base)
-    pid = _read_pid(pid_file)
-    if not _alive(pid):
+    pid = read_pid(pid_file)
+    if not process_alive(pid):
         click.echo("stopped")
         sys.exit(1)
     try:
@@ -207,7 +191,7 @@ def status(base_dir: Path | None) -> None:
     if state.get("kubectl"):
         click.echo(f"kubectl: {state['kubectl']}")
     for name, cpid in state.get("pids", {}).items():
-        click.echo(f"{name}: pid {cpid} {'running' if _alive(cpid) else 'exited'}")
+        click.echo(f"{name}: pid {cpid} {'running' if process_alive(cpid) else 'exited'}")
     if not ready:
         click.echo(f"readyz: {detail}")
         sys.exit(1)

@@ -19,6 +19,7 @@ from pathlib import Path
 import click
 
 from cdriver.api import constants as c
+from cdriver.sim.pidfile import process_alive, read_pid
 
 UP_TIMEOUT = 1800.0  # includes a first, cold build of the control plane
 
@@ -32,21 +33,6 @@ def _files(base: Path) -> tuple[Path, Path, Path]:
     return base / "world.pid", base / "world.json", base / "world.log"
 
 
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def _read_pid(path: Path) -> int | None:
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None
 
 
 def _settings(base: Path, nodes: int, topology: Path | None, host_managed: bool):
@@ -78,8 +64,8 @@ def up(base_dir: Path | None, nodes: int, topology: Path | None, host_managed: b
     """Start a local cluster: control plane, simulated GB200 nodes, and the driver's chart."""
     base = base_dir or default_base_dir()
     pid_file, state_file, log_file = _files(base)
-    if _alive(_read_pid(pid_file)):
-        raise click.ClickException(f"a simulated cluster is already running (pid {_read_pid(pid_file)}); "
+    if process_alive(read_pid(pid_file)):
+        raise click.ClickException(f"a simulated cluster is already running (pid {read_pid(pid_file)}); "
                                    "stop it with `cdriver sim down`")
     if not foreground:
         base.mkdir(parents=True, exist_ok=True)
@@ -176,15 +162,15 @@ def down(base_dir: Path | None, timeout: float) -> None:
     """Stop the simulated cluster started by `cdriver sim up`."""
     base = base_dir or default_base_dir()
     pid_file, _, _ = _files(base)
-    pid = _read_pid(pid_file)
-    if not _alive(pid):
+    pid = read_pid(pid_file)
+    if not process_alive(pid):
         pid_file.unlink(missing_ok=True)
         _echo_err("no simulated cluster is running")
         return
     assert pid is not None
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while _alive(pid):
+    while process_alive(pid):
         if time.monotonic() > deadline:
             raise click.ClickException(f"the cluster process {pid} did not stop in {timeout:.0f} s; kill -9 {pid}")
         time.sleep(0.3)

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from cdriver import featuregates as fg
 from cdriver.api import constants as C
@@ -29,7 +28,6 @@ from cdriver.roles.controller.settings import ControllerSettings
 
 pytestmark = pytest.mark.integration
 
-CRD_DIR = Path(__file__).resolve().parents[2] / "helm" / "cdriver" / "crds"
 CDS = RESOURCES["computedomains"]
 CLIQUES = RESOURCES["computedomaincliques"]
 RCTS = RESOURCES["resourceclaimtemplates"]
@@ -95,28 +93,8 @@ def strip_finalizers(raw: RawClient, res, ns: str | None) -> None:
 # --- fixtures -------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def crds(raw: RawClient) -> None:
-    """Install (or update) the chart's CRDs and wait until they are served."""
-    for path in sorted(CRD_DIR.glob("*.yaml")):
-        body = yaml.safe_load(path.read_text())
-        try:
-            raw.create(CRDS, body)
-        except ApiError as exc:
-            if not exc.already_exists:
-                raise
-            current = raw.get(CRDS, body["metadata"]["name"])
-            current["spec"] = body["spec"]
-            raw.update(CRDS, current)
-    for plural in (C.PLURAL_COMPUTE_DOMAINS, C.PLURAL_COMPUTE_DOMAIN_CLIQUES):
-        def served(p: str = plural) -> bool:
-            try:
-                raw.list(RESOURCES[p], "default")
-                return True
-            except ApiError as exc:
-                if exc.not_found:
-                    return False
-                raise
-        wait_for(served, 30, f"{plural} to be served")
+def crds(chart_crds: None) -> None:
+    """The chart's CRDs, installed once per session (tests/conftest.py)."""
 
 
 @pytest.fixture

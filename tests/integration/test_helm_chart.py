@@ -124,3 +124,45 @@ def test_rendered_objects_pass_server_side_dry_run(helm: Path, raw, mode_args: l
         res = by_kind_resource[doc["kind"]]
         ns = NAMESPACE if res.namespaced else None
         raw.create(res, doc, namespace=ns, dry_run=True)
+
+
+def test_install_upgrade_uninstall_leaves_no_orphans(helm: Path, cluster, raw) -> None:
+    """helm install → upgrade → uninstall on the real API server: only the CRDs stay."""
+    from cdriver.kube.raw import RESOURCES
+
+    release, ns = "lifecycle", "helm-lifecycle"
+    base = [str(helm), "--kubeconfig", str(cluster.kubeconfig), "--namespace", ns]
+
+    def helm_run(*args: str) -> None:
+        out = subprocess.run([*base, *args], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stdout + out.stderr
+
+    kinds = ["deployments", "daemonsets", "serviceaccounts", "roles", "rolebindings", "clusterroles",
+             "clusterrolebindings", "deviceclasses"]
+
+    def owned() -> dict[str, list[str]]:
+        sel = f"app.kubernetes.io/instance={release}"
+        found = {}
+        for kind in kinds:
+            res = RESOURCES[kind]
+            items = raw.list(res, namespace=ns if res.namespaced else None, label_selector=sel)["items"]
+            found[kind] = sorted(i["metadata"]["name"] for i in items)
+        return found
+
+    helm_run("install", release, str(CHART), "--create-namespace")
+    installed = owned()
+    assert installed["deployments"] == [f"{release}-cdriver-controller"]
+    assert installed["daemonsets"] == [f"{release}-cdriver-kubelet-plugin"]
+    assert set(installed["deviceclasses"]) == {c.DEVICE_CLASS_DEFAULT_CHANNEL, c.DEVICE_CLASS_DAEMON}
+    crd_names = {"computedomains.resource.nvidia.com", "computedomaincliques.resource.nvidia.com"}
+
+    # Upgrading to host-managed mode removes the daemon-only objects.
+    helm_run("upgrade", release, str(CHART), *HOST_MODE)
+    upgraded = owned()
+    assert upgraded["deviceclasses"] == [c.DEVICE_CLASS_DEFAULT_CHANNEL]
+    assert c.DAEMON_SERVICE_ACCOUNT not in upgraded["serviceaccounts"]
+
+    helm_run("uninstall", release, "--wait", "--timeout", "60s")
+    assert owned() == {kind: [] for kind in kinds}
+    crds = {i["metadata"]["name"] for i in raw.list(RESOURCES["customresourcedefinitions"])["items"]}
+    assert crd_names <= crds, "Helm keeps CRDs on uninstall"

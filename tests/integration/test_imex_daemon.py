@@ -22,7 +22,6 @@ from typing import Any, TypeVar
 
 import psutil
 import pytest
-import yaml
 
 from cdriver.api import constants as c
 from cdriver.imex import config as imex_config
@@ -35,7 +34,6 @@ pytestmark = pytest.mark.integration
 T = TypeVar("T")
 PODS, EVENTS = RESOURCES["pods"], RESOURCES["events"]
 CLIQUES, CDS = RESOURCES["computedomaincliques"], RESOURCES["computedomains"]
-CRD_DIR = Path(__file__).resolve().parents[2] / "helm" / "cdriver" / "crds"
 CQ0 = "00000000-0000-0000-0000-0000000000ab.0"
 CQ1 = "00000000-0000-0000-0000-0000000000ab.1"
 STANDIN_TIMING = {
@@ -65,25 +63,8 @@ def wait_for(fn: Callable[[], T | None], timeout: float, what: str | Callable[[]
 
 
 @pytest.fixture(scope="module")
-def crds(raw: RawClient) -> None:
-    """The driver's CRDs, as the Helm chart installs them."""
-    res = RESOURCES["customresourcedefinitions"]
-    for path in sorted(CRD_DIR.glob("*.yaml")):
-        body = yaml.safe_load(path.read_text())
-        try:
-            raw.create(res, body)
-        except ApiError as exc:
-            if not exc.already_exists:
-                raise
-        name = body["metadata"]["name"]
-
-        def established(name: str = name) -> bool:
-            conds = raw.get(res, name).get("status", {}).get("conditions") or []
-            return any(x["type"] == "Established" and x["status"] == "True" for x in conds)
-
-        wait_for(established, 30, f"CRD {name} to be established")
-    for plural in ("computedomaincliques", "computedomains"):
-        wait_for(lambda p=plural: _served(raw, p), 30, f"{plural} to be served")
+def crds(chart_crds: None) -> None:
+    """The chart's CRDs, installed once per session (tests/conftest.py)."""
 
 
 def _served(raw: RawClient, plural: str) -> bool:

@@ -42,7 +42,6 @@ CDS, CLIQUES = RESOURCES["computedomains"], RESOURCES["computedomaincliques"]
 CLAIMS, SLICES = RESOURCES["resourceclaims"], RESOURCES["resourceslices"]
 NODES, PODS, EVENTS = RESOURCES["nodes"], RESOURCES["pods"], RESOURCES["events"]
 TEMPLATES, CLASSES = RESOURCES["resourceclaimtemplates"], RESOURCES["deviceclasses"]
-CRD_DIR = Path(__file__).resolve().parents[2] / "helm" / "cdriver" / "crds"
 CLUSTER_UUID = "00000000-0000-0000-0000-00000000c0de"
 PREPARE_TIMEOUT = 3.0
 CHANNELS = 4  # channel nodes in the simulated driver root
@@ -63,39 +62,8 @@ def wait_for(fn: Callable[[], T | None], timeout: float, what: str, interval: fl
 
 
 @pytest.fixture(scope="module")
-def crds(raw: RawClient) -> None:
-    """The driver's CRDs and DeviceClasses, as the Helm chart installs them."""
-    res = RESOURCES["customresourcedefinitions"]
-    for path in sorted(CRD_DIR.glob("*.yaml")):
-        body = yaml.safe_load(path.read_text())
-        try:
-            raw.create(res, body)
-        except ApiError as exc:
-            if not exc.already_exists:
-                raise
-
-    def served(plural: str) -> bool:
-        try:
-            raw.list(RESOURCES[plural], "default")
-            return True
-        except ApiError as exc:
-            if exc.not_found:
-                return False
-            raise
-
-    for plural in ("computedomains", "computedomaincliques"):
-        wait_for(lambda p=plural: served(p), 30, f"{plural} to be served")
-    for name, cel in (
-        (C.DEVICE_CLASS_DEFAULT_CHANNEL, f"device.driver == '{C.DRIVER_NAME}' && device.attributes['"
-         f"{C.DRIVER_NAME}'].type == 'channel' && device.attributes['{C.DRIVER_NAME}'].id == 0"),
-        (C.DEVICE_CLASS_DAEMON, f"device.driver == '{C.DRIVER_NAME}' && device.attributes['{C.DRIVER_NAME}']"
-         ".type == 'daemon'"),
-    ):
-        try:
-            raw.create(CLASSES, {"metadata": {"name": name}, "spec": {"selectors": [{"cel": {"expression": cel}}]}})
-        except ApiError as exc:
-            if not exc.already_exists:
-                raise
+def crds(chart_crds: None) -> None:
+    """The chart's CRDs, installed once per session (tests/conftest.py)."""
 
 
 @pytest.fixture(scope="module")
