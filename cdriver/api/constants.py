@@ -209,3 +209,14 @@ ENV_PREPARE_TIMEOUT = "PREPARE_TIMEOUT"
 EVENT_REASON_CHANNEL_NOT_INJECTED = "IMEXChannelNotInjected"  # non-fabric node
 EVENT_REASON_WAITING_FOR_DAEMON = "WaitingForIMEXDaemon"
 EVENT_REASON_HOST_IMEX_NOT_READY = "HostIMEXDaemonNotReady"
+
+# --- cdriver.kube (API connection settings) --------------------------------------------
+ENV_KUBECONFIG = "KUBECONFIG"
+ENV_KUBERNETES_SERVICE_HOST = "KUBERNETES_SERVICE_HOST"  # set in every pod: the API Service
+ENV_KUBERNETES_SERVICE_PORT = "KUBERNETES_SERVICE_PORT"
+#: A pod's mounted service account: ``token`` (projected, rotated by the kubelet), ``ca.crt``.
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+SERVICE_ACCOUNT_TOKEN_NAME = "token"
+SERVICE_ACCOUNT_CA_NAME = "ca.crt"
+#: Seconds a bearer token read from a file is reused before the file is read again.
+TOKEN_FILE_REFRESH_SECONDS = 60.0

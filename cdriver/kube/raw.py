@@ -18,6 +18,7 @@ import urllib3
 
 from cdriver.api import constants as C
 from cdriver.errors import CdriverError
+from cdriver.kube.connection import as_connection
 
 log = logging.getLogger(__name__)
 
@@ -272,24 +273,23 @@ class RawClient:
     """CRUD + watch on raw JSON dicts. Safe to share between threads."""
 
     def __init__(self, api_client: Any, timeout: tuple[float, float] = DEFAULT_TIMEOUT) -> None:
+        """``api_client``: a connection from `cdriver.kube.client.load_api_client`, or a
+        `kubernetes.client.ApiClient` (its pool and auth settings are used)."""
         self.api_client = api_client
+        self.connection = as_connection(api_client)
         self.timeout = timeout
-        self._pool = api_client.rest_client.pool_manager
+        self._pool = self.connection.pool
 
     @property
     def server(self) -> str:
-        return str(self.api_client.configuration.host)
+        return self.connection.host
 
     # -- low level -------------------------------------------------------------------
     def _headers(self, content_type: str | None) -> dict[str, str]:
         headers: dict[str, str] = {"Accept": "application/json"}
         if content_type:
             headers["Content-Type"] = content_type
-        # param_serialize applies default headers and (refreshed) bearer tokens.
-        _, _, auth_headers, _, _ = self.api_client.param_serialize(
-            "GET", "/", header_params={}, auth_settings=["BearerToken"]
-        )
-        headers.update(auth_headers or {})
+        headers.update(self.connection.headers())  # User-Agent, (refreshed) credentials
         return headers
 
     def _send(
@@ -318,6 +318,10 @@ class RawClient:
         except urllib3.exceptions.HTTPError as exc:
             raise ApiError(0, type(exc).__name__, f"{method} {path}: {exc}") from exc
         if resp.status >= 300:
+            if resp.status == 401:  # a rotated token: read it again for the next request
+                expire = getattr(self.connection, "expire_token", None)
+                if expire is not None:
+                    expire()
             try:
                 raw = resp.data
             except Exception:
