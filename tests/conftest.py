@@ -143,3 +143,32 @@ def chart_crds(cluster: Any) -> None:
                 if not exc.not_found or time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
+
+
+def chart_device_classes() -> list[dict]:
+    """The chart's DeviceClasses (driver-managed rendering), as the API objects."""
+    import subprocess
+    from pathlib import Path
+
+    import yaml
+
+    from cdriver.sim.binaries import helm_binary
+
+    chart = Path(__file__).resolve().parents[1] / "helm" / "cdriver"
+    out = subprocess.run([str(helm_binary(echo=False)), "template", "t", str(chart), "--namespace", "cdriver-system",
+                          "--kube-version", "1.37.2", "-s", "templates/deviceclasses.yaml"],
+                         capture_output=True, text=True, timeout=60, check=True)
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+@pytest.fixture
+def device_classes(cluster: Any) -> None:
+    """The chart's DeviceClasses exist (created if a previous test removed them)."""
+    from cdriver.kube.raw import RESOURCES, ApiError
+
+    for body in chart_device_classes():
+        try:
+            cluster.raw.create(RESOURCES["deviceclasses"], body)
+        except ApiError as exc:
+            if not exc.already_exists:
+                raise

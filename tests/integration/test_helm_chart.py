@@ -149,6 +149,10 @@ def test_install_upgrade_uninstall_leaves_no_orphans(helm: Path, cluster, raw) -
             found[kind] = sorted(i["metadata"]["name"] for i in items)
         return found
 
+    # DeviceClasses have fixed cluster-wide names: remove ones other tests created without Helm.
+    for name in (c.DEVICE_CLASS_DEFAULT_CHANNEL, c.DEVICE_CLASS_DAEMON):
+        if raw.get_or_none(RESOURCES["deviceclasses"], name):
+            raw.delete(RESOURCES["deviceclasses"], name)
     helm_run("install", release, str(CHART), "--create-namespace")
     installed = owned()
     assert installed["deployments"] == [f"{release}-cdriver-controller"]

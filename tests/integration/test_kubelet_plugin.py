@@ -396,7 +396,8 @@ def test_registration_health_and_resource_slice(plugin_factory: Callable[..., Pl
 
 
 def test_scheduler_allocates_channel_from_generated_template(plugin: PluginProcess, raw: RawClient,
-                                                             namespace: str, node: SimNode) -> None:
+                                                             namespace: str, node: SimNode,
+                                                             device_classes: None) -> None:
     from cdriver.roles.controller.desired import workload_claim_template
     from cdriver.roles.controller.settings import ControllerSettings
 
@@ -610,8 +611,11 @@ def test_daemon_claim_while_channel_claim_waits(plugin_factory: Callable[..., Pl
     assert env[C.ENV_CLIQUE_ID] == f"{CLUSTER_UUID}.3"
     assert (env[C.ENV_CD_UUID], env[C.ENV_CD_NAME], env[C.ENV_CD_NAMESPACE]) == (
         uid_of(cd), cd["metadata"]["name"], namespace)
-    (mount,) = edits.mounts
-    assert (mount.host_path, mount.container_path) == (str(domain_dir), "/imexd")
+    mounts = {m.container_path: m.host_path for m in edits.mounts}
+    assert mounts.pop("/imexd") == str(domain_dir)
+    # The driver's IMEX binaries are mounted from the driver root, at their usual paths.
+    assert mounts == {f"/usr/bin/{name}": str(node.root.root / "usr" / "bin" / name)
+                      for name in (C.IMEX_DAEMON_BINARY, C.IMEX_CTL_BINARY)}
     assert "/dev/nvidia-caps/nvidia-cap512" in {n.path for n in edits.device_nodes}
     set_clique_ready(raw, driver_ns, cd, node)
     t.join(PREPARE_TIMEOUT + 5)

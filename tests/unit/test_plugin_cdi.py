@@ -88,3 +88,24 @@ def test_base_spec_lists_nvidia_char_devices_but_no_channels(tmp_path: Path):
 
 def test_no_channel_nodes_counts_zero(tmp_path: Path):
     assert present_channel_count(tmp_path) == 0
+
+
+def test_daemon_claims_mount_the_drivers_imex_binaries(tmp_path) -> None:
+    """nvidia-imex and nvidia-imex-ctl come from the driver root, at their usual container paths."""
+    from pathlib import Path
+
+    from cdriver.api import constants as C
+    from cdriver.roles.kubelet_plugin.cdi_edits import imex_binary_mounts
+
+    read_root = tmp_path / "driver"
+    (read_root / "usr" / "bin").mkdir(parents=True)
+    (read_root / "usr" / "bin" / C.IMEX_DAEMON_BINARY).write_text("#!/bin/sh\n")
+    (read_root / "bin").mkdir()
+    (read_root / "bin" / C.IMEX_CTL_BINARY).write_text("#!/bin/sh\n")
+    mounts = imex_binary_mounts(read_root, Path("/run/nvidia/driver"))
+    assert [(m.host_path, m.container_path) for m in mounts] == [
+        ("/run/nvidia/driver/usr/bin/nvidia-imex", "/usr/bin/nvidia-imex"),
+        ("/run/nvidia/driver/bin/nvidia-imex-ctl", "/bin/nvidia-imex-ctl"),
+    ]
+    assert all("ro" in m.options for m in mounts)
+    assert imex_binary_mounts(tmp_path / "empty", Path("/")) == []
