@@ -41,6 +41,15 @@ def by_kind(docs: list[dict], kind: str) -> dict[str, dict]:
     return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
 
 
+def remove_device_classes(raw) -> None:
+    """DeviceClasses have fixed cluster-wide names: remove ones other tests created without Helm."""
+    from cdriver.kube.raw import RESOURCES
+
+    for name in (c.DEVICE_CLASS_DEFAULT_CHANNEL, c.DEVICE_CLASS_DAEMON):
+        if raw.get_or_none(RESOURCES["deviceclasses"], name):
+            raw.delete(RESOURCES["deviceclasses"], name)
+
+
 def test_helm_lint_is_clean(helm: Path) -> None:
     out = subprocess.run([str(helm), "lint", str(CHART), "--namespace", NAMESPACE], capture_output=True,
                          text=True, timeout=60)
@@ -119,6 +128,7 @@ def test_rendered_objects_pass_server_side_dry_run(helm: Path, raw, mode_args: l
     except ApiError as e:
         if not e.already_exists:
             raise
+    remove_device_classes(raw)
     by_kind_resource = {res.kind: res for res in RESOURCES.values()}
     for doc in objects(helm, *mode_args):
         res = by_kind_resource[doc["kind"]]
@@ -149,10 +159,7 @@ def test_install_upgrade_uninstall_leaves_no_orphans(helm: Path, cluster, raw) -
             found[kind] = sorted(i["metadata"]["name"] for i in items)
         return found
 
-    # DeviceClasses have fixed cluster-wide names: remove ones other tests created without Helm.
-    for name in (c.DEVICE_CLASS_DEFAULT_CHANNEL, c.DEVICE_CLASS_DAEMON):
-        if raw.get_or_none(RESOURCES["deviceclasses"], name):
-            raw.delete(RESOURCES["deviceclasses"], name)
+    remove_device_classes(raw)
     helm_run("install", release, str(CHART), "--create-namespace")
     installed = owned()
     assert installed["deployments"] == [f"{release}-cdriver-controller"]

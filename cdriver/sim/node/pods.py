@@ -476,8 +476,9 @@ class PodWorker:
             if probe is None:
                 continue
             gate = None if kind == probemod.STARTUP else started
-            live.probes.append(probemod.ProbeWorker(kind, probe, make_check(probe), on_change, on_failure, gate,
-                                                    name=f"{self.name}-{live.name}").start())
+            live.probes.append(probemod.ProbeWorker(
+                kind, probe, make_check(probe), on_change, on_failure, gate, name=f"{self.name}-{live.name}",
+                prompt_after_gate=container.get("startupProbe") is not None).start())
 
     def _drain_probe_events(self) -> None:
         while True:

@@ -154,7 +154,7 @@ class ProbeWorker:
 
     def __init__(self, kind: str, probe: dict[str, Any], check: Callable[[float], tuple[bool, str]],
                  on_change: Callable[[str, bool, str], None], on_failure: Callable[[str, str], None],
-                 gate: Callable[[], bool] | None = None, name: str = "") -> None:
+                 gate: Callable[[], bool] | None = None, name: str = "", prompt_after_gate: bool = False) -> None:
         self.kind = kind
         self.settings = ProbeSettings.from_probe(probe)
         self.tracker = ProbeTracker(self.settings, initial_state(kind))
@@ -162,6 +162,8 @@ class ProbeWorker:
         self.on_change = on_change
         self.on_failure = on_failure
         self.gate = gate  # liveness/readiness wait until the container has started
+        # With a startup probe, kubelet runs liveness/readiness as soon as it succeeds.
+        self.prompt_after_gate = prompt_after_gate
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"probe-{kind.lower()}-{name}", daemon=True)
 
@@ -182,9 +184,9 @@ class ProbeWorker:
         while not self._stop.is_set():
             began = time.monotonic()
             if self.gate is not None and not self.gate():
-                # Like kubelet, liveness/readiness run as soon as the startup probe succeeds,
+                # Like kubelet, liveness/readiness run as soon as a startup probe succeeds,
                 # not one full period later.
-                if self._stop.wait(GATE_POLL_INTERVAL):
+                if self._stop.wait(GATE_POLL_INTERVAL if self.prompt_after_gate else self.settings.period):
                     return
                 continue
             try:
