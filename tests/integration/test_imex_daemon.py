@@ -473,7 +473,9 @@ def test_port_held_by_another_process_is_named_with_the_fix(daemons: Harness) ->
     a = h.add(CQ0)
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         "import socket,sys,time; s=socket.socket(); s.bind((sys.argv[1], 50000)); s.listen();"
+         # SO_REUSEADDR: an earlier test's daemon on this IP may have left TIME_WAIT connections.
+         "import socket,sys,time; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1);"
+         "s.bind((sys.argv[1], 50000)); s.listen();"
          "print('listening', flush=True); time.sleep(600)", a.ip],
         stdout=subprocess.PIPE, text=True)
     try:
