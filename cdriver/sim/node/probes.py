@@ -181,6 +181,11 @@ class ProbeWorker:
     def _run(self) -> None:
         if self._stop.wait(self.settings.initial_delay):
             return
+        if self.kind != STARTUP and not self.prompt_after_gate:
+            # kubelet's probe worker starts with the pod; its first tick finds the container not
+            # yet running, so the first real probe comes one period after the container starts.
+            if self._stop.wait(self.settings.period):
+                return
         while not self._stop.is_set():
             began = time.monotonic()
             if self.gate is not None and not self.gate():
