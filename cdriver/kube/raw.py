@@ -301,7 +301,9 @@ class RawClient:
             url += "?" + urlencode(query)
         data: bytes | None = None
         if body is not None:
-            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            # Compact JSON: the API server keeps opaque (RawExtension) fields byte for byte, and
+            # later patches of e.g. a claim template's opaque config compare those bytes.
+            data = body if isinstance(body, bytes) else json.dumps(body, separators=(",", ":")).encode()
             content_type = content_type or "application/json"
         headers = self._headers(content_type)
         if isinstance(timeout, tuple):

@@ -365,3 +365,21 @@ def test_event_recorder_aggregates_and_never_raises(raw: RawClient, namespace: s
     # An object in a namespace that does not exist: the write fails, nothing is raised.
     recorder.warning({"kind": "ConfigMap", "metadata": {"name": "x", "namespace": "no-such"}},
                      "Lost", "nowhere to go")
+
+
+def test_created_claim_template_can_be_labelled_later(raw: RawClient, namespace: str, cluster) -> None:
+    """An object with an opaque config written by us stays patchable by other clients (kubectl)."""
+    import subprocess
+
+    body = {"metadata": {"name": "tmpl"}, "spec": {"spec": {"devices": {
+        "requests": [{"name": "r", "exactly": {"deviceClassName": "any.example.com"}}],
+        "config": [{"requests": ["r"], "opaque": {"driver": "compute-domain.nvidia.com", "parameters": {
+            "apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomainChannelConfig",
+            "domainID": "d1", "allocationMode": "Single"}}}]}}}}
+    raw.create(RESOURCES["resourceclaimtemplates"], body, namespace)
+    out = subprocess.run([str(cluster.binaries.kubectl), "--kubeconfig", str(cluster.kubeconfig), "label",
+                          "-n", namespace, "resourceclaimtemplate", "tmpl", "team=a"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    labels = raw.get(RESOURCES["resourceclaimtemplates"], "tmpl", namespace)["metadata"]["labels"]
+    assert labels == {"team": "a"}
