@@ -9,7 +9,8 @@ import pytest
 
 from cdriver.api import constants as C
 from cdriver.api.imex_mode import ImexConfigError
-from cdriver.roles.kubelet_plugin.cli import build_config, parse_seconds
+from cdriver.durations import parse_duration as parse_seconds
+from cdriver.roles.kubelet_plugin.cli import build_config
 from cdriver.roles.kubelet_plugin.discovery import DiscoveryError, check_driver_version
 from cdriver.roles.kubelet_plugin.host import check_host_imex, host_socket
 

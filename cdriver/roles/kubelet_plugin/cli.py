@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import faulthandler
 import logging
-import re
 import signal
 import sys
 from pathlib import Path
@@ -17,29 +16,11 @@ from pathlib import Path
 import click
 
 from cdriver.api import constants as C
+from cdriver.durations import parse_duration
 from cdriver.errors import CdriverError
 
 log = logging.getLogger(__name__)
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_seconds(text: str, option: str) -> float:
-    """Seconds from ``"30s"``, ``"1m30s"``, ``"500ms"`` or a plain number."""
-    value = str(text).strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        parts = _DURATION.findall(value)
-        if not parts or "".join(n + u for n, u in parts) != value:
-            raise click.BadParameter(
-                f"{value!r} is not a duration (e.g. 30s, 1m30s, 500ms)", param_hint=option
-            ) from None
-        seconds = sum(float(n) * _UNITS[u] for n, u in parts)
-    if seconds <= 0:
-        raise click.BadParameter(f"{value!r} must be positive", param_hint=option)
-    return seconds
 
 
 def _opt(*names: str, **kw):
@@ -188,7 +169,7 @@ def build_config(opts: dict, feature_gates: str):
     imex = resolve_imex_config(opts["imex_mode"], opts["imex_isolation"], feature_gates)
     for name in imex.overridden:
         log.warning("feature gate %s is ignored in %s mode (no driver-run daemons)", name, imex.mode)
-    prepare_timeout = parse_seconds(opts["prepare_timeout"], "--prepare-timeout")
+    prepare_timeout = parse_duration(opts["prepare_timeout"], "--prepare-timeout")
     if prepare_timeout >= 45:
         raise click.BadParameter("must be below kubelet's 45s call timeout", param_hint="--prepare-timeout")
     config = PluginConfig(
@@ -209,8 +190,8 @@ def build_config(opts: dict, feature_gates: str):
         gpu_clique_label_enabled=opts["gpu_clique_label_enabled"],
         imex_config_template=Path(opts["imex_config_template"]) if opts["imex_config_template"] else None,
         prepare_timeout=prepare_timeout,
-        cleanup_interval=parse_seconds(opts["cleanup_interval"], "--cleanup-interval"),
-        host_probe_interval=parse_seconds(opts["host_probe_interval"], "--host-probe-interval"),
+        cleanup_interval=parse_duration(opts["cleanup_interval"], "--cleanup-interval"),
+        host_probe_interval=parse_duration(opts["host_probe_interval"], "--host-probe-interval"),
         gates=imex.gates,
     )
     log.info(
