@@ -107,3 +107,11 @@ def test_parse_seconds(text, seconds):
 def test_parse_seconds_rejects(text):
     with pytest.raises(click.BadParameter):
         parse_seconds(text, "--x")
+
+
+def test_bad_http_endpoint_names_the_flag():
+    from cdriver.errors import CdriverError
+
+    with pytest.raises(CdriverError, match="--http-endpoint 'localhost'.*HOST:PORT"):
+        build_config(opts(http_endpoint="localhost"), "")
+    assert build_config(opts(http_endpoint=":8081"), "").http_endpoint == ":8081"

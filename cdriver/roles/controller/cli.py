@@ -7,9 +7,7 @@ exist (``--namespace``/NAMESPACE, ``--image-name``/IMAGE_NAME, ``--http-endpoint
 
 from __future__ import annotations
 
-import faulthandler
 import logging
-import signal
 import socket
 import sys
 
@@ -18,9 +16,14 @@ import click
 from cdriver.api import constants as C
 from cdriver.durations import parse_duration
 from cdriver.errors import CdriverError
+from cdriver.roles.startup import (
+    check_http_endpoint,
+    install_signal_handlers,
+    resolve_imex,
+    root_options,
+)
 
 log = logging.getLogger(__name__)
-
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -91,16 +94,12 @@ def _fail(message: str, code: int = 2) -> None:
 @click.pass_context
 def command(ctx: click.Context, **opts) -> None:
     """Reconcile ComputeDomains: finalizer, claim templates, daemon DaemonSet, status, cleanup."""
-    root = ctx.find_root().obj if isinstance(ctx.find_root().obj, dict) else {}
     try:
-        runner, http = _build(opts, root)
+        runner, http = _build(opts, root_options(ctx))
     except CdriverError as exc:
         _fail(str(exc))
         return
-    faulthandler.register(signal.SIGUSR2, all_threads=True)
-    stop_signals = (signal.SIGTERM, signal.SIGINT)
-    for sig in stop_signals:
-        signal.signal(sig, lambda signum, frame: runner.finish(0))
+    install_signal_handlers(lambda _signum: runner.finish(0))
     if http is not None:
         http.start()
         log.info("serving /healthz and %s on port %d", opts["metrics_path"] or "(no metrics)",
@@ -116,17 +115,12 @@ def command(ctx: click.Context, **opts) -> None:
 
 def _build(opts: dict, root: dict):
     from cdriver import featuregates as fg
-    from cdriver.api.imex_mode import resolve_imex_config
     from cdriver.kube.raw import RawClient
     from cdriver.roles.controller.main import ControllerConfig, LeaderConfig, Runner
     from cdriver.roles.controller.metrics import ControllerMetrics, HttpServer
     from cdriver.roles.controller.settings import DEFAULT_DAEMON_IMAGE, ControllerSettings, split_names
 
-    imex = resolve_imex_config(opts["imex_mode"], opts["imex_isolation"],
-                               root.get("feature_gates", ""))
-    for name in imex.overridden:
-        log.warning("feature gate %s is ignored in %s mode (no driver-run daemons)", name,
-                    imex.mode)
+    imex = resolve_imex(opts["imex_mode"], opts["imex_isolation"], root.get("feature_gates", ""))
     verbosity = opts["daemon_verbosity"]
     settings = ControllerSettings(
         namespace=opts["namespace"],
@@ -160,6 +154,7 @@ def _build(opts: dict, root: dict):
         if not leader.renew_seconds < leader.lease_seconds:
             raise CdriverError("--leader-election-renew-deadline must be shorter than "
                                "--leader-election-lease-duration")
+    check_http_endpoint(opts["http_endpoint"])
     # Settings are valid: now load the (slow to import) Kubernetes client.
     from cdriver.kube.client import load_api_client
 
@@ -172,7 +167,8 @@ def _build(opts: dict, root: dict):
         try:
             http = HttpServer(opts["http_endpoint"], metrics, opts["metrics_path"],
                               runner.healthy)
-        except (ValueError, OSError) as exc:
-            raise CdriverError(f"--http-endpoint {opts['http_endpoint']!r}: {exc}") from exc
+        except OSError as exc:
+            raise CdriverError(f"cannot serve on --http-endpoint {opts['http_endpoint']!r} ({exc}); "
+                               "choose a free port") from None
     log.info("feature gates: %s", imex.gates.to_env())
     return runner, http

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import logging
-import threading
 from collections.abc import Callable, Iterable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.process_collector import ProcessCollector
 
+from cdriver import httpserve
 from cdriver.api import constants as C
+from cdriver.httpserve import parse_endpoint
 
-log = logging.getLogger(__name__)
+__all__ = ["DOMAIN_INFO", "ControllerMetrics", "HttpServer", "parse_endpoint"]
 
 #: Upstream's metric name: ComputeDomains per global status.
 DOMAIN_INFO = "nvidia_dra_compute_domain_info"
@@ -77,64 +75,9 @@ class ControllerMetrics:
         return generate_latest(self.registry)
 
 
-class HttpServer:
-    """Serves ``metrics_path`` and ``/healthz`` on a thread."""
+class HttpServer(httpserve.HttpServer):
+    """Serves the controller's ``metrics_path`` and ``/healthz`` (see `cdriver.httpserve`)."""
 
     def __init__(self, endpoint: str, metrics: ControllerMetrics, metrics_path: str,
                  healthy: Callable[[], tuple[bool, str]]) -> None:
-        host, port = parse_endpoint(endpoint)
-        metrics_path = "/" + metrics_path.strip("/") if metrics_path else ""
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server API
-                path = self.path.split("?", 1)[0]
-                if metrics_path and path == metrics_path:
-                    self._send(200, metrics.render(), CONTENT_TYPE_LATEST)
-                elif path in ("/healthz", "/readyz", "/livez"):
-                    ok, text = healthy()
-                    self._send(200 if ok else 503, (text + "\n").encode(), "text/plain")
-                else:
-                    self._send(404, b"not found\n", "text/plain")
-
-            def _send(self, code: int, body: bytes, ctype: str) -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, fmt: str, *args: object) -> None:
-                log.debug("http: " + fmt, *args)
-
-        self.server = ThreadingHTTPServer((host, port), Handler)
-        self.server.daemon_threads = True
-        self._thread = threading.Thread(target=self.server.serve_forever, name="http",
-                                        daemon=True)
-
-    @property
-    def port(self) -> int:
-        return int(self.server.server_address[1])
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def parse_endpoint(endpoint: str) -> tuple[str, int]:
-    """``":8080"``, ``"0.0.0.0:8080"`` or ``"[::1]:8080"`` -> (host, port)."""
-    text = endpoint.strip()
-    if ":" not in text:
-        raise ValueError(f"--http-endpoint {endpoint!r}: use HOST:PORT or :PORT (e.g. :8080)")
-    host, _, port_text = text.rpartition(":")
-    host = host.strip("[]") or "0.0.0.0"
-    try:
-        port = int(port_text)
-    except ValueError:
-        raise ValueError(f"--http-endpoint {endpoint!r}: port {port_text!r} is not a number "
-                         "(e.g. :8080)") from None
-    if not 0 <= port <= 65535:
-        raise ValueError(f"--http-endpoint {endpoint!r}: port must be 0..65535")
-    return host, port
+        super().__init__(endpoint, metrics.registry, metrics_path, healthy)

@@ -15,6 +15,7 @@ import click
 
 from cdriver.api import constants as c
 from cdriver.errors import CdriverError
+from cdriver.roles.startup import root_options
 
 from .inputs import RawInputs
 
@@ -58,8 +59,7 @@ def _fail(message: str) -> None:
 @click.pass_context
 def command(ctx: click.Context, **options: str) -> None:
     """Per-ComputeDomain IMEX daemon: join the clique, run nvidia-imex, report readiness."""
-    root = ctx.find_root().obj if isinstance(ctx.find_root().obj, dict) else {}
-    gates = root.get("feature_gates") or os.environ.get(c.ENV_FEATURE_GATES, "")
+    gates = root_options(ctx).get("feature_gates") or os.environ.get(c.ENV_FEATURE_GATES, "")
     ctx.obj = RawInputs(feature_gates=gates, **options)
     if ctx.invoked_subcommand is None:
         ctx.invoke(run_command)

@@ -215,7 +215,46 @@ class MembershipStore(Protocol):
     def with_entries(self, obj: dict, entries: list[dict]) -> dict: ...
 
 
-class CliqueStore:
+class LatestObject:
+    """The newest copy of one API object this daemon writes: from the watch or its own writes.
+
+    Subclasses set `raw`, `res`, `namespace`, `name` and `description`, and may narrow
+    `accepts` (e.g. to one uid).
+    """
+
+    raw: Any
+    res: Any
+    namespace: str
+    name: str
+    description: str
+    _latest: dict | None = None
+
+    def accepts(self, obj: dict) -> bool:
+        """Whether `obj` is the object this store tracks."""
+        return obj.get("metadata", {}).get("name") == self.name
+
+    def observe(self, obj: dict | None) -> None:
+        """Take an object seen on the watch or returned by a write, if newer than ours."""
+        if obj is None or not self.accepts(obj):
+            return
+        if self._latest is None or resource_version(obj) >= resource_version(self._latest):
+            self._latest = copy.deepcopy(obj)
+
+    def forget(self) -> None:
+        """The object was deleted (watch DELETED)."""
+        self._latest = None
+
+    def current(self) -> dict | None:
+        return copy.deepcopy(self._latest) if self._latest is not None else None
+
+    def refresh(self) -> dict | None:
+        """Read the object from the API server (after a conflict); None if it is gone."""
+        obj = self.raw.get_or_none(self.res, self.name, namespace=self.namespace)
+        self._latest = obj if obj is not None and self.accepts(obj) else None
+        return copy.deepcopy(self._latest)
+
+
+class CliqueStore(LatestObject):
     """The ComputeDomainClique of this daemon: create, read (own writes win), update."""
 
     key = KEY_CLIQUE
@@ -233,25 +272,6 @@ class CliqueStore:
         self.owner = owner
         self.description = f"ComputeDomainClique {namespace}/{name}"
         self._latest: dict | None = None
-
-    def observe(self, obj: dict | None) -> None:
-        """Take an object seen on the watch or returned by a write, if newer than ours."""
-        if obj is None or obj.get("metadata", {}).get("name") != self.name:
-            return
-        if self._latest is None or resource_version(obj) >= resource_version(self._latest):
-            self._latest = copy.deepcopy(obj)
-
-    def forget(self) -> None:
-        """The object was deleted (watch DELETED)."""
-        self._latest = None
-
-    def current(self) -> dict | None:
-        return copy.deepcopy(self._latest) if self._latest is not None else None
-
-    def refresh(self) -> dict | None:
-        """Read the object from the API server (after a conflict); None if it is gone."""
-        self._latest = self.raw.get_or_none(self.res, self.name, namespace=self.namespace)
-        return copy.deepcopy(self._latest)
 
     def ensure(self) -> dict:
         """The clique, created (with labels and our owner reference) if it does not exist."""

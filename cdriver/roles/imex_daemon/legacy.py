@@ -16,7 +16,7 @@ from cdriver.api import constants as c
 from cdriver.errors import CdriverError
 from cdriver.imex import config as imex_config
 
-from .clique import KEY_CD_STATUS, entry_index, resource_version
+from .clique import KEY_CD_STATUS, LatestObject, entry_index
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ def peers_complete(cd: dict | None, entries: list[dict]) -> tuple[bool, int, int
 # --- effects -------------------------------------------------------------------------
 
 
-class DomainStatusStore:
+class DomainStatusStore(LatestObject):
     """This node's entry in ComputeDomain.status.nodes, written through the status subresource."""
 
     key = KEY_CD_STATUS
@@ -78,35 +78,16 @@ class DomainStatusStore:
         self.description = f"ComputeDomain {namespace}/{name}"
         self._latest: dict | None = None
 
-    def _mine(self, obj: dict | None) -> bool:
-        meta = (obj or {}).get("metadata") or {}
-        return meta.get("name") == self.name and meta.get("uid") == self.uid
-
-    def observe(self, obj: dict | None) -> None:
-        if obj is None:
-            return
-        if not self._mine(obj):
-            meta = obj.get("metadata") or {}
-            if meta.get("name") == self.name:
-                log.warning("Ignoring %s with uid %s: this daemon serves uid %s", self.description,
-                            meta.get("uid"), self.uid)
-            return
-        if self._latest is None or resource_version(obj) >= resource_version(self._latest):
-            self._latest = copy.deepcopy(obj)
-
-    def forget(self) -> None:
-        self._latest = None
-
-    def current(self) -> dict | None:
-        return copy.deepcopy(self._latest) if self._latest is not None else None
-
-    def refresh(self) -> dict | None:
-        obj = self.raw.get_or_none(self.res, self.name, namespace=self.namespace)
-        if obj is None or not self._mine(obj):
-            self._latest = None
-            return None
-        self._latest = obj
-        return copy.deepcopy(obj)
+    def accepts(self, obj: dict) -> bool:
+        """This ComputeDomain only: a same-named one with another uid is a different domain."""
+        meta = obj.get("metadata") or {}
+        if meta.get("name") != self.name:
+            return False
+        if meta.get("uid") != self.uid:
+            log.warning("Ignoring %s with uid %s: this daemon serves uid %s", self.description,
+                        meta.get("uid"), self.uid)
+            return False
+        return True
 
     def ensure(self) -> dict:
         obj = self.current() or self.refresh()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import signal
 import socket
 import sys
 import threading
@@ -553,16 +552,6 @@ class Daemon:
                  self.s.cd_name or self.s.cd_uid)
 
 
-def install_signal_handlers(daemon: Daemon) -> None:
-    """SIGTERM (kubelet) and SIGINT (a terminal) stop the daemon gracefully; SIGUSR2 dumps
-    every thread's stack to stderr (the container log) for debugging a stuck daemon."""
-    import faulthandler
-
-    signal.signal(signal.SIGTERM, daemon.request_stop)
-    signal.signal(signal.SIGINT, daemon.request_stop)
-    faulthandler.register(signal.SIGUSR2, file=sys.stderr, all_threads=True)
-
-
 #: (connect, read) timeout of API requests: short enough that leaving the clique fits into
 #: the pod's termination grace period even when the API server hangs.
 API_TIMEOUT = (5.0, 15.0)
@@ -572,8 +561,9 @@ def run(settings: Settings) -> int:
     """Build the API client and run the daemon until SIGTERM."""
     from cdriver.kube.client import load_api_client
     from cdriver.kube.raw import RawClient
+    from cdriver.roles.startup import install_signal_handlers
 
     raw = RawClient(load_api_client(settings.kubeconfig), timeout=API_TIMEOUT)
     daemon = Daemon(settings, raw)
-    install_signal_handlers(daemon)
+    install_signal_handlers(daemon.request_stop)  # SIGTERM (kubelet) or SIGINT stop gracefully
     return daemon.run()

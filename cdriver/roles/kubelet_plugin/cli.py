@@ -7,9 +7,7 @@ own root directory.
 
 from __future__ import annotations
 
-import faulthandler
 import logging
-import signal
 import sys
 from pathlib import Path
 
@@ -18,9 +16,9 @@ import click
 from cdriver.api import constants as C
 from cdriver.durations import parse_duration
 from cdriver.errors import CdriverError
+from cdriver.roles.startup import check_http_endpoint, resolve_imex, root_options
 
 log = logging.getLogger(__name__)
-
 
 
 def _opt(*names: str, **kw):
@@ -143,9 +141,8 @@ def _opt(*names: str, **kw):
 @click.pass_context
 def command(ctx: click.Context, **opts) -> None:
     """Serve the DRA node API for IMEX channels and daemons on this node."""
-    root = ctx.find_root().obj if isinstance(ctx.find_root().obj, dict) else {}
     try:
-        config = build_config(opts, root.get("feature_gates", ""))
+        config = build_config(opts, root_options(ctx).get("feature_gates", ""))
     except click.BadParameter:
         raise
     except CdriverError as exc:
@@ -153,7 +150,6 @@ def command(ctx: click.Context, **opts) -> None:
         sys.exit(2)
     from cdriver.roles.kubelet_plugin.main import run
 
-    faulthandler.register(signal.SIGUSR2, all_threads=True)
     try:
         run(config)
     except CdriverError as exc:
@@ -163,12 +159,10 @@ def command(ctx: click.Context, **opts) -> None:
 
 def build_config(opts: dict, feature_gates: str):
     """Validate options (IMEX mode, isolation, gates, durations) into a PluginConfig."""
-    from cdriver.api.imex_mode import resolve_imex_config
     from cdriver.roles.kubelet_plugin.config import PluginConfig
 
-    imex = resolve_imex_config(opts["imex_mode"], opts["imex_isolation"], feature_gates)
-    for name in imex.overridden:
-        log.warning("feature gate %s is ignored in %s mode (no driver-run daemons)", name, imex.mode)
+    imex = resolve_imex(opts["imex_mode"], opts["imex_isolation"], feature_gates)
+    check_http_endpoint(opts["http_endpoint"])
     prepare_timeout = parse_duration(opts["prepare_timeout"], "--prepare-timeout")
     if prepare_timeout >= 45:
         raise click.BadParameter("must be below kubelet's 45s call timeout", param_hint="--prepare-timeout")

@@ -20,6 +20,7 @@ from cdriver.cdi.writer import write_spec
 from cdriver.checkpoint import CheckpointStore
 from cdriver.dra import health, node_service, registration, sockets
 from cdriver.errors import CdriverError
+from cdriver.httpserve import HttpServer
 from cdriver.kube.client import load_api_client
 from cdriver.kube.events import EventRecorder
 from cdriver.kube.informer import Informer, uid_index
@@ -30,10 +31,11 @@ from cdriver.roles.kubelet_plugin.config import PluginConfig
 from cdriver.roles.kubelet_plugin.devices import published_devices
 from cdriver.roles.kubelet_plugin.discovery import NodeDiscovery, base_device_nodes, discover
 from cdriver.roles.kubelet_plugin.driver import ComputeDomainDriver
-from cdriver.roles.kubelet_plugin.metrics import CountingRawClient, PluginMetrics, serve_metrics
+from cdriver.roles.kubelet_plugin.metrics import CountingRawClient, PluginMetrics
 from cdriver.roles.kubelet_plugin.prepare import remove_orphan_specs
 from cdriver.roles.kubelet_plugin.resourceslice import SlicePublisher, slice_field_selector
 from cdriver.roles.kubelet_plugin.state import UID_INDEX, BackgroundEvents, PluginState
+from cdriver.roles.startup import STOP_SIGNALS, install_signal_handlers
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +61,7 @@ class Plugin:
     _informers: list[Informer] = field(default_factory=list)
     _sweeper: Sweeper | None = None
     _slices: SlicePublisher | None = None
-    _metrics_server: object = None
+    _metrics_server: HttpServer | None = None
     _stopped: threading.Event = field(default_factory=threading.Event)
 
     # -- start ---------------------------------------------------------------------------
@@ -140,7 +142,7 @@ class Plugin:
             self.health_port = port
             self._servers.append((server, None))
         if cfg.http_endpoint and cfg.metrics_path:
-            self._metrics_server = serve_metrics(metrics.registry, cfg.http_endpoint, cfg.metrics_path)
+            self._serve_metrics(metrics)
 
         self._slices = SlicePublisher(
             raw,
@@ -160,6 +162,19 @@ class Plugin:
             cfg.dra_socket,
             cfg.registration_socket,
         )
+
+    def _serve_metrics(self, metrics: PluginMetrics) -> None:
+        cfg = self.config
+        try:
+            self._metrics_server = HttpServer(cfg.http_endpoint, metrics.registry, cfg.metrics_path)
+        except ValueError as exc:
+            raise StartupError(str(exc)) from None
+        except OSError as exc:
+            raise StartupError(
+                f"cannot serve metrics on --http-endpoint {cfg.http_endpoint!r} ({exc}); choose a free port"
+            ) from None
+        self._metrics_server.start()
+        log.info("serving metrics on port %d at %s", self._metrics_server.port, cfg.metrics_path)
 
     def _write_base_spec(self, found: NodeDiscovery) -> None:
         nodes = base_device_nodes(self.config.read_root, self.config.dev_root)
@@ -197,7 +212,7 @@ class Plugin:
         for inf in self._informers:
             inf.stop()
         if self._metrics_server is not None:
-            self._metrics_server.shutdown()
+            self._metrics_server.stop()
         if self.driver is not None:
             self.driver.close()
         if self.state is not None:
@@ -211,12 +226,11 @@ def run(config: PluginConfig) -> None:
     plugin = Plugin(config)
     stop = threading.Event()
 
-    def on_signal(signum: int, _frame: object) -> None:
+    def on_signal(signum: int) -> None:
         log.info("received %s", signal.Signals(signum).name)
         stop.set()
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(sig, on_signal)
+    install_signal_handlers(on_signal, (*STOP_SIGNALS, signal.SIGHUP, signal.SIGQUIT))
     try:
         plugin.start()
         while not stop.wait(1.0):

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import logging
-import threading
 from collections.abc import Iterable
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from cdriver.api import constants as C
 from cdriver.kube.raw import RawClient
-
-log = logging.getLogger(__name__)
 
 OP_PREPARE = "prepare"
 OP_UNPREPARE = "unprepare"
@@ -105,28 +100,3 @@ class CountingRawClient(RawClient):
         verb = "watch" if (query or {}).get("watch") == "true" else method.lower()
         self._counter.labels(verb).inc()
         return super()._send(method, path, query, body, content_type, timeout, stream)
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
-        log.debug("metrics: " + format, *args)
-
-
-def serve_metrics(registry: CollectorRegistry, endpoint: str, path: str = "/metrics") -> WSGIServer:
-    """Serve ``registry`` on ``host:port`` (``:8081`` = all interfaces) at ``path`` in a thread."""
-    host, _, port = endpoint.rpartition(":")
-    if not port.isdigit():
-        raise ValueError(f"--http-endpoint {endpoint!r}: expected HOST:PORT or :PORT")
-    metrics_app = make_wsgi_app(registry)
-    path = "/" + path.strip("/")
-
-    def app(environ, start_response):
-        if environ.get("PATH_INFO", "/").rstrip("/") != path.rstrip("/"):
-            start_response("404 Not Found", [("Content-Type", "text/plain")])
-            return [b"not found\n"]
-        return metrics_app(environ, start_response)
-
-    server = make_server(host or "0.0.0.0", int(port), app, handler_class=_QuietHandler)
-    threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
-    log.info("serving metrics on http://%s:%d%s", host or "0.0.0.0", server.server_port, path)
-    return server

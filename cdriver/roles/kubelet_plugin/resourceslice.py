@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -135,6 +134,7 @@ class SlicePublisher:
         self.devices = devices
         self.retry_seconds = retry_seconds
         self._trigger = threading.Event()
+        self._cache_changed = threading.Condition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.syncs = 0
@@ -143,10 +143,12 @@ class SlicePublisher:
 
     def _poke(self, *_: object) -> None:
         self._trigger.set()
+        with self._cache_changed:
+            self._cache_changed.notify_all()
 
     def _poke_update(self, old: dict, new: dict) -> None:
         if old is not new:
-            self._trigger.set()
+            self._poke()
 
     def start(self) -> None:
         self._trigger.set()
@@ -155,7 +157,7 @@ class SlicePublisher:
 
     def stop(self) -> None:
         self._stop.set()
-        self._trigger.set()
+        self._poke()
         if self._thread is not None:
             self._thread.join(5)
 
@@ -200,13 +202,14 @@ class SlicePublisher:
     def _await_cache(self, obj: dict, timeout: float = 5.0) -> None:
         """Wait until the informer has seen our write, so the next sync does not repeat it."""
         meta = obj.get("metadata") or {}
-        name, rv = meta.get("name", ""), meta.get("resourceVersion", "")
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not self._stop.is_set():
+        name, rv = meta.get("name", ""), int(meta.get("resourceVersion") or 0)
+
+        def seen() -> bool:
             cached = self.informer.get(name)
-            if cached is not None and int((cached.get("metadata") or {}).get("resourceVersion") or 0) >= int(rv or 0):
-                return
-            time.sleep(0.01)
+            return cached is not None and int((cached.get("metadata") or {}).get("resourceVersion") or 0) >= rv
+
+        with self._cache_changed:
+            self._cache_changed.wait_for(lambda: self._stop.is_set() or seen(), timeout)
 
     def _run(self) -> None:
         while not self._stop.is_set():
