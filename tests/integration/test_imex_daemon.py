@@ -609,3 +609,23 @@ def test_a_stale_writer_conflicts_and_recomputes_its_index(raw: RawClient, names
     cl.update_with_retry(second, lambda e: cl.upsert_entry(e, cl.Member("n2", "10.0.0.2", CQ0), 4),
                          sleep=sleeps.append)
     assert raw.get(CLIQUES, name, namespace)["metadata"]["resourceVersion"] == version  # no-op: no write
+
+
+def test_leaving_a_deleted_clique_does_not_create_it_again(raw: RawClient, namespace: str, crds: None) -> None:
+    """A daemon stopping after its domain was deleted (cliques removed) must not recreate them."""
+    from cdriver.roles.imex_daemon import clique as cl
+
+    cd_uid = str(uuid.uuid4())
+    name = c.clique_object_name(cd_uid, CQ0)
+    pod = raw.create(PODS, {"metadata": {"name": "p"}, "spec": {"containers": [
+        {"name": "c", "image": "cdriver:test"}]}}, namespace)
+    store = cl.CliqueStore(raw, namespace, name, cd_uid, CQ0, cl.pod_owner_reference("p", pod["metadata"]["uid"]))
+    store.ensure()
+    cl.update_with_retry(store, lambda e: cl.upsert_entry(e, cl.Member("n1", "10.0.0.1", CQ0), 4),
+                         sleep=lambda _: None)
+    raw.delete(CLIQUES, name, namespace)  # the store still holds its last copy
+    assert store.current() is not None
+    out = cl.update_with_retry(store, lambda e: cl.remove_entry(e, "n1"), sleep=lambda _: None,
+                               what="leave", create_missing=False)
+    assert out is None
+    assert raw.get_or_none(CLIQUES, name, namespace) is None

@@ -458,6 +458,7 @@ class Reconciler:
         plan = D.plan_deletion(generated, self.labelled_nodes(uid), domain_exists=True)
         self._execute(plan, uid, objects, cd_obj)
         if plan.releases_domain:
+            self._delete_cliques(uid)
             log.info("%s: cleaned up, finalizer released", object_key(cd_obj))
             return
         raise RequeueAfter(self.timing.wait_retry_seconds,
@@ -490,6 +491,24 @@ class Reconciler:
             return
         self._record_result("delete", res, result, key)
         log.info("deleted %s", target.describe())
+
+    def _delete_cliques(self, uid: str) -> None:
+        """Delete the domain's clique objects once its daemons are gone.
+
+        Their owner references (the daemon pods) would let the garbage collector remove them
+        too, but only after it has discovered the CRD, which can take tens of seconds; the
+        domain is not fully gone until they are.
+        """
+        for clique in self.cliques(uid):
+            meta = clique.get("metadata") or {}
+            try:
+                result = self.raw.delete(CLIQUES, meta["name"], meta.get("namespace"))
+            except ApiError as exc:
+                if not exc.not_found:
+                    log.warning("deleting %s: %s", object_key(clique), exc)
+                continue
+            self._record_result("delete", CLIQUES, result, object_key(clique))
+            log.info("deleted ComputeDomainClique %s", object_key(clique))
 
     def _unlabel(self, node: str, uid: str) -> None:
         path = "/metadata/labels/" + C.LABEL_COMPUTE_DOMAIN.replace("~", "~0").replace("/", "~1")

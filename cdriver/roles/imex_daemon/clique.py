@@ -321,18 +321,22 @@ Mutation = Callable[[list[dict]], tuple[list[dict], bool]]
 
 
 def update_with_retry(store: MembershipStore, mutate: Mutation, *, attempts: int = 12,
-                      sleep: Callable[[float], Any], what: str = "update") -> dict:
+                      sleep: Callable[[float], Any], what: str = "update",
+                      create_missing: bool = True) -> dict | None:
     """Apply `mutate` to the store's entries and write, retrying on conflicts.
 
     Each attempt recomputes from the newest object (own writes, watch, or a fresh GET after a
     conflict), so a decision is never written over a version it was not computed from.
-    Returns the object as stored; raises RetriesExhausted after `attempts` conflicts.
+    Returns the object as stored; raises RetriesExhausted after `attempts` conflicts. With
+    `create_missing` False (leaving), an object that is gone needs no write: returns None.
     """
     from cdriver.kube.raw import ApiError
 
     obj = store.current()
     if obj is None:
-        obj = store.ensure()
+        if not create_missing and store.refresh() is None:
+            return None
+        obj = store.current() if not create_missing else store.ensure()
     for attempt in range(1, attempts + 1):
         entries, changed = mutate(store.entries(obj))
         if not changed and not store.needs_write(obj):
@@ -348,5 +352,7 @@ def update_with_retry(store: MembershipStore, mutate: Mutation, *, attempts: int
             sleep(delay)
             obj = store.refresh()
             if obj is None:
+                if not create_missing:
+                    return None
                 obj = store.ensure()
     raise RetriesExhausted(f"{what} of {store.description} still conflicting after {attempts} attempts")

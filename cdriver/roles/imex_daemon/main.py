@@ -504,8 +504,12 @@ class Daemon:
         want = readiness.desired_status(readiness.pod_is_ready(self.pod), self.imex_ready(), bool(self.blocked))
         if cl.entry_status(mine) == want:
             return
-        cl.update_with_retry(self.store, lambda e: cl.set_entry_status(e, self.s.node_name, want, key),
-                             sleep=self.stopping.wait, what="status update")
+        # While stopping (often because the domain is being deleted), never recreate the object.
+        out = cl.update_with_retry(self.store, lambda e: cl.set_entry_status(e, self.s.node_name, want, key),
+                                   sleep=self.stopping.wait, what="status update",
+                                   create_missing=not self.stopping.is_set())
+        if out is None:
+            return
         log.info("Entry of node %s in %s is now %s", self.s.node_name, self.store.description, want)
         if want == c.STATUS_READY and not self.trimmed:
             self.trimmed = True
@@ -541,8 +545,10 @@ class Daemon:
                 return
             if cl.find_entry(self.store.entries(self.store.current()), self.s.node_name, key) is None:
                 return
+            # The domain may be deleted already (the controller removes its cliques): then there
+            # is nothing to leave, and the object must not be created again.
             cl.update_with_retry(self.store, lambda e: cl.remove_entry(e, self.s.node_name, key),
-                                 sleep=sleep, what="leave")
+                                 sleep=sleep, what="leave", create_missing=False)
         except (ApiError, cl.RetriesExhausted, legacy.DomainMissing) as exc:
             log.warning("could not remove node %s from %s: %s; the controller drops stale entries",
                         self.s.node_name, self.store.description, exc)
