@@ -629,3 +629,28 @@ def test_leaving_a_deleted_clique_does_not_create_it_again(raw: RawClient, names
                                what="leave", create_missing=False)
     assert out is None
     assert raw.get_or_none(CLIQUES, name, namespace) is None
+
+
+def test_deleted_clique_is_rejoined_only_while_the_domain_lives(daemons: Harness) -> None:
+    """Someone deletes the clique: the daemon joins again. Its ComputeDomain is being deleted
+    (the controller removes the cliques): it stays out, so the domain can finish deleting."""
+    h = daemons
+    cd = h.raw.create(CDS, {
+        "apiVersion": c.API_VERSION, "kind": c.KIND_COMPUTE_DOMAIN,
+        "metadata": {"name": h.cd_name, "finalizers": ["test.cdriver/hold"]},
+        "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": "cd-channel"}}}}, h.ns)
+    h.cd_uid = cd["metadata"]["uid"]
+    a = h.start(h.add(CQ0))
+    first = h.wait_entry(a)
+    name = c.clique_object_name(h.cd_uid, CQ0)
+    uid_before = h.raw.get(CLIQUES, name, h.ns)["metadata"]["uid"]
+    h.raw.delete(CLIQUES, name, h.ns)
+    rejoined = h.wait_entry(a)
+    assert rejoined["index"] == first["index"]
+    assert h.raw.get(CLIQUES, name, h.ns)["metadata"]["uid"] != uid_before
+
+    h.raw.delete(CDS, h.cd_name, h.ns)  # held by the finalizer: deletionTimestamp set
+    h.raw.delete(CLIQUES, name, h.ns)
+    wait_for(lambda: "not joining again" in a.log(), 30, lambda: f"the daemon to stay out\n{a.log()[-3000:]}")
+    assert h.clique(CQ0) is None
+    h.raw.patch(CDS, h.cd_name, {"metadata": {"finalizers": None}}, h.ns)

@@ -138,6 +138,7 @@ class Daemon:
         self.ip_peers: list[str] | None = None  # IP mode: last applied peer list
         self.ready_pid: int | None = None  # child that answered READY since its start
         self.blocked: str | None = None  # port conflict message
+        self.domain_ended = False  # the ComputeDomain is being deleted: never join again
         self.start_error: str | None = None
         self.recheck_at = 0.0
         self.retry_at: float | None = None
@@ -316,8 +317,12 @@ class Daemon:
         if kind == "members":
             self.store.observe(event[1])
         elif kind == "members-deleted":
-            log.info("%s was deleted; joining again", self.store.description)
             self.store.forget()
+            if self.domain_ending():
+                self.domain_ended = True
+                log.info("%s was deleted with its ComputeDomain; not joining again", self.store.description)
+            else:
+                log.info("%s was deleted; joining again", self.store.description)
         elif kind == "pod":
             self.pod = event[1]
         elif kind == "pod-deleted":
@@ -355,7 +360,22 @@ class Daemon:
         self.retry_at = None
         self.last_error = ""
 
+    def domain_ending(self) -> bool:
+        """True when this daemon's ComputeDomain is gone, replaced, or being deleted."""
+        from cdriver.kube.raw import RESOURCES, ApiError
+
+        try:
+            cd = self.raw.get_or_none(RESOURCES["computedomains"], self.s.cd_name, namespace=self.s.cd_namespace)
+        except ApiError as exc:
+            log.info("cannot read ComputeDomain %s/%s (%s); assuming it still exists", self.s.cd_namespace,
+                     self.s.cd_name, exc)
+            return False
+        meta = (cd or {}).get("metadata") or {}
+        return cd is None or meta.get("uid") != self.s.cd_uid or bool(meta.get("deletionTimestamp"))
+
     def reconcile(self) -> None:
+        if self.domain_ended:
+            return
         key = self.store.key
         obj = cl.update_with_retry(
             self.store, lambda entries: cl.upsert_entry(entries, self.member, self.s.max_nodes, key),
@@ -507,7 +527,7 @@ class Daemon:
         # While stopping (often because the domain is being deleted), never recreate the object.
         out = cl.update_with_retry(self.store, lambda e: cl.set_entry_status(e, self.s.node_name, want, key),
                                    sleep=self.stopping.wait, what="status update",
-                                   create_missing=not self.stopping.is_set())
+                                   create_missing=not (self.stopping.is_set() or self.domain_ended))
         if out is None:
             return
         log.info("Entry of node %s in %s is now %s", self.s.node_name, self.store.description, want)
