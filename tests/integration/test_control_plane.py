@@ -7,11 +7,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import psutil
 import pytest
@@ -21,24 +20,14 @@ from cdriver.kube.raw import RESOURCES, ApiError, RawClient, Resource
 from cdriver.sim import cluster as cluster_mod
 from cdriver.sim.binaries import ControlPlaneBinaries
 from cdriver.sim.nodes import NOT_READY_TAINT, blocking_taints, node_object, register_test_node
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
-T = TypeVar("T")
 PODS, NODES, CLAIMS = RESOURCES["pods"], RESOURCES["nodes"], RESOURCES["resourceclaims"]
 TEST_GROUP = "test.cdriver.dev"
 
 
-def wait_for(fn: Callable[[], T | None], timeout: float, what: str, interval: float = 0.1) -> T:
-    """Poll `fn` until it returns a truthy value; fail naming `what` at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
 
 
 def suffix() -> str:

@@ -15,10 +15,10 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import psutil
 import pytest
@@ -28,10 +28,10 @@ from cdriver.imex import config as imex_config
 from cdriver.imex import ctl as imex_ctl
 from cdriver.imex import hosts as imex_hosts
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
-T = TypeVar("T")
 PODS, EVENTS = RESOURCES["pods"], RESOURCES["events"]
 CLIQUES, CDS = RESOURCES["computedomaincliques"], RESOURCES["computedomains"]
 CQ0 = "00000000-0000-0000-0000-0000000000ab.0"
@@ -44,19 +44,6 @@ STANDIN_TIMING = {
 }
 
 
-def wait_for(fn: Callable[[], T | None], timeout: float, what: str | Callable[[], str],
-             interval: float = 0.05) -> T:
-    """Poll `fn` until it returns a truthy value; fail naming `what` (text or a callable that
-    renders it, e.g. with a log tail read at the deadline) at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            text = what() if callable(what) else what
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {text}")
-        time.sleep(interval)
 
 
 # --- fixtures --------------------------------------------------------------------------

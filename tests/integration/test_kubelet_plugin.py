@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 import pytest
@@ -34,10 +34,10 @@ from cdriver.dra.gen.grpc_health.v1 import health_pb2, health_pb2_grpc
 from cdriver.dra.gen.pluginregistration.v1 import api_pb2 as reg_pb2
 from cdriver.dra.gen.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
-T = TypeVar("T")
 CDS, CLIQUES = RESOURCES["computedomains"], RESOURCES["computedomaincliques"]
 CLAIMS, SLICES = RESOURCES["resourceclaims"], RESOURCES["resourceslices"]
 NODES, PODS, EVENTS = RESOURCES["nodes"], RESOURCES["pods"], RESOURCES["events"]
@@ -47,15 +47,6 @@ PREPARE_TIMEOUT = 3.0
 CHANNELS = 4  # channel nodes in the simulated driver root
 
 
-def wait_for(fn: Callable[[], T | None], timeout: float, what: str, interval: float = 0.05) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
 
 
 # --- cluster-wide fixtures ----------------------------------------------------------------

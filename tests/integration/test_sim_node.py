@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -30,10 +30,10 @@ from cdriver.kube.raw import RESOURCES, ApiError, RawClient
 from cdriver.sim import pki
 from cdriver.sim.node.agent import NodeAgent, start_nodes
 from cdriver.sim.node.runtime import NodeOptions
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
-T = TypeVar("T")
 PODS, NODES, EVENTS = RESOURCES["pods"], RESOURCES["nodes"], RESOURCES["events"]
 SLICES, CLASSES = RESOURCES["resourceslices"], RESOURCES["deviceclasses"]
 TEMPLATES, CLAIMS = RESOURCES["resourceclaimtemplates"], RESOURCES["resourceclaims"]
@@ -41,15 +41,6 @@ NODE_LABEL = "sim-node-test.cdriver.dev/pool"
 PY = sys.executable
 
 
-def wait_for(fn: Callable[[], T | None], timeout: float, what: str, interval: float = 0.1) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
 
 
 def condition(pod: dict, ctype: str) -> str | None:
