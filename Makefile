@@ -34,7 +34,7 @@ demo: venv control-plane
 	$(BIN)/cdriver sim demo
 
 bench: venv control-plane
-	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	@for b in $(filter-out bench/report.py,$(wildcard bench/*.py)); do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
 	rm -rf build dist .pytest_cache .ruff_cache *.egg-info

@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from report import print_rows  # bench/report.py (scripts run from bench/)
+
 from cdriver.kube.raw import RESOURCES
 from cdriver.sim.binaries import control_plane_binaries
 from cdriver.sim.cluster import LocalCluster
@@ -90,11 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         (f"raw get, {writes['objects']} ConfigMaps", f"{writes['get_per_s']:.0f} objects/s"
          f" ({writes['get_ms_mean']:.2f} ms each)"),
     ]
-    width = max(len(name) for name, _ in rows)
-    print(f"{'metric'.ljust(width)}  value")
-    for name, value in rows:
-        print(f"{name.ljust(width)}  {value}")
-    print(f"JSON: {args.json_out}")
+    print_rows(rows, args.json_out)
     return 0
 
 

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import psutil
 import yaml
+from report import print_rows  # bench/report.py (scripts run from bench/)
 
 from cdriver.api import constants as C
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
@@ -282,11 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         ("controller CPU during the run", f"{phase['controller_cpu_s']:.1f} s"),
         ("reconciles", ", ".join(f"{k} {v:.0f}" for k, v in sorted(phase["reconciles"].items()))),
     ]
-    width = max(len(name) for name, _ in rows)
-    print(f"{'metric'.ljust(width)}  value")
-    for name, value in rows:
-        print(f"{name.ljust(width)}  {value}")
-    print(f"JSON: {args.json_out}")
+    print_rows(rows, args.json_out)
     return 0
 
 

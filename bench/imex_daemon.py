@@ -43,6 +43,7 @@ from pathlib import Path
 
 import psutil
 import yaml
+from report import print_rows  # bench/report.py (scripts run from bench/)
 
 from cdriver.api import constants as c
 from cdriver.imex import config as imex_config
@@ -263,11 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         ("baseline: one nvidia-imex-ctl -q", f"{result['baseline_ctl_probe_s']['median']:.3f} s"),
         ("baseline: raw create+update clique", f"{baseline * 1000:.1f} ms"),
     ]
-    width = max(len(name) for name, _ in rows)
-    print(f"{'metric'.ljust(width)}  value")
-    for name, value in rows:
-        print(f"{name.ljust(width)}  {value}")
-    print(f"JSON: {args.json_out}")
+    print_rows(rows, args.json_out)
     return 0
 
 

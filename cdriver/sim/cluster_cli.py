@@ -22,7 +22,7 @@ from pathlib import Path
 import click
 
 from cdriver.errors import CdriverError
-from cdriver.sim.pidfile import process_alive, read_pid
+from cdriver.sim.pidfile import process_alive, read_pid, stop_process
 
 DETACH_TIMEOUT = 600.0
 
@@ -154,13 +154,9 @@ def down(base_dir: Path | None, timeout: float) -> None:
         click.echo(f"no local cluster is running (no live process in {pid_file})", err=True)
         return
     assert pid is not None
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while process_alive(pid):
-        if time.monotonic() > deadline:
-            raise click.ClickException(f"the cluster process {pid} did not stop within {timeout:.0f} s; "
-                                       f"kill it with `kill -9 {pid}` and remove {run_dir}")
-        time.sleep(0.2)
+    if not stop_process(pid, timeout):
+        raise click.ClickException(f"the cluster process {pid} did not stop within {timeout:.0f} s; "
+                                   f"kill it with `kill -9 {pid}` and remove {run_dir}")
     click.echo("local cluster stopped", err=True)
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import click
 
 from cdriver.api import constants as c
-from cdriver.sim.pidfile import process_alive, read_pid
+from cdriver.sim.pidfile import process_alive, read_pid, stop_process
 
 UP_TIMEOUT = 1800.0  # includes a first, cold build of the control plane
 
@@ -168,12 +168,8 @@ def down(base_dir: Path | None, timeout: float) -> None:
         _echo_err("no simulated cluster is running")
         return
     assert pid is not None
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while process_alive(pid):
-        if time.monotonic() > deadline:
-            raise click.ClickException(f"the cluster process {pid} did not stop in {timeout:.0f} s; kill -9 {pid}")
-        time.sleep(0.3)
+    if not stop_process(pid, timeout):
+        raise click.ClickException(f"the cluster process {pid} did not stop in {timeout:.0f} s; kill -9 {pid}")
     _echo_err("simulated cluster stopped")
 
 

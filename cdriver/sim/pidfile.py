@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import time
 from pathlib import Path
 
 
@@ -24,4 +26,18 @@ def process_alive(pid: int | None) -> bool:
         return False
     except PermissionError:
         return True
+    return True
+
+
+def stop_process(pid: int, timeout: float, poll: float = 0.2) -> bool:
+    """SIGTERM `pid` and wait until it has exited; False if it still runs after `timeout` s."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return True
+    deadline = time.monotonic() + timeout
+    while process_alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(poll)
     return True
