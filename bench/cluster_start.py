@@ -22,8 +22,8 @@ from pathlib import Path
 from report import print_rows  # bench/report.py (scripts run from bench/)
 
 from cdriver.kube.raw import RESOURCES
-from cdriver.sim.binaries import control_plane_binaries
-from cdriver.sim.cluster import LocalCluster
+from cdriver.sim.controlplane.binaries import control_plane_binaries
+from cdriver.sim.controlplane.cluster import LocalCluster
 
 RESULTS = Path(__file__).resolve().parent / "results" / "cluster_start.json"
 

@@ -45,8 +45,8 @@ from cdriver.kube.raw import RESOURCES, ApiError, RawClient
 from cdriver.roles.controller import desired as W
 from cdriver.roles.controller.reconciler import parse_domain
 from cdriver.roles.controller.settings import ControllerSettings
-from cdriver.sim.binaries import control_plane_binaries
-from cdriver.sim.cluster import LocalCluster
+from cdriver.sim.controlplane.binaries import control_plane_binaries
+from cdriver.sim.controlplane.cluster import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "controller.json"

@@ -48,8 +48,8 @@ from report import print_rows  # bench/report.py (scripts run from bench/)
 from cdriver.api import constants as c
 from cdriver.imex import config as imex_config
 from cdriver.kube.raw import RESOURCES
-from cdriver.sim.binaries import control_plane_binaries
-from cdriver.sim.cluster import LocalCluster
+from cdriver.sim.controlplane.binaries import control_plane_binaries
+from cdriver.sim.controlplane.cluster import LocalCluster
 from cdriver.sim.driver_root import create_driver_root
 from cdriver.sim.nodes import register_node
 

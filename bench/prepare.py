@@ -81,8 +81,8 @@ class Bench:
 
     # -- set-up ------------------------------------------------------------------------------
     def start(self) -> None:
-        from cdriver.sim.binaries import control_plane_binaries
-        from cdriver.sim.cluster import LocalCluster, free_port
+        from cdriver.sim.controlplane.binaries import control_plane_binaries
+        from cdriver.sim.controlplane.cluster import LocalCluster, free_port
         from cdriver.sim.driver_root import create_driver_root
         from cdriver.sim.nodes import register_node
 

@@ -1,6 +1,6 @@
 """Session fixtures: one real local control plane per test session.
 
-- `cluster`: a started `cdriver.sim.cluster.LocalCluster` (etcd + kube-apiserver +
+- `cluster`: a started `cdriver.sim.controlplane.cluster.LocalCluster` (etcd + kube-apiserver +
   kube-controller-manager + kube-scheduler). Its run directory (logs, PKI, etcd data) is
   removed after a passing session and kept under pytest's temporary directory otherwise.
 - `raw`: an admin `RawClient` for it.
@@ -34,7 +34,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if session.config.option.collectonly or not any(_needs_cluster(i) for i in session.items):
         return
     from cdriver.errors import CdriverError
-    from cdriver.sim.binaries import control_plane_binaries
+    from cdriver.sim.controlplane.binaries import control_plane_binaries
 
     capture = session.config.pluginmanager.getplugin("capturemanager")
     show = capture.global_and_fixture_disabled() if capture else contextlib.nullcontext()
@@ -48,8 +48,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 @pytest.fixture(scope="session")
 def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from cdriver.errors import CdriverError
-    from cdriver.sim.binaries import control_plane_binaries
-    from cdriver.sim.cluster import LocalCluster
+    from cdriver.sim.controlplane.binaries import control_plane_binaries
+    from cdriver.sim.controlplane.cluster import LocalCluster
 
     if "error" in _BUILD:
         pytest.fail(f"the local control plane could not be built:\n{_BUILD['error']}", pytrace=False)
@@ -75,7 +75,7 @@ def _control_plane_healthy(request: pytest.FixtureRequest) -> None:
     """Bring back any component a previous test killed, or fail with its log tail."""
     if not _needs_cluster(request.node):
         return
-    from cdriver.sim.cluster import ClusterError
+    from cdriver.sim.controlplane.cluster import ClusterError
 
     local = request.getfixturevalue("cluster")
     try:
@@ -152,7 +152,7 @@ def chart_device_classes() -> list[dict]:
 
     import yaml
 
-    from cdriver.sim.binaries import helm_binary
+    from cdriver.sim.controlplane.binaries import helm_binary
 
     chart = Path(__file__).resolve().parents[1] / "helm" / "cdriver"
     out = subprocess.run([str(helm_binary(echo=False)), "template", "t", str(chart), "--namespace", "cdriver-system",

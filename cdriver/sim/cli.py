@@ -21,7 +21,7 @@ from cdriver.lazy_group import LazyGroup
 #: subcommand name -> "module:attribute" of its click command.
 LAZY_COMMANDS: dict[str, str] = {
     "imex": "cdriver.sim.imex.cli:command",
-    "cluster": "cdriver.sim.cluster_cli:command",
+    "cluster": "cdriver.sim.controlplane.cli:command",
     "node": "cdriver.sim.node_cli:command",
     "up": "cdriver.sim.demo_cli:up",
     "down": "cdriver.sim.demo_cli:down",

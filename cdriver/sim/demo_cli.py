@@ -19,7 +19,7 @@ from pathlib import Path
 import click
 
 from cdriver.api import constants as c
-from cdriver.sim.pidfile import process_alive, read_pid, stop_process
+from cdriver.sim.controlplane.pidfile import process_alive, read_pid, stop_process
 
 UP_TIMEOUT = 1800.0  # includes a first, cold build of the control plane
 

@@ -32,7 +32,7 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
 def _kubeconfig(value: str | None) -> str:
     if value:
         return value
-    from cdriver.sim.cluster_cli import default_base_dir
+    from cdriver.sim.controlplane.cli import default_base_dir
 
     local = default_base_dir() / "cluster" / "admin.kubeconfig"
     if local.is_file():
@@ -48,7 +48,7 @@ def _pki_dir(value: Path | None) -> Path | None:
             raise click.BadParameter(f"{value} holds no ca.key; pass the cluster's pki directory",
                                      param_hint="--pki-dir")
         return value
-    from cdriver.sim.cluster_cli import default_base_dir
+    from cdriver.sim.controlplane.cli import default_base_dir
 
     local = default_base_dir() / "cluster" / "pki"
     return local if (local / "ca.key").is_file() else None

@@ -165,7 +165,7 @@ class SimWorld:
 
     # -- steps ---------------------------------------------------------------------------
     def _binaries(self) -> None:
-        from cdriver.sim.binaries import control_plane_binaries, helm_binary
+        from cdriver.sim.controlplane.binaries import control_plane_binaries, helm_binary
 
         binaries = control_plane_binaries()
         self._binaries_obj = binaries
@@ -173,7 +173,7 @@ class SimWorld:
         self.kubectl = getattr(binaries, "kubectl", None)
 
     def _start_cluster(self) -> None:
-        from cdriver.sim.cluster import LocalCluster
+        from cdriver.sim.controlplane.cluster import LocalCluster
 
         run_dir = self.settings.base_dir / "cluster"
         self.cluster = LocalCluster(run_dir=run_dir, binaries=self._binaries_obj)

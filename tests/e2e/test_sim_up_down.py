@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cdriver.sim.pidfile import process_alive, read_pid
+from cdriver.sim.controlplane.pidfile import process_alive, read_pid
 
 pytestmark = pytest.mark.e2e
 

@@ -58,7 +58,7 @@ USES = {
 @pytest.fixture(scope="module")
 def tokens(cluster, raw, chart_crds, tmp_path_factory) -> Iterator[dict[str, Path]]:
     """Apply the chart's RBAC objects; return a token kubeconfig per role."""
-    from cdriver.sim.binaries import helm_binary
+    from cdriver.sim.controlplane.binaries import helm_binary
 
     out = subprocess.run([str(helm_binary(echo=False)), "template", RELEASE, str(CHART), "--namespace", NS,
                           "--kube-version", "1.37.2", "-s", "templates/rbac-controller.yaml",

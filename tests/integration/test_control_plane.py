@@ -17,8 +17,8 @@ import pytest
 from kubernetes import client as k8s_client
 
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient, Resource
-from cdriver.sim import cluster as cluster_mod
-from cdriver.sim.binaries import ControlPlaneBinaries
+from cdriver.sim.controlplane import cluster as cluster_mod
+from cdriver.sim.controlplane.binaries import ControlPlaneBinaries
 from cdriver.sim.nodes import NOT_READY_TAINT, blocking_taints, node_object, register_test_node
 from tests.waiting import wait_for
 
@@ -345,7 +345,7 @@ def test_cli_up_detach_status_down(cluster: cluster_mod.LocalCluster, tmp_path: 
     env = dict(os.environ, CDRIVER_ETCD_BIN_DIR=str(real.etcd.parent),
                CDRIVER_KUBE_BIN_DIR=str(real.kube_apiserver.parent))
     base = tmp_path / "state"
-    cli = [sys.executable, "-m", "cdriver.sim.cluster_cli"]
+    cli = [sys.executable, "-m", "cdriver.sim.controlplane.cli"]
 
     def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
         return subprocess.run([*cli, *args, "--base-dir", str(base)], env=env, capture_output=True,

@@ -502,7 +502,7 @@ def test_metrics_and_health_endpoint(raw, namespace, driver_ns, start_controller
 
 
 def test_printer_columns_and_short_names(raw, namespace, driver_ns, start_controller, cluster):
-    from cdriver.sim.binaries import control_plane_binaries
+    from cdriver.sim.controlplane.binaries import control_plane_binaries
 
     start_controller(settings_for(driver_ns))
     raw.create(CDS, compute_domain("cd1", "chan"), namespace)

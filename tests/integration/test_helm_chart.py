@@ -20,7 +20,7 @@ HOST_MODE = ["--set", "imex.mode=hostManaged", "--set", "featureGates.HostManage
 
 @pytest.fixture(scope="module")
 def helm() -> Path:
-    from cdriver.sim.binaries import helm_binary
+    from cdriver.sim.controlplane.binaries import helm_binary
 
     return helm_binary(echo=False)
 

@@ -146,7 +146,7 @@ class PluginProcess:
         return self.base / "plugin.log"
 
     def start(self) -> PluginProcess:
-        from cdriver.sim.cluster import free_port
+        from cdriver.sim.controlplane.cluster import free_port
 
         self.health_port = free_port()
         argv = [sys.executable, "-m", "cdriver", "-v", "4"]
@@ -445,7 +445,7 @@ def metric(plugin: PluginProcess, port: int, name: str, **labels: str) -> float:
 def test_ready_clique_wakes_waiting_prepare_and_unprepare_cleans_up(
         plugin_factory: Callable[..., PluginProcess], raw: RawClient, namespace: str, node: SimNode,
         driver_ns: str) -> None:
-    from cdriver.sim.cluster import free_port
+    from cdriver.sim.controlplane.cluster import free_port
 
     port = free_port()
     plugin = plugin_factory(node, extra_args=["--http-endpoint", f"127.0.0.1:{port}"])
@@ -708,7 +708,7 @@ def test_non_fabric_node_prepares_without_devices(plugin_factory: Callable[..., 
 
 def test_host_managed_mode(plugin_factory: Callable[..., PluginProcess], raw: RawClient, namespace: str,
                            node: SimNode, driver_ns: str) -> None:
-    from cdriver.sim.cluster import free_port
+    from cdriver.sim.controlplane.cluster import free_port
     from cdriver.sim.host_imex import HostImexService
 
     plugin = plugin_factory(node, extra_args=["--imex-mode", "hostManaged"], gates="HostManagedIMEXDaemon=true")

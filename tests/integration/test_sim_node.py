@@ -27,7 +27,7 @@ from cdriver.cdi.model import ContainerEdits, Device, DeviceNode, Spec
 from cdriver.cdi.writer import remove_spec, write_spec
 from cdriver.dra import node_service, registration, sockets
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
-from cdriver.sim import pki
+from cdriver.sim.controlplane import pki
 from cdriver.sim.node.agent import NodeAgent, start_nodes
 from cdriver.sim.node.runtime import NodeOptions
 from tests.waiting import wait_for

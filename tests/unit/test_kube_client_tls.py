@@ -19,7 +19,7 @@ from cdriver.kube.client import load_api_client
 from cdriver.kube.config import in_cluster_settings
 from cdriver.kube.connection import ApiConnection
 from cdriver.kube.raw import ApiError, RawClient
-from cdriver.sim import pki
+from cdriver.sim.controlplane import pki
 
 pytestmark = pytest.mark.unit
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cdriver.sim import binaries
-from cdriver.sim.binaries import BinariesError
+from cdriver.sim.controlplane import binaries
+from cdriver.sim.controlplane.binaries import BinariesError
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cdriver.sim import cluster, pki
+from cdriver.sim.controlplane import cluster, pki
 
 pytestmark = pytest.mark.unit
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cdriver.sim.cluster_cli import command
+from cdriver.sim.controlplane.cli import command
 
 pytestmark = pytest.mark.unit
 

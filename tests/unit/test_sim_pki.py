@@ -13,7 +13,7 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from cdriver.sim import pki
+from cdriver.sim.controlplane import pki
 
 pytestmark = pytest.mark.unit
 

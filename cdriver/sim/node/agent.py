@@ -237,7 +237,7 @@ class NodeAgent:
             self._log_handler = None
 
     def _start_kubelet_server(self) -> None:
-        from cdriver.sim import pki
+        from cdriver.sim.controlplane import pki
         from cdriver.sim.node.kubelet_server import KubeletServer
 
         files = pki.PKIFiles(self.pki_dir)

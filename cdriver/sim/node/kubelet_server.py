@@ -3,7 +3,7 @@
 Served on the node's own address and the port published in
 ``Node.status.daemonEndpoints.kubeletEndpoint.Port``, with a serving certificate from the
 cluster CA. Only clients presenting a certificate from that CA whose common name is the API
-server's kubelet client (`cdriver.sim.pki.KUBELET_CLIENT_USER`) are served; a certificate
+server's kubelet client (`cdriver.sim.controlplane.pki.KUBELET_CLIENT_USER`) are served; a certificate
 from another CA fails the TLS handshake, any other user gets 403.
 
 - ``GET /healthz``

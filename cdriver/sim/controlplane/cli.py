@@ -22,7 +22,7 @@ from pathlib import Path
 import click
 
 from cdriver.errors import CdriverError
-from cdriver.sim.pidfile import process_alive, read_pid, stop_process
+from cdriver.sim.controlplane.pidfile import process_alive, read_pid, stop_process
 
 DETACH_TIMEOUT = 600.0
 
@@ -43,7 +43,7 @@ def _up_argv() -> list[str]:
     """How to run `up` in a child process (from a frozen binary or the Python package)."""
     if getattr(sys, "frozen", False):
         return [sys.executable, "sim", "cluster", "up"]
-    return [sys.executable, "-m", "cdriver.sim.cluster_cli", "up"]
+    return [sys.executable, "-m", "cdriver.sim.controlplane.cli", "up"]
 
 
 base_option = click.option(
@@ -86,7 +86,7 @@ def _detach(base: Path, keep: bool, run_dir: Path, log_file: Path) -> None:
     click.echo(f"starting the local control plane (log: {log_file}) ...", err=True)
     while not state.exists():
         if child.poll() is not None:
-            from cdriver.sim.cluster import tail_lines
+            from cdriver.sim.controlplane.cluster import tail_lines
 
             raise click.ClickException(
                 f"the local cluster failed to start (exit {child.returncode}); last lines of "
@@ -112,7 +112,7 @@ def up(base_dir: Path | None, detach: bool, keep: bool) -> None:
         _detach(base, keep, run_dir, log_file)
         return
 
-    from cdriver.sim.cluster import LocalCluster
+    from cdriver.sim.controlplane.cluster import LocalCluster
 
     stop = threading.Event()
 
@@ -166,7 +166,7 @@ def status(base_dir: Path | None) -> None:
     """Show whether the cluster runs, its API server, kubeconfig and component processes."""
     import ssl
 
-    from cdriver.sim.cluster import ClusterError, probe, read_state
+    from cdriver.sim.controlplane.cluster import ClusterError, probe, read_state
 
     base = base_dir or default_base_dir()
     run_dir, pid_file, _ = _paths(base)

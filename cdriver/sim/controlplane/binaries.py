@@ -69,7 +69,7 @@ def default_build_script() -> Path:
     override = os.environ.get(ENV_BUILD_SCRIPT)
     if override:
         return Path(override)
-    return Path(__file__).resolve().parents[2] / "hack" / "kube" / "build.sh"
+    return Path(__file__).resolve().parents[3] / "hack" / "kube" / "build.sh"
 
 
 def check_bin_dir(component: str, directory: Path, origin: str) -> Path:

@@ -40,8 +40,8 @@ from typing import Any
 import yaml
 
 from cdriver.errors import CdriverError
-from cdriver.sim import pki
-from cdriver.sim.binaries import ControlPlaneBinaries, control_plane_binaries
+from cdriver.sim.controlplane import pki
+from cdriver.sim.controlplane.binaries import ControlPlaneBinaries, control_plane_binaries
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""The local control plane: etcd, kube-apiserver, scheduler and controller-manager, with its PKI."""
