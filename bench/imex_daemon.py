@@ -50,7 +50,7 @@ from cdriver.imex import config as imex_config
 from cdriver.kube.raw import RESOURCES
 from cdriver.sim.controlplane.binaries import control_plane_binaries
 from cdriver.sim.controlplane.cluster import LocalCluster
-from cdriver.sim.driver_root import create_driver_root
+from cdriver.sim.gpu.driver_root import create_driver_root
 from cdriver.sim.nodes import register_node
 
 RESULTS = Path(__file__).resolve().parent / "results" / "imex_daemon.json"

@@ -83,7 +83,7 @@ class Bench:
     def start(self) -> None:
         from cdriver.sim.controlplane.binaries import control_plane_binaries
         from cdriver.sim.controlplane.cluster import LocalCluster, free_port
-        from cdriver.sim.driver_root import create_driver_root
+        from cdriver.sim.gpu.driver_root import create_driver_root
         from cdriver.sim.nodes import register_node
 
         self.cluster = LocalCluster(run_dir=self.work / "cluster", binaries=control_plane_binaries())

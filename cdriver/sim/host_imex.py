@@ -30,7 +30,7 @@ from cdriver.errors import CdriverError
 from cdriver.imex import config as imex_config
 from cdriver.imex import ctl
 from cdriver.imex.supervisor import ProcessSupervisor
-from cdriver.sim.driver_root import BIN_SUBDIR, DriverRoot
+from cdriver.sim.gpu.driver_root import BIN_SUBDIR, DriverRoot
 
 LOG_FILE = "/var/log/nvidia-imex.log"
 PID_FILE = "/run/nvidia-imex/host-imex.pid"

@@ -101,7 +101,7 @@ def _runner(pid_file: Path, root: Path) -> psutil.Process | None:
 
 def _runner_argv(root: Path, ip: str, peers: tuple[str, ...], socket_path: str, server_port: int,
                  cmd_port: int) -> list[str]:
-    from cdriver.sim.driver_root import cdriver_command
+    from cdriver.sim.gpu.driver_root import cdriver_command
 
     argv = [*cdriver_command(), "sim", "host-imex", "run", "--driver-root", str(root), "--ip", ip,
             "--socket", socket_path, "--server-port", str(server_port), "--cmd-port", str(cmd_port)]

@@ -180,7 +180,7 @@ class SimWorld:
         self.cluster.start()
 
     def _topology(self) -> Any:
-        from cdriver.sim.topology import demo_topology_path, load_topology
+        from cdriver.sim.gpu.topology import demo_topology_path, load_topology
 
         path = self.settings.topology or demo_topology_path()
         return path, load_topology(path)
@@ -188,9 +188,9 @@ class SimWorld:
     def _start_nodes(self) -> None:
         import threading
 
+        from cdriver.sim.gpu.topology import clique_label
         from cdriver.sim.node.agent import NodeAgent, node_ip
         from cdriver.sim.node.runtime import NodeOptions
-        from cdriver.sim.topology import clique_label
 
         path, topology = self._topology()
         names = topology.nodes()[: self.settings.nodes]

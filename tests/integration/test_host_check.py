@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 
 from cdriver.api import constants as c
-from cdriver.sim import devices
-from cdriver.sim.driver_root import DriverRoot, create_driver_root
+from cdriver.sim.gpu import devices
+from cdriver.sim.gpu.driver_root import DriverRoot, create_driver_root
+from cdriver.sim.gpu.topology import demo_topology_path
 from cdriver.sim.host_imex import HostImexService
-from cdriver.sim.topology import demo_topology_path
 
 NODE = "worker-1"
 NODE_IP = "127.0.3.1"

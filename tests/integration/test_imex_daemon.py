@@ -67,7 +67,7 @@ def _served(raw: RawClient, plural: str) -> bool:
 @pytest.fixture(scope="module")
 def imex_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """bin dir of a simulated driver root: nvidia-imex / nvidia-imex-ctl stand-in wrappers."""
-    from cdriver.sim.driver_root import create_driver_root
+    from cdriver.sim.gpu.driver_root import create_driver_root
 
     root = create_driver_root(tmp_path_factory.mktemp("driver-root"), "imex-test-node", None,
                               fabric_state="not_supported")

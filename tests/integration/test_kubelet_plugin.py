@@ -73,12 +73,12 @@ class SimNode:
     """A registered Node with its simulated driver root."""
 
     name: str
-    root: Any  # cdriver.sim.driver_root.DriverRoot
+    root: Any  # cdriver.sim.gpu.driver_root.DriverRoot
     registered: Any
 
 
 def _sim_node(raw: RawClient, base: Path, fabric: bool) -> SimNode:
-    from cdriver.sim.driver_root import create_driver_root
+    from cdriver.sim.gpu.driver_root import create_driver_root
     from cdriver.sim.nodes import register_node
 
     name = f"kp-{'f' if fabric else 'n'}-{uuid.uuid4().hex[:6]}"
@@ -757,7 +757,7 @@ def test_invalid_mode_settings_fail_start_with_one_message(node: SimNode, tmp_pa
 
 
 def test_incomplete_fabric_fails_start_with_a_clear_message(tmp_path: Path) -> None:
-    from cdriver.sim.driver_root import create_driver_root
+    from cdriver.sim.gpu.driver_root import create_driver_root
 
     name = "kp-inprogress"
     topology = tmp_path / "topology.yaml"

@@ -27,9 +27,9 @@ import pytest
 
 from cdriver.api import constants as c
 from cdriver.imex import ctl
-from cdriver.sim.driver_root import DriverRoot, create_driver_root
+from cdriver.sim.gpu.driver_root import DriverRoot, create_driver_root
+from cdriver.sim.gpu.topology import demo_topology_path
 from cdriver.sim.host_imex import HostImexError, HostImexService
-from cdriver.sim.topology import demo_topology_path
 
 IP_A, IP_B = "127.0.3.11", "127.0.3.12"
 FAST = {

@@ -25,8 +25,8 @@ from cdriver.nvml.discover import (
     parse_capability,
     parse_device_major,
 )
-from cdriver.sim.driver_root import create_driver_root
-from cdriver.sim.topology import demo_topology_path
+from cdriver.sim.gpu.driver_root import create_driver_root
+from cdriver.sim.gpu.topology import demo_topology_path
 
 pytestmark = pytest.mark.unit
 

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from cdriver.cli import cli
 from cdriver.sim import cli as sim_cli
-from cdriver.sim.driver_root import create_driver_root
-from cdriver.sim.topology import demo_topology_path
+from cdriver.sim.gpu.driver_root import create_driver_root
+from cdriver.sim.gpu.topology import demo_topology_path
 
 pytestmark = pytest.mark.unit
 
@@ -118,7 +118,7 @@ def test_topology_identity_and_demo() -> None:
 
 def test_lazy_subcommands_appear_only_when_their_module_exists(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sim_cli.LAZY_COMMANDS, "ghost", "cdriver.sim.no_such_module:command")
-    monkeypatch.setitem(sim_cli.LAZY_COMMANDS, "topo-demo", "cdriver.sim.cli:topology_demo")
+    monkeypatch.setitem(sim_cli.LAZY_COMMANDS, "topo-demo", "cdriver.sim.gpu.cli:topology_demo")
     result = CliRunner().invoke(cli, ["sim", "--help"])
     assert "ghost" not in result.output
     assert "topo-demo" in result.output and "check-fabric" in result.output

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cdriver.nvml.discover import parse_device_major
-from cdriver.sim import devices
+from cdriver.sim.gpu import devices
 
 pytestmark = pytest.mark.unit
 

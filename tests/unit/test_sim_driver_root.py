@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from cdriver.nvml.discover import parse_device_major
-from cdriver.sim import driver_root as dr_mod
-from cdriver.sim import nvml_build
-from cdriver.sim.driver_root import DriverRoot, DriverRootError, create_driver_root, rerender_driver_root
-from cdriver.sim.topology import TopologyError, demo_topology_path, load_topology
+from cdriver.sim.gpu import driver_root as dr_mod
+from cdriver.sim.gpu import nvml_build
+from cdriver.sim.gpu.driver_root import DriverRoot, DriverRootError, create_driver_root, rerender_driver_root
+from cdriver.sim.gpu.topology import TopologyError, demo_topology_path, load_topology
 
 pytestmark = pytest.mark.unit
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from cdriver.sim import nvml_build
-from cdriver.sim.driver_root import DriverRoot, create_driver_root
-from cdriver.sim.topology import demo_topology_path
+from cdriver.sim.gpu import nvml_build
+from cdriver.sim.gpu.driver_root import DriverRoot, create_driver_root
+from cdriver.sim.gpu.topology import demo_topology_path
 
 pytestmark = pytest.mark.unit
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdriver.sim.profiles import (
+from cdriver.sim.gpu.profiles import (
     HEALTH_CONDITIONS,
     HEALTH_SUMMARY_HEALTHY,
     HEALTH_SUMMARY_LIMITED_CAPACITY,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cdriver.errors import CdriverError
-from cdriver.sim.topology import (
+from cdriver.sim.gpu.topology import (
     NodeIdentity,
     TopologyError,
     canonical_uuid,

@@ -143,7 +143,7 @@ class NodeAgent:
 
     def _start(self, wait: bool) -> None:
         if self.want_driver_root:
-            from cdriver.sim.driver_root import create_driver_root
+            from cdriver.sim.gpu.driver_root import create_driver_root
 
             self.driver_root = create_driver_root(self.layout.driver_root, self.name, self.topology, self.profile,
                                                   fabric_state=self.fabric_state)

@@ -34,9 +34,9 @@ from typing import Any
 
 from cdriver.api import constants as c
 from cdriver.errors import CdriverError
-from cdriver.sim import devices
-from cdriver.sim.nvml_build import LIBRARY_NAME, ensure_libnvml
-from cdriver.sim.profiles import (
+from cdriver.sim.gpu import devices
+from cdriver.sim.gpu.nvml_build import LIBRARY_NAME, ensure_libnvml
+from cdriver.sim.gpu.profiles import (
     FABRIC_STATE_COMPLETED,
     FABRIC_STATE_IN_PROGRESS,
     FABRIC_STATE_NOT_STARTED,
@@ -46,7 +46,7 @@ from cdriver.sim.profiles import (
     get_profile,
     health_summary,
 )
-from cdriver.sim.topology import NodeIdentity, Topology, load_topology
+from cdriver.sim.gpu.topology import NodeIdentity, Topology, load_topology
 
 LIB_SUBDIR = "usr/lib64"
 BIN_SUBDIR = "usr/bin"
@@ -168,7 +168,7 @@ def render_wrapper(description: str, args: list[str], root_relative_args: list[s
     command = cdriver_command()
     lines = ["#!/bin/sh", f"# {description} (cdriver simulation kit; generated)."]
     if not getattr(sys, "frozen", False):
-        package_parent = str(Path(__file__).resolve().parents[2])
+        package_parent = str(Path(__file__).resolve().parents[3])
         lines.append(f"PYTHONPATH={shlex.quote(package_parent)}${{PYTHONPATH:+:$PYTHONPATH}}")
         lines.append("export PYTHONPATH")
     tail = ""

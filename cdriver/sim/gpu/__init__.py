@@ -1,0 +1,1 @@
+"""Simulated GPU hardware: topology, GPU profiles, device nodes, driver roots and the mock NVML."""
