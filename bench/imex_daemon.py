@@ -51,7 +51,7 @@ from cdriver.kube.raw import RESOURCES
 from cdriver.sim.controlplane.binaries import control_plane_binaries
 from cdriver.sim.controlplane.cluster import LocalCluster
 from cdriver.sim.gpu.driver_root import create_driver_root
-from cdriver.sim.nodes import register_node
+from cdriver.sim.node.registration import register_node
 
 RESULTS = Path(__file__).resolve().parent / "results" / "imex_daemon.json"
 CRD_DIR = Path(__file__).resolve().parents[1] / "helm" / "cdriver" / "crds"

@@ -84,7 +84,7 @@ class Bench:
         from cdriver.sim.controlplane.binaries import control_plane_binaries
         from cdriver.sim.controlplane.cluster import LocalCluster, free_port
         from cdriver.sim.gpu.driver_root import create_driver_root
-        from cdriver.sim.nodes import register_node
+        from cdriver.sim.node.registration import register_node
 
         self.cluster = LocalCluster(run_dir=self.work / "cluster", binaries=control_plane_binaries())
         self.cluster.start()

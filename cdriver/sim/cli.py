@@ -20,7 +20,7 @@ LAZY_COMMANDS: dict[str, str] = {
     # local control plane
     "cluster": "cdriver.sim.controlplane.cli:command",
     # nodes
-    "node": "cdriver.sim.node_cli:command",
+    "node": "cdriver.sim.node.cli:command",
     # IMEX stand-ins and the host-managed IMEX service
     "imex": "cdriver.sim.imex.cli:command",
     "host-imex": "cdriver.sim.host_imex_cli:command",

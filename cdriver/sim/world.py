@@ -189,8 +189,8 @@ class SimWorld:
         import threading
 
         from cdriver.sim.gpu.topology import clique_label
-        from cdriver.sim.node.agent import NodeAgent, node_ip
-        from cdriver.sim.node.runtime import NodeOptions
+        from cdriver.sim.node.simulated.agent import NodeAgent, node_ip
+        from cdriver.sim.node.simulated.runtime import NodeOptions
 
         path, topology = self._topology()
         names = topology.nodes()[: self.settings.nodes]

@@ -19,7 +19,7 @@ from kubernetes import client as k8s_client
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient, Resource
 from cdriver.sim.controlplane import cluster as cluster_mod
 from cdriver.sim.controlplane.binaries import ControlPlaneBinaries
-from cdriver.sim.nodes import NOT_READY_TAINT, blocking_taints, node_object, register_test_node
+from cdriver.sim.node.registration import NOT_READY_TAINT, blocking_taints, node_object, register_test_node
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration

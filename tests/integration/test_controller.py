@@ -119,7 +119,7 @@ def driver_ns(cluster: Any, raw: RawClient, namespace: str) -> Iterator[str]:
 @pytest.fixture
 def nodes(raw: RawClient) -> Iterator[Callable[..., str]]:
     """Factory of schedulable Nodes (removed afterwards)."""
-    from cdriver.sim.nodes import register_node
+    from cdriver.sim.node.registration import register_node
 
     made = []
 

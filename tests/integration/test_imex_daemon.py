@@ -125,7 +125,7 @@ class Harness:
 
     def __init__(self, raw: RawClient, cluster: Any, namespace: str, bin_dir: Path, ip_base: str,
                  tmp: Path) -> None:
-        from cdriver.sim.nodes import register_node
+        from cdriver.sim.node.registration import register_node
 
         self.raw = raw
         self.cluster = cluster

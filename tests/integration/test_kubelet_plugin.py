@@ -79,7 +79,7 @@ class SimNode:
 
 def _sim_node(raw: RawClient, base: Path, fabric: bool) -> SimNode:
     from cdriver.sim.gpu.driver_root import create_driver_root
-    from cdriver.sim.nodes import register_node
+    from cdriver.sim.node.registration import register_node
 
     name = f"kp-{'f' if fabric else 'n'}-{uuid.uuid4().hex[:6]}"
     topology = base / "topology.yaml"

@@ -28,8 +28,8 @@ from cdriver.cdi.writer import remove_spec, write_spec
 from cdriver.dra import node_service, registration, sockets
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
 from cdriver.sim.controlplane import pki
-from cdriver.sim.node.agent import NodeAgent, start_nodes
-from cdriver.sim.node.runtime import NodeOptions
+from cdriver.sim.node.simulated.agent import NodeAgent, start_nodes
+from cdriver.sim.node.simulated.runtime import NodeOptions
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -565,8 +565,8 @@ def test_restarted_agent_runs_its_pods_again_and_keeps_counting_restarts(
 
 def test_container_process_has_private_dev_mounts_and_hostname(tmp_path: Path) -> None:
     """The launcher alone (no cluster): namespaces, device nodes, read-only binds, start errors."""
-    from cdriver.sim.node.container import ContainerProcess, DeviceSpec, LaunchSpec, StartError
-    from cdriver.sim.node.volumes import BindMount
+    from cdriver.sim.node.simulated.container import ContainerProcess, DeviceSpec, LaunchSpec, StartError
+    from cdriver.sim.node.simulated.volumes import BindMount
 
     data = tmp_path / "data"
     data.mkdir()
@@ -582,7 +582,7 @@ def test_container_process_has_private_dev_mounts_and_hostname(tmp_path: Path) -
     proc = ContainerProcess(spec, tmp_path / "spec.json", tmp_path / "logs" / "0.log", "t").start()
     assert proc.wait(10) == 0
     proc.close()
-    from cdriver.sim.node import logs
+    from cdriver.sim.node.simulated import logs
 
     out = logs.render(logs.read_entries(tmp_path / "logs" / "0.log")).decode().split()
     assert out == ["pod-x", "volume-content", "devices", "read-only", "null"]
@@ -593,7 +593,7 @@ def test_container_process_has_private_dev_mounts_and_hostname(tmp_path: Path) -
 
 
 def test_node_that_cannot_start_reports_why_and_leaves_nothing_behind(raw: RawClient, tmp_path: Path) -> None:
-    from cdriver.sim.node.agent import NodeError
+    from cdriver.sim.node.simulated.agent import NodeError
 
     name = f"broken-{uuid.uuid4().hex[:6]}"
     agent = NodeAgent(raw, name, "127.0.1.250", tmp_path / "n", pki_dir=tmp_path / "no-pki",

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from cdriver.cli import cli
-from cdriver.sim import node_cli
+from cdriver.sim.node import cli as node_cli
 
 pytestmark = pytest.mark.unit
 

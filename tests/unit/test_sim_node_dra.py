@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from cdriver.cdi.model import ContainerEdits, DeviceNode, Mount
-from cdriver.sim.node import dra
-from cdriver.sim.node.cdi_apply import CDIApplyError, container_cdi_ids, launch_edits
-from cdriver.sim.node.dra import PreparedDevice
-from cdriver.sim.node.layout import NodeLayout
+from cdriver.sim.node.simulated import dra
+from cdriver.sim.node.simulated.cdi_apply import CDIApplyError, container_cdi_ids, launch_edits
+from cdriver.sim.node.simulated.dra import PreparedDevice
+from cdriver.sim.node.simulated.layout import NodeLayout
 
 pytestmark = pytest.mark.unit
 

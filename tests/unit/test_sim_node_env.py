@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from cdriver.sim.node import env as envmod
+from cdriver.sim.node.simulated import env as envmod
 
 pytestmark = pytest.mark.unit
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from cdriver.sim.node.layout import LayoutError, NodeLayout, normalize_node_path
+from cdriver.sim.node.simulated.layout import LayoutError, NodeLayout, normalize_node_path
 
 pytestmark = pytest.mark.unit
 

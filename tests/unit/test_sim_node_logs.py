@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cdriver.sim.node import logs
+from cdriver.sim.node.simulated import logs
 
 pytestmark = pytest.mark.unit
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from cdriver.sim.node import probes
+from cdriver.sim.node.simulated import probes
 
 pytestmark = pytest.mark.unit
 

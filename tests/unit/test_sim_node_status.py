@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdriver.sim.node import status as st
+from cdriver.sim.node.simulated import status as st
 
 pytestmark = pytest.mark.unit
 

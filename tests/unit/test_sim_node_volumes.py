@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from cdriver.sim.node import volumes as vol
-from cdriver.sim.node.layout import NodeLayout
+from cdriver.sim.node.simulated import volumes as vol
+from cdriver.sim.node.simulated.layout import NodeLayout
 
 pytestmark = pytest.mark.unit
 

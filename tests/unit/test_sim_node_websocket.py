@@ -8,9 +8,9 @@ import socket
 
 import pytest
 
-from cdriver.sim.node import kubelet_server as ks
-from cdriver.sim.node import logs
-from cdriver.sim.node import websocket as ws
+from cdriver.sim.node.simulated import kubelet_server as ks
+from cdriver.sim.node.simulated import logs
+from cdriver.sim.node.simulated import websocket as ws
 
 pytestmark = pytest.mark.unit
 

@@ -8,7 +8,7 @@ deadline, and on failure raises `ClusterError` naming the component with the tai
 and removes the run directory unless `keep=True`.
 
 Nodes: node-lifecycle-controller stays on, as in a real cluster. A Node becomes schedulable
-once it reports Ready and renews its Lease in ``kube-node-lease`` (see `cdriver.sim.nodes`).
+once it reports Ready and renews its Lease in ``kube-node-lease`` (see `cdriver.sim.node.registration`).
 
 Component processes are started with a parent-death signal: they receive SIGKILL when the
 thread that started them exits, so a crashed test run leaves no stray control plane. Start

@@ -1,6 +1,6 @@
 """Container processes: launch through the in-namespace launcher, signal, reap, exec inside.
 
-A container is one process tree started by `cdriver.sim.node.launcher` in a new session (its
+A container is one process tree started by `cdriver.sim.node.simulated.launcher` in a new session (its
 process group is the container): SIGTERM goes to the main process, SIGKILL to the whole
 group. Output goes through pipes into a CRI-format log file per run. Commands run "inside"
 a container (exec probes, `kubectl exec`) enter its mount and UTS namespaces with
@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from cdriver.errors import CdriverError
-from cdriver.sim.node.logs import STDERR, STDOUT, LogWriter, PipeCopier
-from cdriver.sim.node.volumes import BindMount
+from cdriver.sim.node.simulated.logs import STDERR, STDOUT, LogWriter, PipeCopier
+from cdriver.sim.node.simulated.volumes import BindMount
 
 log = logging.getLogger(__name__)
 
@@ -77,14 +77,14 @@ def launcher_command() -> list[str]:
     """argv prefix of the launcher: the packaged binary's subcommand, or this Python's module."""
     if getattr(sys, "frozen", False):
         return [sys.executable, "sim", "node", "launch"]
-    return [sys.executable, "-S", "-m", "cdriver.sim.node.launcher"]
+    return [sys.executable, "-S", "-m", "cdriver.sim.node.simulated.launcher"]
 
 
 def launcher_env() -> dict[str, str]:
     """The launcher's own environment (the container's is applied at exec)."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
     if not getattr(sys, "frozen", False):
-        package_parent = str(Path(__file__).resolve().parents[3])
+        package_parent = str(Path(__file__).resolve().parents[4])
         extra = os.environ.get("PYTHONPATH")
         env["PYTHONPATH"] = package_parent + (f":{extra}" if extra else "")
     return env

@@ -26,7 +26,7 @@ from typing import Any
 import grpc
 
 from cdriver.errors import CdriverError
-from cdriver.sim.node.layout import NodeLayout
+from cdriver.sim.node.simulated.layout import NodeLayout
 
 PLUGIN_TYPE_DRA = "DRAPlugin"
 #: Node-service versions this node speaks, best first.

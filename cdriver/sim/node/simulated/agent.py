@@ -2,8 +2,8 @@
 
 Registers its Node (own loopback address 127.0.1.N as InternalIP, capacity, Ready), renews
 its Lease in ``kube-node-lease`` so node-lifecycle-controller keeps it schedulable, runs
-every pod bound to it as real processes (`cdriver.sim.node.pods`), registers DRA plugins
-from its ``plugins_registry`` (`cdriver.sim.node.dra`), and offers faults on demand for
+every pod bound to it as real processes (`cdriver.sim.node.simulated.pods`), registers DRA plugins
+from its ``plugins_registry`` (`cdriver.sim.node.simulated.dra`), and offers faults on demand for
 tests (kill a container, stop/restart the agent, drop a plugin socket, pause the heartbeat).
 
 Several agents can run in one process (each with its own root and address) or one per
@@ -30,13 +30,13 @@ from cdriver.errors import CdriverError
 from cdriver.kube.events import EventRecorder
 from cdriver.kube.informer import Informer, uid_index
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
-from cdriver.sim import nodes as nodemod
-from cdriver.sim.node.claims import PodState, unprepare_claims
-from cdriver.sim.node.container import run_in_container
-from cdriver.sim.node.dra import PluginManager
-from cdriver.sim.node.layout import NodeLayout
-from cdriver.sim.node.pods import PodWorker
-from cdriver.sim.node.runtime import NodeOptions, NodeRuntime
+from cdriver.sim.node import registration as nodemod
+from cdriver.sim.node.simulated.claims import PodState, unprepare_claims
+from cdriver.sim.node.simulated.container import run_in_container
+from cdriver.sim.node.simulated.dra import PluginManager
+from cdriver.sim.node.simulated.layout import NodeLayout
+from cdriver.sim.node.simulated.pods import PodWorker
+from cdriver.sim.node.simulated.runtime import NodeOptions, NodeRuntime
 
 PODS = RESOURCES["pods"]
 NODES = RESOURCES["nodes"]
@@ -238,7 +238,7 @@ class NodeAgent:
 
     def _start_kubelet_server(self) -> None:
         from cdriver.sim.controlplane import pki
-        from cdriver.sim.node.kubelet_server import KubeletServer
+        from cdriver.sim.node.simulated.kubelet_server import KubeletServer
 
         files = pki.PKIFiles(self.pki_dir)
         try:
@@ -256,7 +256,7 @@ class NodeAgent:
                                    kubelet_port=port)
         body["status"]["nodeInfo"]["containerRuntimeVersion"] = "cdriver-sim://1"
         if self.kubelet_server is not None:
-            from cdriver.sim.node.kubelet_server import WEBSOCKET_NODE_FEATURE
+            from cdriver.sim.node.simulated.kubelet_server import WEBSOCKET_NODE_FEATURE
 
             body["status"]["declaredFeatures"] = [WEBSOCKET_NODE_FEATURE]
         return body

@@ -25,11 +25,11 @@ from typing import Any
 
 from cdriver.errors import CdriverError
 from cdriver.kube.raw import RESOURCES, ApiError
-from cdriver.sim.node import env as envmod
-from cdriver.sim.node import probes as probemod
-from cdriver.sim.node import status as st
-from cdriver.sim.node.cdi_apply import container_cdi_ids, launch_edits
-from cdriver.sim.node.claims import (
+from cdriver.sim.node.simulated import env as envmod
+from cdriver.sim.node.simulated import probes as probemod
+from cdriver.sim.node.simulated import status as st
+from cdriver.sim.node.simulated.cdi_apply import container_cdi_ids, launch_edits
+from cdriver.sim.node.simulated.claims import (
     PodState,
     PreparedClaim,
     claim_drivers,
@@ -38,11 +38,17 @@ from cdriver.sim.node.claims import (
     reserved_for,
     unprepare_claims,
 )
-from cdriver.sim.node.container import ContainerProcess, LaunchSpec, StartError, exit_details, run_in_container
-from cdriver.sim.node.dra import ClaimRef, DRAError, PreparedDevice
-from cdriver.sim.node.runtime import NodeOptions as NodeOptions  # re-exported (older import path)
-from cdriver.sim.node.runtime import NodeRuntime
-from cdriver.sim.node.volumes import BindMount, PodVolumes, VolumeContext, VolumeError, container_mounts
+from cdriver.sim.node.simulated.container import (
+    ContainerProcess,
+    LaunchSpec,
+    StartError,
+    exit_details,
+    run_in_container,
+)
+from cdriver.sim.node.simulated.dra import ClaimRef, DRAError, PreparedDevice
+from cdriver.sim.node.simulated.runtime import NodeOptions as NodeOptions  # re-exported (older import path)
+from cdriver.sim.node.simulated.runtime import NodeRuntime
+from cdriver.sim.node.simulated.volumes import BindMount, PodVolumes, VolumeContext, VolumeError, container_mounts
 
 PODS = RESOURCES["pods"]
 CLAIMS = RESOURCES["resourceclaims"]

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cdriver.sim.node.dra import ClaimRef, DRAError, PreparedDevice
-from cdriver.sim.node.runtime import NodeRuntime
+from cdriver.sim.node.simulated.dra import ClaimRef, DRAError, PreparedDevice
+from cdriver.sim.node.simulated.runtime import NodeRuntime
 
 
 def pod_claim_names(pod: dict[str, Any]) -> list[tuple[str, str | None]]:

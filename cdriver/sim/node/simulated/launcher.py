@@ -1,6 +1,6 @@
 """Start one container process in its own mount (and UTS) namespace, then exec its command.
 
-Run as ``python -m cdriver.sim.node.launcher SPEC_JSON STATUS_FD`` (or ``cdriver sim node
+Run as ``python -m cdriver.sim.node.simulated.launcher SPEC_JSON STATUS_FD`` (or ``cdriver sim node
 launch`` in a packaged build) by the node agent. Steps:
 
 1. new mount + UTS namespaces; ``/`` made recursively private; hostname set;

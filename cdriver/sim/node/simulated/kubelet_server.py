@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlparse
 
-from cdriver.sim.node import logs as logmod
-from cdriver.sim.node.container import nsenter_argv
-from cdriver.sim.node.websocket import WebSocketConn, accept_key, choose_protocol
+from cdriver.sim.node.simulated import logs as logmod
+from cdriver.sim.node.simulated.container import nsenter_argv
+from cdriver.sim.node.simulated.websocket import WebSocketConn, accept_key, choose_protocol
 
 STDIN, STDOUT, STDERR, ERROR, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
 PROTOCOL_V5 = "v5.channel.k8s.io"

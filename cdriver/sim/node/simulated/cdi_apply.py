@@ -13,10 +13,10 @@ from typing import Any
 
 from cdriver.cdi.model import ContainerEdits
 from cdriver.errors import CdriverError
-from cdriver.sim.node.container import DeviceSpec
-from cdriver.sim.node.dra import PreparedDevice
-from cdriver.sim.node.layout import NodeLayout
-from cdriver.sim.node.volumes import BindMount
+from cdriver.sim.node.simulated.container import DeviceSpec
+from cdriver.sim.node.simulated.dra import PreparedDevice
+from cdriver.sim.node.simulated.layout import NodeLayout
+from cdriver.sim.node.simulated.volumes import BindMount
 
 DEFAULT_DEVICE_MODE = 0o666
 

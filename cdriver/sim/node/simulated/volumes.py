@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from cdriver.errors import CdriverError
-from cdriver.sim.node import env as envmod
-from cdriver.sim.node.layout import NodeLayout, normalize_node_path
+from cdriver.sim.node.simulated import env as envmod
+from cdriver.sim.node.simulated.layout import NodeLayout, normalize_node_path
 
 DEFAULT_MODE = 0o644
 DEFAULT_TOKEN_SECONDS = 3600

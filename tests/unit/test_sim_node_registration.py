@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from cdriver.sim import nodes
+from cdriver.sim.node import registration as nodes
 
 pytestmark = pytest.mark.unit
 

@@ -63,7 +63,7 @@ def _wait_for_signal() -> None:
 
 
 def _options(fast: bool):
-    from cdriver.sim.node.runtime import NodeOptions
+    from cdriver.sim.node.simulated.runtime import NodeOptions
 
     return NodeOptions.fast() if fast else NodeOptions()
 
@@ -106,7 +106,7 @@ def run_cmd(name: str, ip: str, root: Path, kubeconfig: str | None, labels: tupl
             topology: Path | None, profile: str, fabric_state: str, fast: bool, pki_dir: Path | None,
             delete_node: bool) -> None:
     """Run one simulated node until interrupted."""
-    from cdriver.sim.node.agent import NodeAgent
+    from cdriver.sim.node.simulated.agent import NodeAgent
 
     try:
         agent = NodeAgent(_kubeconfig(kubeconfig), name, ip, root, labels=_labels(labels), options=_options(fast),
@@ -138,7 +138,7 @@ def run_cmd(name: str, ip: str, root: Path, kubeconfig: str | None, labels: tupl
 def up_cmd(count: int, base_dir: Path, prefix: str, first_index: int, kubeconfig: str | None,
            labels: tuple[str, ...], fast: bool, pki_dir: Path | None, delete_node: bool) -> None:
     """Run COUNT simulated nodes in this process until interrupted."""
-    from cdriver.sim.node.agent import start_nodes
+    from cdriver.sim.node.simulated.agent import start_nodes
 
     if first_index + count - 1 > 254:
         raise click.BadParameter(f"nodes {first_index}..{first_index + count - 1} exceed 127.0.1.254",
@@ -164,6 +164,6 @@ def up_cmd(count: int, base_dir: Path, prefix: str, first_index: int, kubeconfig
 @click.argument("status_fd")
 def launch_cmd(spec: str, status_fd: str) -> None:
     """Start a container from SPEC (used by the node itself)."""
-    from cdriver.sim.node.launcher import main
+    from cdriver.sim.node.simulated.launcher import main
 
     sys.exit(main([spec, status_fd]))

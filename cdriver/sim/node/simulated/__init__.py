@@ -1,0 +1,1 @@
+"""Simulated nodes: a kubelet and container-runtime stand-in (see agent.py)."""
