@@ -1,4 +1,4 @@
-"""DRA on simulated nodes: service selection, registration checks, socket discovery, CDI mapping."""
+"""DRA on simulated nodes: plugin registration, socket discovery, long socket paths, CDI mapping."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from cdriver.cdi.model import ContainerEdits, DeviceNode, Mount
-from cdriver.sim.node.simulated import dra
+from cdriver.dra import client
+from cdriver.dra.node_service import PreparedDevice
+from cdriver.sim.node.simulated import plugins
 from cdriver.sim.node.simulated.cdi_apply import CDIApplyError, container_cdi_ids, launch_edits
-from cdriver.sim.node.simulated.dra import PreparedDevice
 from cdriver.sim.node.simulated.layout import NodeLayout
 
 pytestmark = pytest.mark.unit
@@ -25,14 +26,14 @@ pytestmark = pytest.mark.unit
     ([], None),
 ])
 def test_choose_service_takes_the_plugins_first_supported_entry(versions: list[str], chosen: str | None) -> None:
-    assert dra.choose_service(versions) == chosen
+    assert plugins.choose_service(versions) == chosen
 
 
 def test_registration_problems_are_explained() -> None:
-    assert dra.registration_problem("DRAPlugin", "gpu.example.com", ["v1.DRAPlugin"]) == ""
-    assert "CSIPlugin" in dra.registration_problem("CSIPlugin", "x", ["v1.DRAPlugin"])
-    assert "empty" in dra.registration_problem("DRAPlugin", "", ["v1.DRAPlugin"])
-    assert "v1.DRAPlugin" in dra.registration_problem("DRAPlugin", "x", ["v9.Other"])
+    assert plugins.registration_problem("DRAPlugin", "gpu.example.com", ["v1.DRAPlugin"]) == ""
+    assert "CSIPlugin" in plugins.registration_problem("CSIPlugin", "x", ["v1.DRAPlugin"])
+    assert "empty" in plugins.registration_problem("DRAPlugin", "", ["v1.DRAPlugin"])
+    assert "v1.DRAPlugin" in plugins.registration_problem("DRAPlugin", "x", ["v9.Other"])
 
 
 def _socket(path: Path) -> socket.socket:
@@ -47,25 +48,25 @@ def test_registry_sockets_finds_sockets_in_the_dir_and_one_level_below(tmp_path:
             _socket(tmp_path / ".hidden.sock"), _socket(tmp_path / "sub" / "deeper" / "c.sock")]
     (tmp_path / "plain-file.sock").write_text("not a socket")
     try:
-        found = dra.registry_sockets(tmp_path)
+        found = plugins.registry_sockets(tmp_path)
     finally:
         for s in keep:
             s.close()
     assert found == [tmp_path / "a-reg.sock", tmp_path / "sub" / "b.sock"]
-    assert dra.registry_sockets(tmp_path / "missing") == []
+    assert plugins.registry_sockets(tmp_path / "missing") == []
 
 
 def test_long_socket_paths_are_dialled_through_the_directory_fd(tmp_path: Path) -> None:
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     deep.mkdir(parents=True)
-    target = dra.UnixTarget(deep / "dra.sock")
+    target = client.UnixTarget(deep / "dra.sock")
     try:
         assert target.target.startswith("unix:/proc/self/fd/")
         fd = int(target.target.split("/")[4])
         assert os.readlink(f"/proc/self/fd/{fd}") == str(deep)
     finally:
         target.close()
-    assert dra.UnixTarget(Path("/short/dra.sock")).target == "unix:/short/dra.sock"
+    assert client.UnixTarget(Path("/short/dra.sock")).target == "unix:/short/dra.sock"
 
 
 def test_container_gets_cdi_ids_of_its_referenced_claims_and_requests() -> None:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from cdriver.dra.node_service import ClaimRef, PreparedDevice
 from cdriver.sim.node.simulated import claims, pods, runtime
-from cdriver.sim.node.simulated.dra import ClaimRef, PreparedDevice
 
 pytestmark = pytest.mark.unit
 

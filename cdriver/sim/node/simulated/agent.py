@@ -3,7 +3,7 @@
 Registers its Node (own loopback address 127.0.1.N as InternalIP, capacity, Ready), renews
 its Lease in ``kube-node-lease`` so node-lifecycle-controller keeps it schedulable, runs
 every pod bound to it as real processes (`cdriver.sim.node.simulated.pods`), registers DRA plugins
-from its ``plugins_registry`` (`cdriver.sim.node.simulated.dra`), and offers faults on demand for
+from its ``plugins_registry`` (`cdriver.sim.node.simulated.plugins`), and offers faults on demand for
 tests (kill a container, stop/restart the agent, drop a plugin socket, pause the heartbeat).
 
 Several agents can run in one process (each with its own root and address) or one per
@@ -33,8 +33,8 @@ from cdriver.kube.raw import RESOURCES, ApiError, RawClient
 from cdriver.sim.node import registration as nodemod
 from cdriver.sim.node.simulated.claims import PodState, unprepare_claims
 from cdriver.sim.node.simulated.container import run_in_container
-from cdriver.sim.node.simulated.dra import PluginManager
 from cdriver.sim.node.simulated.layout import NodeLayout
+from cdriver.sim.node.simulated.plugins import PluginManager
 from cdriver.sim.node.simulated.pods import PodWorker
 from cdriver.sim.node.simulated.runtime import NodeOptions, NodeRuntime
 

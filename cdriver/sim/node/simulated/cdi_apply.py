@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from cdriver.cdi.model import ContainerEdits
+from cdriver.dra.node_service import PreparedDevice
 from cdriver.errors import CdriverError
 from cdriver.sim.node.simulated.container import DeviceSpec
-from cdriver.sim.node.simulated.dra import PreparedDevice
 from cdriver.sim.node.simulated.layout import NodeLayout
 from cdriver.sim.node.simulated.volumes import BindMount
 

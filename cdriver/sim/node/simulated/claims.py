@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cdriver.sim.node.simulated.dra import ClaimRef, DRAError, PreparedDevice
+from cdriver.dra.client import DRAError
+from cdriver.dra.node_service import ClaimRef, PreparedDevice
 from cdriver.sim.node.simulated.runtime import NodeRuntime
 
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cdriver.dra.client import DRAError
+from cdriver.dra.node_service import ClaimRef, PreparedDevice
 from cdriver.errors import CdriverError
 from cdriver.kube.raw import RESOURCES, ApiError
 from cdriver.sim.node.simulated import env as envmod
@@ -45,7 +47,6 @@ from cdriver.sim.node.simulated.container import (
     exit_details,
     run_in_container,
 )
-from cdriver.sim.node.simulated.dra import ClaimRef, DRAError, PreparedDevice
 from cdriver.sim.node.simulated.runtime import NodeOptions as NodeOptions  # re-exported (older import path)
 from cdriver.sim.node.simulated.runtime import NodeRuntime
 from cdriver.sim.node.simulated.volumes import BindMount, PodVolumes, VolumeContext, VolumeError, container_mounts

@@ -14,8 +14,8 @@ from cdriver.cdi.reader import CDIRegistry
 from cdriver.errors import CdriverError
 from cdriver.kube.events import EventRecorder
 from cdriver.kube.raw import RESOURCES, RawClient
-from cdriver.sim.node.simulated.dra import PluginManager
 from cdriver.sim.node.simulated.layout import NodeLayout
+from cdriver.sim.node.simulated.plugins import PluginManager
 
 
 @dataclass

@@ -1,45 +1,35 @@
-"""DRA on a simulated node, like kubelet: plugin registration and the node service client.
+"""DRA plugin registration on a simulated node, like kubelet's plugin watcher.
 
 `PluginManager` watches the node's ``plugins_registry`` directory for registration sockets,
 asks each new one `GetInfo`, accepts DRA plugins that serve a node-service version this node
 speaks (the plugin's first of ``v1.DRAPlugin``, ``v1beta1.DRAPlugin``), confirms with
 `NotifyRegistrationStatus`, re-probes registered plugins periodically (two failed GetInfo
 calls in a row, or a vanished socket, drop the plugin) and keeps the newest endpoint per
-driver. `DRAPluginClient` calls NodePrepareResources / NodeUnprepareResources with a deadline.
+driver, with a `cdriver.dra.client.DRAPluginClient` for each.
 
-Paths a plugin reports (its endpoint) are node paths, mapped through the node root. Socket
-paths longer than a Unix address allows are dialled through ``/proc/self/fd/<dir fd>/<name>``.
+Paths a plugin reports (its endpoint) are node paths, mapped through the node root.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import stat
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import grpc
 
-from cdriver.errors import CdriverError
+from cdriver.dra.client import DRAPluginClient, PluginEndpoint, get_info, notify_registration, rpc_details
 from cdriver.sim.node.simulated.layout import NodeLayout
 
 PLUGIN_TYPE_DRA = "DRAPlugin"
 #: Node-service versions this node speaks, best first.
 SUPPORTED_SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
-MAX_UNIX_PATH = 107
-DEFAULT_CALL_TIMEOUT = 45.0
 INFO_TIMEOUT = 10.0
 #: Consecutive failed GetInfo probes after which a registered plugin is dropped.
 MAX_PROBE_FAILURES = 2
-
-
-class DRAError(CdriverError):
-    """A DRA plugin call failed as a whole (connection, deadline, bad answer)."""
 
 
 def choose_service(versions: list[str]) -> str | None:
@@ -61,171 +51,6 @@ def registration_problem(info_type: str, name: str, versions: list[str]) -> str:
         return (f"none of the advertised services {versions} is supported; this node speaks "
                 f"{', '.join(SUPPORTED_SERVICES)}")
     return ""
-
-
-class UnixTarget:
-    """A gRPC target for a Unix socket path of any length (closes its helper fd on close)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self._dir_fd: int | None = None
-        text = str(self.path)
-        if len(os.fsencode(text)) <= MAX_UNIX_PATH:
-            self.target = f"unix:{text}"
-        else:
-            self._dir_fd = os.open(self.path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-            self.target = f"unix:/proc/self/fd/{self._dir_fd}/{self.path.name}"
-
-    def close(self) -> None:
-        if self._dir_fd is not None:
-            os.close(self._dir_fd)
-            self._dir_fd = None
-
-
-def _channel(path: Path) -> tuple[grpc.Channel, UnixTarget]:
-    target = UnixTarget(path)
-    return grpc.insecure_channel(target.target, options=[("grpc.enable_http_proxy", 0)]), target
-
-
-def _stubs(service: str) -> tuple[Any, Any]:
-    """(pb module, stub class) of a node-service version."""
-    if service == "v1.DRAPlugin":
-        from cdriver.dra.gen.dra.v1 import api_pb2, api_pb2_grpc
-    else:
-        from cdriver.dra.gen.dra.v1beta1 import api_pb2, api_pb2_grpc
-    return api_pb2, api_pb2_grpc.DRAPluginStub
-
-
-def _details(exc: grpc.RpcError) -> str:
-    details = getattr(exc, "details", None)
-    return str(details() if callable(details) else exc)
-
-
-def _rpc_error(call: str, driver: str, exc: grpc.RpcError) -> DRAError:
-    code = exc.code() if hasattr(exc, "code") else None
-    return DRAError(f"{call} on DRA driver {driver}: {getattr(code, 'name', code)}: {_details(exc)}")
-
-
-@dataclass(frozen=True)
-class ClaimRef:
-    namespace: str
-    name: str
-    uid: str
-
-
-@dataclass
-class PreparedDevice:
-    """One device kubelet got for a claim."""
-
-    request_names: list[str]
-    pool_name: str
-    device_name: str
-    cdi_device_ids: list[str]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"requestNames": self.request_names, "poolName": self.pool_name,
-                "deviceName": self.device_name, "cdiDeviceIDs": self.cdi_device_ids}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> PreparedDevice:
-        return cls(list(d.get("requestNames") or []), d.get("poolName", ""), d.get("deviceName", ""),
-                   list(d.get("cdiDeviceIDs") or []))
-
-
-@dataclass
-class ClaimOutcome:
-    devices: list[PreparedDevice] = field(default_factory=list)
-    error: str = ""
-
-
-@dataclass
-class PluginEndpoint:
-    """A registered plugin."""
-
-    driver: str
-    endpoint: Path
-    registration_socket: Path
-    service: str
-    registered_at: float
-    failures: int = 0
-
-
-class DRAPluginClient:
-    """The node service of one registered plugin."""
-
-    def __init__(self, plugin: PluginEndpoint) -> None:
-        self.plugin = plugin
-        self._pb, stub = _stubs(plugin.service)
-        self._channel, self._target = _channel(plugin.endpoint)
-        self._stub = stub(self._channel)
-
-    def close(self) -> None:
-        self._channel.close()
-        self._target.close()
-
-    def _claims(self, claims: list[ClaimRef]) -> list[Any]:
-        return [self._pb.Claim(namespace=c.namespace, uid=c.uid, name=c.name) for c in claims]
-
-    def prepare(self, claims: list[ClaimRef], timeout: float = DEFAULT_CALL_TIMEOUT) -> dict[str, ClaimOutcome]:
-        """NodePrepareResources; per-claim outcomes keyed by UID (a missing claim is an error)."""
-        try:
-            resp = self._stub.NodePrepareResources(
-                self._pb.NodePrepareResourcesRequest(claims=self._claims(claims)), timeout=timeout)
-        except grpc.RpcError as exc:
-            raise _rpc_error("NodePrepareResources", self.plugin.driver, exc) from None
-        wanted = {c.uid for c in claims}
-        unknown = set(resp.claims) - wanted
-        if unknown:
-            raise DRAError(f"NodePrepareResources on DRA driver {self.plugin.driver} returned results for "
-                           f"unknown claim UIDs {sorted(unknown)}")
-        out: dict[str, ClaimOutcome] = {}
-        for claim in claims:
-            if claim.uid not in resp.claims:
-                out[claim.uid] = ClaimOutcome(error=f"NodePrepareResources skipped claim {claim.name}")
-                continue
-            result = resp.claims[claim.uid]
-            if result.error:
-                out[claim.uid] = ClaimOutcome(error=result.error)
-                continue
-            out[claim.uid] = ClaimOutcome(devices=[
-                PreparedDevice(list(d.request_names), d.pool_name, d.device_name, list(d.cdi_device_ids))
-                for d in result.devices])
-        return out
-
-    def unprepare(self, claims: list[ClaimRef], timeout: float = DEFAULT_CALL_TIMEOUT) -> dict[str, str]:
-        """NodeUnprepareResources; UID -> error ("" = done)."""
-        try:
-            resp = self._stub.NodeUnprepareResources(
-                self._pb.NodeUnprepareResourcesRequest(claims=self._claims(claims)), timeout=timeout)
-        except grpc.RpcError as exc:
-            raise _rpc_error("NodeUnprepareResources", self.plugin.driver, exc) from None
-        return {c.uid: (resp.claims[c.uid].error if c.uid in resp.claims
-                        else f"NodeUnprepareResources skipped claim {c.name}") for c in claims}
-
-
-def _get_info(socket_path: Path, timeout: float) -> Any:
-    from cdriver.dra.gen.pluginregistration.v1 import api_pb2, api_pb2_grpc
-
-    channel, target = _channel(socket_path)
-    try:
-        return api_pb2_grpc.RegistrationStub(channel).GetInfo(api_pb2.InfoRequest(), timeout=timeout)
-    finally:
-        channel.close()
-        target.close()
-
-
-def _notify(socket_path: Path, registered: bool, error: str, timeout: float) -> None:
-    from cdriver.dra.gen.pluginregistration.v1 import api_pb2, api_pb2_grpc
-
-    channel, target = _channel(socket_path)
-    try:
-        api_pb2_grpc.RegistrationStub(channel).NotifyRegistrationStatus(
-            api_pb2.RegistrationStatus(plugin_registered=registered, error=error), timeout=timeout)
-    except grpc.RpcError:
-        pass  # a plugin may answer a rejection with an error; nothing to do about it
-    finally:
-        channel.close()
-        target.close()
 
 
 def registry_sockets(directory: Path, depth: int = 1) -> list[Path]:
@@ -353,9 +178,9 @@ class PluginManager:
 
     def _register(self, sock: Path) -> None:
         try:
-            info = _get_info(sock, self.info_timeout)
+            info = get_info(sock, self.info_timeout)
         except grpc.RpcError as exc:
-            reason = f"GetInfo failed: {_details(exc)}"
+            reason = f"GetInfo failed: {rpc_details(exc)}"
             self._reject(sock, reason, notify=False)
             return
         versions = list(info.supported_versions)
@@ -377,7 +202,7 @@ class PluginManager:
             self._clients[sock] = client
             self._rejected.pop(sock, None)
             self._changed.notify_all()
-        _notify(sock, True, "", self.info_timeout)
+        notify_registration(sock, True, "", self.info_timeout)
         self.log.info("registered DRA plugin %s (service %s, endpoint %s)", plugin.driver, plugin.service,
                       plugin.endpoint)
         if self.on_registered:
@@ -390,11 +215,11 @@ class PluginManager:
         if first:
             self.log.warning("plugin socket %s not registered: %s", sock, reason)
         if notify:
-            _notify(sock, False, reason, self.info_timeout)
+            notify_registration(sock, False, reason, self.info_timeout)
 
     def _probe(self, sock: Path) -> None:
         try:
-            _get_info(sock, self.info_timeout)
+            get_info(sock, self.info_timeout)
         except grpc.RpcError as exc:
             with self._lock:
                 plugin = self._by_socket.get(sock)
@@ -403,7 +228,7 @@ class PluginManager:
                 plugin.failures += 1
                 failures = plugin.failures
             if failures >= MAX_PROBE_FAILURES:
-                self._drop(sock, f"GetInfo failed {failures} times ({_details(exc)})")
+                self._drop(sock, f"GetInfo failed {failures} times ({rpc_details(exc)})")
             return
         with self._lock:
             if sock in self._by_socket:
