@@ -23,7 +23,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "node": "cdriver.sim.node.cli:command",
     # IMEX stand-ins and the host-managed IMEX service
     "imex": "cdriver.sim.imex.cli:command",
-    "host-imex": "cdriver.sim.host_imex_cli:command",
+    "host-imex": "cdriver.sim.imex.cli:host_command",
     # the whole simulated cluster
     "up": "cdriver.sim.demo_cli:up",
     "down": "cdriver.sim.demo_cli:down",

@@ -9,7 +9,7 @@ import pytest
 
 from cdriver.api import constants as c
 from cdriver.sim import scenario as s
-from cdriver.sim.host_imex import HostImexService
+from cdriver.sim.imex.host_service import HostImexService
 from cdriver.sim.world import DRIVER_NAMESPACE, SimWorld
 from tests.e2e.conftest import exec_in, start_world
 

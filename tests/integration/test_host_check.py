@@ -26,7 +26,7 @@ from cdriver.api import constants as c
 from cdriver.sim.gpu import devices
 from cdriver.sim.gpu.driver_root import DriverRoot, create_driver_root
 from cdriver.sim.gpu.topology import demo_topology_path
-from cdriver.sim.host_imex import HostImexService
+from cdriver.sim.imex.host_service import HostImexService
 
 NODE = "worker-1"
 NODE_IP = "127.0.3.1"

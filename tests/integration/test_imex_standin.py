@@ -96,7 +96,7 @@ class World:
         return path
 
     def daemon_argv(self, cfg: Path) -> list[str]:
-        return [sys.executable, "-m", "cdriver.sim.imex.daemon", "-c", str(cfg)]
+        return [sys.executable, "-m", "cdriver.sim.imex.nvidia_imex", "-c", str(cfg)]
 
     def start(self, cfg: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         log = open(self.dir / f"{cfg.stem}.log", "ab")  # noqa: SIM115 - handed to the child

@@ -709,7 +709,7 @@ def test_non_fabric_node_prepares_without_devices(plugin_factory: Callable[..., 
 def test_host_managed_mode(plugin_factory: Callable[..., PluginProcess], raw: RawClient, namespace: str,
                            node: SimNode, driver_ns: str) -> None:
     from cdriver.sim.controlplane.cluster import free_port
-    from cdriver.sim.host_imex import HostImexService
+    from cdriver.sim.imex.host_service import HostImexService
 
     plugin = plugin_factory(node, extra_args=["--imex-mode", "hostManaged"], gates="HostManagedIMEXDaemon=true")
     slices = wait_for(lambda: our_slices(raw, node), 20, "the node's ResourceSlice")

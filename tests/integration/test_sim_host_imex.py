@@ -29,7 +29,7 @@ from cdriver.api import constants as c
 from cdriver.imex import ctl
 from cdriver.sim.gpu.driver_root import DriverRoot, create_driver_root
 from cdriver.sim.gpu.topology import demo_topology_path
-from cdriver.sim.host_imex import HostImexError, HostImexService
+from cdriver.sim.imex.host_service import HostImexError, HostImexService
 
 IP_A, IP_B = "127.0.3.11", "127.0.3.12"
 FAST = {

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from cdriver.imex.config import parse_config, parse_nodes_config
-from cdriver.sim.host_imex import (
+from cdriver.sim.imex.host_service import (
     UNIX_PATH_MAX,
     HostImexError,
     HostImexPaths,

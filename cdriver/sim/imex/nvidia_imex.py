@@ -419,7 +419,7 @@ def _clear_stale_socket(path: str) -> None:
 
 
 def _make_logger(cfg: ImexConfig | None) -> logging.Logger:
-    log = logging.getLogger("cdriver.sim.imex.daemon")
+    log = logging.getLogger("cdriver.sim.imex.nvidia_imex")
     log.propagate = False
     log.setLevel(logging.DEBUG if os.environ.get("CDRIVER_SIM_IMEX_DEBUG") else logging.INFO)
     handler: logging.Handler
