@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from cdriver.api import constants as c
-from cdriver.sim import scenario as s
-from cdriver.sim.world import DRIVER_NAMESPACE, SimWorld, WorldSettings
+from cdriver.sim.world import scenario as s
+from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld, WorldSettings
 
 POLL = 0.05
 PHASES = ["template", "scheduled", "node labelled", "daemons running", "clique ready", "workload running",

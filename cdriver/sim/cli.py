@@ -25,9 +25,9 @@ LAZY_COMMANDS: dict[str, str] = {
     "imex": "cdriver.sim.imex.cli:command",
     "host-imex": "cdriver.sim.imex.cli:host_command",
     # the whole simulated cluster
-    "up": "cdriver.sim.demo_cli:up",
-    "down": "cdriver.sim.demo_cli:down",
-    "demo": "cdriver.sim.demo_cli:demo",
+    "up": "cdriver.sim.world.cli:up",
+    "down": "cdriver.sim.world.cli:down",
+    "demo": "cdriver.sim.world.cli:demo",
 }
 ALIASES = {"render-node": "driver-root"}
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cdriver.sim.world import SimWorld, WorldSettings
+from cdriver.sim.world.world import SimWorld, WorldSettings
 
 
 def start_world(settings_kwargs: dict) -> Iterator[SimWorld]:

@@ -17,8 +17,8 @@ import psutil
 import pytest
 
 from cdriver.api import constants as c
-from cdriver.sim import scenario as s
-from cdriver.sim.world import DRIVER_NAMESPACE, SimWorld
+from cdriver.sim.world import scenario as s
+from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
 from tests.e2e.conftest import exec_in, start_world, text
 
 pytestmark = pytest.mark.e2e

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cdriver.sim import scenario as s
 from cdriver.sim.gpu.driver_root import rerender_driver_root
 from cdriver.sim.gpu.topology import demo_topology_path, load_topology
-from cdriver.sim.world import SIM_DRIVER_ROOT, SimWorld
+from cdriver.sim.world import scenario as s
+from cdriver.sim.world.world import SIM_DRIVER_ROOT, SimWorld
 from tests.e2e.conftest import start_world
 
 pytestmark = pytest.mark.e2e

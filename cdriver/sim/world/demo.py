@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cdriver.api import constants as c
-from cdriver.sim import scenario as s
-from cdriver.sim.world import DRIVER_NAMESPACE, SimWorld
+from cdriver.sim.world import scenario as s
+from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
 
 DEMO_NAMESPACE = "demo"
 CD_NAME = "demo-domain"

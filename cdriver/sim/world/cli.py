@@ -36,7 +36,7 @@ def _files(base: Path) -> tuple[Path, Path, Path]:
 
 
 def _settings(base: Path, nodes: int, topology: Path | None, host_managed: bool):
-    from cdriver.sim.world import WorldSettings
+    from cdriver.sim.world.world import WorldSettings
 
     return WorldSettings(base_dir=base, nodes=nodes, topology=topology,
                          imex_mode=c.IMEX_MODE_HOST_MANAGED if host_managed else c.IMEX_MODE_DRIVER_MANAGED)
@@ -98,7 +98,7 @@ def up(base_dir: Path | None, nodes: int, topology: Path | None, host_managed: b
         _print_usage(state)
         return
 
-    from cdriver.sim.world import SimWorld, WorldError
+    from cdriver.sim.world.world import SimWorld, WorldError
 
     base.mkdir(parents=True, exist_ok=True)
     for sub in ("cluster", "nodes"):
@@ -181,8 +181,8 @@ def demo(base_dir: Path | None, keep: bool) -> None:
 
     Exits 0 only if every check passed.
     """
-    from cdriver.sim.demo import run_demo
-    from cdriver.sim.world import SimWorld, WorldError
+    from cdriver.sim.world.demo import run_demo
+    from cdriver.sim.world.world import SimWorld, WorldError
 
     base = (base_dir or default_base_dir()) / "demo"
     shutil.rmtree(base, ignore_errors=True)

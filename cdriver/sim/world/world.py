@@ -38,7 +38,7 @@ class WorldError(CdriverError):
 
 def chart_dir() -> Path:
     """The chart in the source tree this package runs from."""
-    path = Path(__file__).resolve().parents[2] / "helm" / "cdriver"
+    path = Path(__file__).resolve().parents[3] / "helm" / "cdriver"
     if not (path / "Chart.yaml").exists():
         raise WorldError(f"the Helm chart is not at {path}; run from a checkout of the cdriver repository")
     return path
