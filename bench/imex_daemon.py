@@ -47,10 +47,13 @@ from report import print_rows  # bench/report.py (scripts run from bench/)
 
 from cdriver.api import constants as c
 from cdriver.imex import config as imex_config
+from cdriver.imex.config import IMEX_CMD_PORT, IMEX_CTL_BINARY, IMEX_DAEMON_BINARY, IMEXD_TEMPLATE_NAME
 from cdriver.kube.raw import RESOURCES
+from cdriver.roles.imex_daemon.cli import ENV_IMEX_HOSTS_FILE, ENV_IMEXD_DIR
 from cdriver.sim.controlplane.binaries import control_plane_binaries
 from cdriver.sim.controlplane.cluster import LocalCluster
 from cdriver.sim.gpu.driver_root import create_driver_root
+from cdriver.sim.imex.protocol import ENV_SIM_HOSTS_FILE
 from cdriver.sim.node.registration import register_node
 
 RESULTS = Path(__file__).resolve().parent / "results" / "imex_daemon.json"
@@ -118,8 +121,8 @@ def daemon_env(cluster, bin_dir: Path, home: Path, pod: dict, node: str, ip: str
         c.ENV_CLIQUE_ID: CLIQUE, c.ENV_CD_UUID: cd_uid, c.ENV_CD_NAME: "bench", c.ENV_CD_NAMESPACE: NS,
         c.ENV_NODE_NAME: node, c.ENV_POD_IP: ip, c.ENV_POD_NAME: pod["metadata"]["name"],
         c.ENV_POD_NAMESPACE: NS, c.ENV_POD_UID: pod["metadata"]["uid"], c.ENV_MAX_NODES: "18",
-        c.ENV_IMEXD_DIR: str(home / "imexd"), c.ENV_IMEX_HOSTS_FILE: str(home / "hosts"),
-        c.ENV_SIM_HOSTS_FILE: str(home / "hosts"), "KUBECONFIG": str(cluster.kubeconfig),
+        ENV_IMEXD_DIR: str(home / "imexd"), ENV_IMEX_HOSTS_FILE: str(home / "hosts"),
+        ENV_SIM_HOSTS_FILE: str(home / "hosts"), "KUBECONFIG": str(cluster.kubeconfig),
         "PATH": f"{bin_dir}:{env.get('PATH', '')}",
     })
     return env
@@ -129,7 +132,7 @@ def one_run(cluster, raw, bin_dir: Path, tmp: Path, node: str, ip: str) -> dict:
     cd_uid = str(uuid.uuid4())
     home = tmp / cd_uid
     (home / "imexd").mkdir(parents=True)
-    (home / "imexd" / c.IMEXD_TEMPLATE_NAME).write_text(imex_config.load_template())
+    (home / "imexd" / IMEXD_TEMPLATE_NAME).write_text(imex_config.load_template())
     (home / "hosts").write_text("127.0.0.1\tlocalhost\n")
     pod = make_pod(raw, node, ip)
     watcher = Watcher(raw, c.clique_object_name(cd_uid, CLIQUE), node)
@@ -160,12 +163,12 @@ def one_run(cluster, raw, bin_dir: Path, tmp: Path, node: str, ip: str) -> dict:
 def standin_start(bin_dir: Path, config: str, env: dict[str, str], ip: str) -> tuple[float, float]:
     """(spawn -> command port accepts, one `nvidia-imex-ctl -q`) for the stand-in alone."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen([str(bin_dir / c.IMEX_DAEMON_BINARY), "-c", config], env=env,
+    proc = subprocess.Popen([str(bin_dir / IMEX_DAEMON_BINARY), "-c", config], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         while True:
             try:
-                socket.create_connection((ip, c.IMEX_CMD_PORT), timeout=0.2).close()
+                socket.create_connection((ip, IMEX_CMD_PORT), timeout=0.2).close()
                 break
             except OSError:
                 if time.perf_counter() - t0 > 30:
@@ -173,7 +176,7 @@ def standin_start(bin_dir: Path, config: str, env: dict[str, str], ip: str) -> t
                 time.sleep(0.005)
         listen = time.perf_counter() - t0
         t1 = time.perf_counter()
-        out = subprocess.run([str(bin_dir / c.IMEX_CTL_BINARY), "-c", config, "-q"], env=env,
+        out = subprocess.run([str(bin_dir / IMEX_CTL_BINARY), "-c", config, "-q"], env=env,
                              capture_output=True, text=True)
         probe = time.perf_counter() - t1
         if out.stdout != "READY\n":

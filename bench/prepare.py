@@ -43,6 +43,7 @@ from cdriver.dra.gen.dra.v1 import api_pb2_grpc as dra_grpc
 from cdriver.dra.gen.pluginregistration.v1 import api_pb2 as reg_pb2
 from cdriver.dra.gen.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.roles.kubelet_plugin.config import DRA_SOCKET_NAME, REGISTRATION_SOCKET_NAME
 
 CDS, CLIQUES, CLAIMS = RESOURCES["computedomains"], RESOURCES["computedomaincliques"], RESOURCES["resourceclaims"]
 NODES = RESOURCES["nodes"]
@@ -103,7 +104,7 @@ class Bench:
         self.registered = register_node(self.raw, self.node)
         self.metrics_port = free_port()
         self.plugin_dir = self.work / "plugins" / C.DRIVER_NAME
-        self.reg_socket = self.work / "registry" / C.REGISTRATION_SOCKET_NAME
+        self.reg_socket = self.work / "registry" / REGISTRATION_SOCKET_NAME
         argv = [sys.executable, "-m", "cdriver", "kubelet-plugin", "--node-name", self.node,
                 "--namespace", self.driver_ns, "--kubeconfig", str(self.cluster.kubeconfig),
                 "--nvidia-driver-root", str(self.root.root),
@@ -113,7 +114,7 @@ class Bench:
         self.log = open(self.work / "plugin.log", "wb")  # noqa: SIM115 - closed in stop()
         self.plugin = subprocess.Popen(argv, env=self.root.process_env(), stdout=self.log, stderr=subprocess.STDOUT)
         wait_for(self._registered, 60, "the plugin's registration socket")
-        self.channel = grpc.insecure_channel(f"unix://{self.plugin_dir / C.DRA_SOCKET_NAME}")
+        self.channel = grpc.insecure_channel(f"unix://{self.plugin_dir / DRA_SOCKET_NAME}")
         self.stub = dra_grpc.DRAPluginStub(self.channel)
 
     def _crds_served(self) -> bool:

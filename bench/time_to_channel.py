@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from cdriver.api import constants as c
+from cdriver.nvml.discover import channel_device_path
 from cdriver.sim.world import scenario as s
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld, WorldSettings
 
@@ -56,7 +57,7 @@ def one_round(world: SimWorld, ns: str, i: int) -> dict[str, float]:
         mark("clique ready", len(entries) == 2 and all(e.get("status") == c.STATUS_READY for e in entries))
         running = all(p and s.pod_phase(p) == "Running" for p in pods)
         mark("workload running", running)
-        if running and all(world.exec(ns, n, ["test", "-c", c.channel_device_path(0)]).returncode == 0
+        if running and all(world.exec(ns, n, ["test", "-c", channel_device_path(0)]).returncode == 0
                            for n in names):
             mark("channel visible", True)
         time.sleep(POLL)

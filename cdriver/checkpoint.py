@@ -35,9 +35,10 @@ from typing import Any
 
 import filelock
 
-from cdriver.api.constants import BOOT_ID_PATH
 from cdriver.atomic import atomic_write, remove_stale_temp_files
 from cdriver.errors import CdriverError
+
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"  # changes on every boot
 
 log = logging.getLogger(__name__)
 

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from cdriver.errors import CdriverError
 
+ENV_FEATURE_GATES = "FEATURE_GATES"
+
 # --- ComputeDomain gates ---------------------------------------------------------------
 IMEX_DAEMONS_WITH_DNS_NAMES = "IMEXDaemonsWithDNSNames"
 COMPUTE_DOMAIN_CLIQUES = "ComputeDomainCliques"

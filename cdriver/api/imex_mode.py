@@ -10,13 +10,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cdriver import featuregates as fg
-from cdriver.api import constants as C
 from cdriver.errors import CdriverError
 
-MODES = (C.IMEX_MODE_DRIVER_MANAGED, C.IMEX_MODE_HOST_MANAGED)
-ISOLATIONS = (C.IMEX_ISOLATION_DOMAIN, C.IMEX_ISOLATION_CHANNEL)
-DEFAULT_MODE = C.IMEX_MODE_DRIVER_MANAGED
-DEFAULT_ISOLATION = C.IMEX_ISOLATION_DOMAIN
+IMEX_MODE_DRIVER_MANAGED = "driverManaged"
+IMEX_MODE_HOST_MANAGED = "hostManaged"
+IMEX_ISOLATION_DOMAIN = "domain"
+IMEX_ISOLATION_CHANNEL = "channel"
+ENV_IMEX_MODE = "IMEX_MODE"
+ENV_IMEX_ISOLATION = "IMEX_ISOLATION"
+
+MODES = (IMEX_MODE_DRIVER_MANAGED, IMEX_MODE_HOST_MANAGED)
+ISOLATIONS = (IMEX_ISOLATION_DOMAIN, IMEX_ISOLATION_CHANNEL)
+DEFAULT_MODE = IMEX_MODE_DRIVER_MANAGED
+DEFAULT_ISOLATION = IMEX_ISOLATION_DOMAIN
 
 #: Gates that mean nothing without driver-run daemons; forced off in host-managed mode.
 HOST_MANAGED_FORCED_OFF = (fg.IMEX_DAEMONS_WITH_DNS_NAMES, fg.COMPUTE_DOMAIN_CLIQUES)
@@ -42,47 +48,47 @@ class ImexConfig:
 
     @property
     def host_managed(self) -> bool:
-        return self.mode == C.IMEX_MODE_HOST_MANAGED
+        return self.mode == IMEX_MODE_HOST_MANAGED
 
 
 def mode_problem(mode: str, host_gate_enabled: bool) -> str | None:
     """Why ``mode`` is unusable with the HostManagedIMEXDaemon gate as given, or None."""
-    if mode == C.IMEX_MODE_DRIVER_MANAGED:
+    if mode == IMEX_MODE_DRIVER_MANAGED:
         return None
-    if mode == C.IMEX_MODE_HOST_MANAGED:
+    if mode == IMEX_MODE_HOST_MANAGED:
         if host_gate_enabled:
             return None
         return (
-            f"imex mode {C.IMEX_MODE_HOST_MANAGED!r} (--imex-mode / IMEX_MODE) needs the "
+            f"imex mode {IMEX_MODE_HOST_MANAGED!r} (--imex-mode / IMEX_MODE) needs the "
             f"{fg.HOST_MANAGED_IMEX_DAEMON} feature gate (alpha, off by default): add "
             f"{fg.HOST_MANAGED_IMEX_DAEMON}=true to --feature-gates / FEATURE_GATES, or use "
-            f"--imex-mode={C.IMEX_MODE_DRIVER_MANAGED}"
+            f"--imex-mode={IMEX_MODE_DRIVER_MANAGED}"
         )
     return (
         f"unknown imex mode {mode!r} (--imex-mode / IMEX_MODE): use "
-        f"{C.IMEX_MODE_DRIVER_MANAGED!r} (default) or {C.IMEX_MODE_HOST_MANAGED!r}"
+        f"{IMEX_MODE_DRIVER_MANAGED!r} (default) or {IMEX_MODE_HOST_MANAGED!r}"
     )
 
 
 def isolation_problem(isolation: str) -> str | None:
     """Why ``isolation`` is unusable, or None (empty means the default, ``domain``)."""
-    if isolation in ("", C.IMEX_ISOLATION_DOMAIN):
+    if isolation in ("", IMEX_ISOLATION_DOMAIN):
         return None
-    if isolation == C.IMEX_ISOLATION_CHANNEL:
+    if isolation == IMEX_ISOLATION_CHANNEL:
         return (
-            f"imex isolation {C.IMEX_ISOLATION_CHANNEL!r} (--imex-isolation / IMEX_ISOLATION) "
+            f"imex isolation {IMEX_ISOLATION_CHANNEL!r} (--imex-isolation / IMEX_ISOLATION) "
             "is not supported yet: per-workload channel allocation is not implemented; use "
-            f"{C.IMEX_ISOLATION_DOMAIN!r}"
+            f"{IMEX_ISOLATION_DOMAIN!r}"
         )
     return (
         f"unknown imex isolation {isolation!r} (--imex-isolation / IMEX_ISOLATION): use "
-        f"{C.IMEX_ISOLATION_DOMAIN!r} (default); {C.IMEX_ISOLATION_CHANNEL!r} is reserved"
+        f"{IMEX_ISOLATION_DOMAIN!r} (default); {IMEX_ISOLATION_CHANNEL!r} is reserved"
     )
 
 
 def effective_gates(mode: str, gates: fg.FeatureGates) -> tuple[fg.FeatureGates, tuple[str, ...]]:
     """Gates as the role will use them in ``mode``, plus explicit settings that were overridden."""
-    if mode != C.IMEX_MODE_HOST_MANAGED:
+    if mode != IMEX_MODE_HOST_MANAGED:
         return gates, ()
     explicit = gates.explicit()
     overridden = tuple(name for name in HOST_MANAGED_FORCED_OFF if explicit.get(name) is True)

@@ -13,6 +13,9 @@ from typing import Any
 
 from cdriver.errors import CdriverError
 
+CDI_DYNAMIC_DIR = "/var/run/cdi"
+CDI_STATIC_DIR = "/etc/cdi"
+
 # Every released spec version, oldest first; files may carry any of them.
 CDI_VERSIONS = ("0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0")
 # The oldest version we emit (what the CDI library treats as the earliest supported one).

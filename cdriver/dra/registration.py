@@ -17,6 +17,9 @@ from cdriver.dra import sockets
 from cdriver.dra.gen.pluginregistration.v1 import api_pb2 as reg_pb2
 from cdriver.dra.gen.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 
+KUBELET_PLUGINS_DIR = "/var/lib/kubelet/plugins"
+KUBELET_REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
+
 log = logging.getLogger(__name__)
 
 PLUGIN_TYPE_DRA = "DRAPlugin"

@@ -16,6 +16,22 @@ from pathlib import Path
 
 from cdriver.api import constants as c
 from cdriver.errors import CdriverError
+from cdriver.imex.hosts import dns_name
+
+IMEX_SERVER_PORT = 50000
+IMEX_CMD_PORT = 50005
+IMEXD_DIR = "/imexd"
+IMEXD_CONFIG = f"{IMEXD_DIR}/imexd.cfg"
+IMEXD_NODES_CONFIG = f"{IMEXD_DIR}/nodes.cfg"
+IMEX_CONFIG_TEMPLATE_NAME = "imexd.tmpl.cfg"
+DEFAULT_IMEX_CONFIG = "/etc/nvidia-imex/config.cfg"
+DEFAULT_IMEX_NODES_CONFIG = "/etc/nvidia-imex/nodes_config.cfg"
+IMEXD_TEMPLATE_NAME = "imexd.cfg.tmpl"  # placed in the domain dir by the kubelet plugin
+IMEXD_CONFIG_NAME = "imexd.cfg"
+IMEXD_NODES_CONFIG_NAME = "nodes.cfg"
+DEFAULT_MAX_NODES_PER_IMEX_DOMAIN = 18
+IMEX_DAEMON_BINARY = "nvidia-imex"
+IMEX_CTL_BINARY = "nvidia-imex-ctl"
 
 # Config keys this code reads (the full key list lives in the template).
 KEY_BIND_INTERFACE_IP = "BIND_INTERFACE_IP"
@@ -51,7 +67,7 @@ def default_template_path() -> Path:
     """Path of the IMEX config template shipped in the package."""
     from importlib import resources
 
-    return Path(str(resources.files("cdriver") / "templates" / c.IMEX_CONFIG_TEMPLATE_NAME))
+    return Path(str(resources.files("cdriver") / "templates" / IMEX_CONFIG_TEMPLATE_NAME))
 
 
 def load_template(path: str | os.PathLike[str] | None = None) -> str:
@@ -91,8 +107,8 @@ def render_config(
     bind_ip: str,
     cmd_unix_socket: str | None = None,
     *,
-    server_port: int = c.IMEX_SERVER_PORT,
-    cmd_port: int = c.IMEX_CMD_PORT,
+    server_port: int = IMEX_SERVER_PORT,
+    cmd_port: int = IMEX_CMD_PORT,
     source: str = "IMEX config template",
 ) -> str:
     """Render the IMEX config template; the result is parsed back to prove it is well formed.
@@ -104,7 +120,7 @@ def render_config(
 
     if not nodes_config_file or not os.path.isabs(nodes_config_file):
         raise ImexConfigError(
-            f"nodes config path {nodes_config_file!r} must be an absolute path (e.g. {c.IMEXD_NODES_CONFIG})"
+            f"nodes config path {nodes_config_file!r} must be an absolute path (e.g. {IMEXD_NODES_CONFIG})"
         )
     _check_value("IMEX_NODE_CONFIG_FILE", nodes_config_file)
     _check_ip("IMEX_CMD_BIND_INTERFACE_IP", bind_ip)
@@ -244,12 +260,12 @@ class ImexConfig:
             )
         return cls(
             source=source,
-            server_port=_port(values, KEY_SERVER_PORT, c.IMEX_SERVER_PORT, source),
-            node_config_file=values.get(KEY_NODE_CONFIG_FILE, "") or c.DEFAULT_IMEX_NODES_CONFIG,
+            server_port=_port(values, KEY_SERVER_PORT, IMEX_SERVER_PORT, source),
+            node_config_file=values.get(KEY_NODE_CONFIG_FILE, "") or DEFAULT_IMEX_NODES_CONFIG,
             bind_ip=_ip(values, KEY_BIND_INTERFACE_IP, source),
             cmd_enabled=_flag(values, KEY_CMD_ENABLED, True, source),
             cmd_bind_ip=_ip(values, KEY_CMD_BIND_INTERFACE_IP, source),
-            cmd_port=_port(values, KEY_CMD_PORT, c.IMEX_CMD_PORT, source),
+            cmd_port=_port(values, KEY_CMD_PORT, IMEX_CMD_PORT, source),
             cmd_unix_path=unix_path,
             log_file_name=values.get(KEY_LOG_FILE_NAME, ""),
             log_append=_flag(values, KEY_LOG_APPEND_TO_LOG, False, source),
@@ -308,9 +324,9 @@ def dns_nodes_config(max_nodes: int) -> str:
     if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or not 1 <= max_nodes <= 9999:
         raise ImexConfigError(
             f"{c.ENV_MAX_NODES}={max_nodes!r}: must be an integer from 1 to 9999 "
-            f"(the controller's default is {c.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN})"
+            f"(the controller's default is {DEFAULT_MAX_NODES_PER_IMEX_DOMAIN})"
         )
-    return render_nodes_config(c.dns_name(i) for i in range(max_nodes))
+    return render_nodes_config(dns_name(i) for i in range(max_nodes))
 
 
 def parse_nodes_config(text: str) -> list[str]:

@@ -13,8 +13,11 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from cdriver.api import constants as c
 from cdriver.errors import CdriverError
+from cdriver.imex.config import IMEX_CTL_BINARY
+
+IMEX_READY_OUTPUT = "READY"  # what `nvidia-imex-ctl -q` prints for a ready daemon
+DEFAULT_HOST_IMEX_SOCKET = "/etc/nvidia-imex/imex_ctrl.sock"
 
 RC_TIMEOUT = -1
 RC_NOT_FOUND = 127
@@ -36,14 +39,14 @@ class ProbeResult:
 
     def describe(self) -> str:
         """One line for logs and errors: command, exit status and output."""
-        cmd = " ".join(self.argv) or c.IMEX_CTL_BINARY
+        cmd = " ".join(self.argv) or IMEX_CTL_BINARY
         out = self.output.strip() or "<no output>"
         if self.ready:
             return f"{cmd}: {out}"
         if self.returncode == RC_TIMEOUT:
             return f"{cmd} timed out: {out}"
         if self.returncode == 0:
-            return f"IMEX daemon not ready: {cmd} printed {out!r}, want {c.IMEX_READY_OUTPUT!r}"
+            return f"IMEX daemon not ready: {cmd} printed {out!r}, want {IMEX_READY_OUTPUT!r}"
         return f"IMEX daemon not ready: {cmd} exited {self.returncode}: {out}"
 
 
@@ -69,7 +72,7 @@ def ctl_argv(
 
 def interpret_probe(returncode: int, stdout: str) -> bool:
     """Ready only on exit 0 with stdout exactly READY (surrounding whitespace ignored)."""
-    return returncode == 0 and stdout.strip() == c.IMEX_READY_OUTPUT
+    return returncode == 0 and stdout.strip() == IMEX_READY_OUTPUT
 
 
 def _run(argv: list[str], timeout: float, env: Mapping[str, str] | None) -> tuple[int, str, str]:
@@ -87,7 +90,7 @@ def _run(argv: list[str], timeout: float, env: Mapping[str, str] | None) -> tupl
         detail = f": {partial.strip()}" if partial.strip() else ""
         return RC_TIMEOUT, "", f"no answer within {timeout:g}s{detail}"
     except FileNotFoundError:
-        return RC_NOT_FOUND, "", f"{argv[0]} not found; is {c.IMEX_CTL_BINARY} installed in the driver root?"
+        return RC_NOT_FOUND, "", f"{argv[0]} not found; is {IMEX_CTL_BINARY} installed in the driver root?"
     except PermissionError:
         return RC_NOT_EXECUTABLE, "", f"{argv[0]} is not executable; check its mode"
     except OSError as e:
@@ -104,7 +107,7 @@ def _text(data: bytes | str | None) -> str:
 
 
 def probe_ready(
-    ctl_path: str = c.IMEX_CTL_BINARY,
+    ctl_path: str = IMEX_CTL_BINARY,
     config_path: str | None = None,
     unix_socket: str | None = None,
     timeout: float = 5,
@@ -123,7 +126,7 @@ def probe_ready(
 
 
 def query_domain(
-    ctl_path: str = c.IMEX_CTL_BINARY,
+    ctl_path: str = IMEX_CTL_BINARY,
     config_path: str | None = None,
     unix_socket: str | None = None,
     timeout: float = 5,
@@ -162,7 +165,7 @@ def parse_domain_document(doc: object, source: str = "domain status") -> dict:
     return doc
 
 
-def find_ctl(driver_root: str, name: str = c.IMEX_CTL_BINARY) -> str | None:
+def find_ctl(driver_root: str, name: str = IMEX_CTL_BINARY) -> str | None:
     """Path of `name` under a driver root's usual bin dirs (regular file), or None."""
     for sub in ("", "opt/bin", "usr/bin", "usr/sbin", "bin", "sbin"):
         candidate = os.path.join(driver_root, sub, name)

@@ -12,8 +12,16 @@ import os
 import re
 from collections.abc import Mapping
 
-from cdriver.api import constants as c
 from cdriver.errors import CdriverError
+
+HOSTS_FILE = "/etc/hosts"
+DNS_NAME_PREFIX = "compute-domain-daemon-"
+HOSTS_BLOCK_HEADER = "# Compute Domain Daemon mappings"
+
+
+def dns_name(index: int) -> str:
+    """Synthetic peer hostname for clique index N (compute-domain-daemon-0000 ...)."""
+    return f"{DNS_NAME_PREFIX}{index:04d}"
 
 _HOSTNAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
 
@@ -25,10 +33,10 @@ class HostsError(CdriverError):
 def _is_managed_line(line: str) -> bool:
     """True for the block header and for lines naming a compute-domain-daemon-* host."""
     stripped = line.strip()
-    if stripped == c.HOSTS_BLOCK_HEADER:
+    if stripped == HOSTS_BLOCK_HEADER:
         return True
     fields = stripped.split("#", 1)[0].split()
-    return any(name.startswith(c.DNS_NAME_PREFIX) for name in fields[1:])
+    return any(name.startswith(DNS_NAME_PREFIX) for name in fields[1:])
 
 
 def validate_mapping(mapping: Mapping[str, str]) -> None:
@@ -57,7 +65,7 @@ def render_hosts(existing_text: str, mapping: Mapping[str, str]) -> str:
     if mapping:
         if out:
             out.append("")
-        out.append(c.HOSTS_BLOCK_HEADER)
+        out.append(HOSTS_BLOCK_HEADER)
         out.extend(f"{mapping[name]}\t{name}" for name in sorted(mapping))
     return "\n".join(out) + "\n" if out else ""
 
@@ -78,7 +86,7 @@ def parse_hosts(text: str) -> dict[str, str]:
     return result
 
 
-def read_hosts_file(path: str | os.PathLike[str] = c.HOSTS_FILE) -> str:
+def read_hosts_file(path: str | os.PathLike[str] = HOSTS_FILE) -> str:
     """Text of a hosts file ("" if it does not exist)."""
     try:
         with open(path, encoding="utf-8", errors="replace") as f:

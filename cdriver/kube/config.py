@@ -21,8 +21,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from cdriver.api import constants as C
 from cdriver.errors import CdriverError
+
+ENV_KUBECONFIG = "KUBECONFIG"
+ENV_KUBERNETES_SERVICE_HOST = "KUBERNETES_SERVICE_HOST"  # set in every pod: the API Service
+ENV_KUBERNETES_SERVICE_PORT = "KUBERNETES_SERVICE_PORT"
+#: A pod's mounted service account: ``token`` (projected, rotated by the kubelet), ``ca.crt``.
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+SERVICE_ACCOUNT_TOKEN_NAME = "token"
+SERVICE_ACCOUNT_CA_NAME = "ca.crt"
 
 #: Kubeconfig keys our own loader does not handle (the `kubernetes` package's loader does).
 UNSUPPORTED_USER_KEYS = ("exec", "auth-provider")
@@ -264,19 +271,19 @@ def settings_from_kubeconfigs(
 
 def in_cluster(env: Mapping[str, str]) -> bool:
     """True inside a pod: the API Service's host and port are in the environment."""
-    return bool(env.get(C.ENV_KUBERNETES_SERVICE_HOST)) and bool(
-        env.get(C.ENV_KUBERNETES_SERVICE_PORT))
+    return bool(env.get(ENV_KUBERNETES_SERVICE_HOST)) and bool(
+        env.get(ENV_KUBERNETES_SERVICE_PORT))
 
 
 def in_cluster_settings(
-    env: Mapping[str, str], account_dir: str = C.SERVICE_ACCOUNT_DIR,
+    env: Mapping[str, str], account_dir: str = SERVICE_ACCOUNT_DIR,
 ) -> ConnectionSettings:
     """The pod's service account: API Service address from the environment, token + CA."""
-    host = env.get(C.ENV_KUBERNETES_SERVICE_HOST, "")
-    port = env.get(C.ENV_KUBERNETES_SERVICE_PORT, "")
+    host = env.get(ENV_KUBERNETES_SERVICE_HOST, "")
+    port = env.get(ENV_KUBERNETES_SERVICE_PORT, "")
     if not port.isdigit():
         raise KubeConfigError(
-            f"{C.ENV_KUBERNETES_SERVICE_PORT}={port!r} is not a port number; unset it or pass "
+            f"{ENV_KUBERNETES_SERVICE_PORT}={port!r} is not a port number; unset it or pass "
             "--kubeconfig"
         )
     if ":" in host and not host.startswith("["):
@@ -285,8 +292,8 @@ def in_cluster_settings(
     return ConnectionSettings(
         server=f"https://{host}:{port}",
         source=where,
-        ca_file=os.path.join(account_dir, C.SERVICE_ACCOUNT_CA_NAME),
-        token_file=os.path.join(account_dir, C.SERVICE_ACCOUNT_TOKEN_NAME),
+        ca_file=os.path.join(account_dir, SERVICE_ACCOUNT_CA_NAME),
+        token_file=os.path.join(account_dir, SERVICE_ACCOUNT_TOKEN_NAME),
         labels={"ca": f"{where} CA", "token_file": f"{where} token"},
     )
 
@@ -313,7 +320,7 @@ def resolve_settings(
     """Settings from the given kubeconfig, else ``$KUBECONFIG`` (paths joined by ``:``), else
     the in-cluster service account, else ``~/.kube/config``."""
     env = os.environ if env is None else env
-    source = kubeconfig or env.get(C.ENV_KUBECONFIG) or ""
+    source = kubeconfig or env.get(ENV_KUBECONFIG) or ""
     if source:
         paths = [p for p in source.split(os.pathsep) if p]
         settings = settings_from_kubeconfigs([(p, read_kubeconfig(p)) for p in paths], context)

@@ -22,8 +22,10 @@ from typing import Any, Protocol
 import urllib3
 
 import cdriver
-from cdriver.api import constants as C
 from cdriver.kube.config import ConnectionSettings, KubeConfigError
+
+#: Seconds a bearer token read from a file is reused before the file is read again.
+TOKEN_FILE_REFRESH_SECONDS = 60.0
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +56,7 @@ class TokenFile:
     account tokens are rotated by the kubelet). Thread-safe."""
 
     def __init__(self, path: str, label: str = "token file",
-                 refresh_seconds: float = C.TOKEN_FILE_REFRESH_SECONDS,
+                 refresh_seconds: float = TOKEN_FILE_REFRESH_SECONDS,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.path = path
         self.label = label
@@ -174,7 +176,7 @@ class ApiConnection:
     def __init__(
         self, settings: ConnectionSettings, pool_maxsize: int = DEFAULT_POOL_MAXSIZE,
         timeout: tuple[float, float] = DEFAULT_POOL_TIMEOUT, retries: int = DEFAULT_RETRIES,
-        token_refresh_seconds: float = C.TOKEN_FILE_REFRESH_SECONDS,
+        token_refresh_seconds: float = TOKEN_FILE_REFRESH_SECONDS,
     ) -> None:
         self.settings = settings
         self.host = settings.server.rstrip("/")

@@ -24,9 +24,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from cdriver.api import constants as c
 from cdriver.errors import CdriverError
 from cdriver.featuregates import CRASH_ON_NVLINK_FABRIC_ERRORS as _GATE
+
+NVML_LIBRARY_NAME = "libnvidia-ml.so.1"
+#: Where libnvidia-ml.so.1 is looked up below a driver root, in order.
+NVML_LIBRARY_SEARCH_DIRS = ("/", "/usr/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
+                            "/lib64", "/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu")
+NVIDIA_SMI_BINARY = "nvidia-smi"
+#: Where nvidia-smi is looked up below a driver root, in order.
+NVIDIA_SMI_SEARCH_DIRS = ("/", "/opt/bin", "/usr/bin", "/usr/sbin", "/bin", "/sbin")
+PROC_DEVICES_PATH = "/proc/devices"
+#: GPUs with these names are not counted (display devices of DGX stations).
+NVML_IGNORED_GPU_NAMES = ("DGX Display", "NVIDIA DGX Display")
+IMEX_CHANNELS_DEVICE_NAME = "nvidia-caps-imex-channels"  # /proc/devices entry
+NVIDIA_CAPS_DEVICE_NAME = "nvidia-caps"
+FABRIC_MGMT_CAP_PATH = "/proc/driver/nvidia/capabilities/fabric-imex-mgmt"
+IMEX_CHANNELS_DEV_DIR = "/dev/nvidia-caps-imex-channels"
+IMEX_CHANNEL_COUNT = 2048  # channels per node (fixed by the NVIDIA driver)
+
+
+def channel_device_path(channel: int) -> str:
+    """Container path of IMEX channel N."""
+    return f"{IMEX_CHANNELS_DEV_DIR}/channel{channel}"
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +90,8 @@ class CapabilityError(CdriverError):
 
 def proc_devices_path(driver_root: str | Path) -> Path:
     """`<root>/proc/devices` if it exists, else the kernel's /proc/devices."""
-    candidate = Path(driver_root) / c.PROC_DEVICES_PATH.lstrip("/")
-    return candidate if candidate.is_file() else Path(c.PROC_DEVICES_PATH)
+    candidate = Path(driver_root) / PROC_DEVICES_PATH.lstrip("/")
+    return candidate if candidate.is_file() else Path(PROC_DEVICES_PATH)
 
 
 def parse_device_major(text: str, name: str) -> int | None:
@@ -111,12 +131,12 @@ def device_major(driver_root: str | Path, name: str) -> int:
 
 def channel_major(driver_root: str | Path) -> int:
     """Major of the IMEX channel devices (`nvidia-caps-imex-channels`)."""
-    return device_major(driver_root, c.IMEX_CHANNELS_DEVICE_NAME)
+    return device_major(driver_root, IMEX_CHANNELS_DEVICE_NAME)
 
 
 def caps_major(driver_root: str | Path) -> int:
     """Major of the NVIDIA capability devices (`nvidia-caps`)."""
-    return device_major(driver_root, c.NVIDIA_CAPS_DEVICE_NAME)
+    return device_major(driver_root, NVIDIA_CAPS_DEVICE_NAME)
 
 
 @dataclass(frozen=True)
@@ -133,7 +153,7 @@ class FabricMgmtCapability:
         return f"/dev/nvidia-caps/nvidia-cap{self.minor}"
 
 
-def parse_capability(text: str, source: str = c.FABRIC_MGMT_CAP_PATH) -> tuple[int, int, int]:
+def parse_capability(text: str, source: str = FABRIC_MGMT_CAP_PATH) -> tuple[int, int, int]:
     """(DeviceFileMinor, DeviceFileMode, DeviceFileModify) from a procfs capability file."""
     values: dict[str, int] = {}
     for line in text.splitlines():
@@ -152,8 +172,8 @@ def parse_capability(text: str, source: str = c.FABRIC_MGMT_CAP_PATH) -> tuple[i
 
 def fabric_mgmt_capability(driver_root: str | Path) -> FabricMgmtCapability:
     """The fabric-imex-mgmt capability (read from the driver root, else the kernel's procfs)."""
-    candidate = Path(driver_root) / c.FABRIC_MGMT_CAP_PATH.lstrip("/")
-    path = candidate if candidate.is_file() else Path(c.FABRIC_MGMT_CAP_PATH)
+    candidate = Path(driver_root) / FABRIC_MGMT_CAP_PATH.lstrip("/")
+    path = candidate if candidate.is_file() else Path(FABRIC_MGMT_CAP_PATH)
     try:
         text = path.read_text()
     except OSError as exc:
@@ -178,17 +198,17 @@ def _find_file(driver_root: str | Path, dirs: tuple[str, ...], name: str) -> Pat
 
 def find_library(driver_root: str | Path) -> Path:
     """The driver root's libnvidia-ml.so.1, symlinks resolved; raises NvmlError if absent."""
-    found = _find_file(driver_root, c.NVML_LIBRARY_SEARCH_DIRS, c.NVML_LIBRARY_NAME)
+    found = _find_file(driver_root, NVML_LIBRARY_SEARCH_DIRS, NVML_LIBRARY_NAME)
     if found is None:
-        dirs = ", ".join(c.NVML_LIBRARY_SEARCH_DIRS)
-        raise NvmlError(f"{c.NVML_LIBRARY_NAME} not found below driver root {driver_root} (searched {dirs}); "
+        dirs = ", ".join(NVML_LIBRARY_SEARCH_DIRS)
+        raise NvmlError(f"{NVML_LIBRARY_NAME} not found below driver root {driver_root} (searched {dirs}); "
                         "set NVIDIA_DRIVER_ROOT to where the NVIDIA driver is installed")
     return found
 
 
 def find_nvidia_smi(driver_root: str | Path) -> Path | None:
     """The driver root's nvidia-smi, symlinks resolved, or None."""
-    return _find_file(driver_root, c.NVIDIA_SMI_SEARCH_DIRS, c.NVIDIA_SMI_BINARY)
+    return _find_file(driver_root, NVIDIA_SMI_SEARCH_DIRS, NVIDIA_SMI_BINARY)
 
 
 # --------------------------------------------------------------------------------------
@@ -316,7 +336,7 @@ def read_fabric(driver_root: str | Path) -> list[GpuFabric]:
             for index in range(count):
                 handle = pynvml.nvmlDeviceGetHandleByIndex(index)
                 name = pynvml.nvmlDeviceGetName(handle)
-                if name in c.NVML_IGNORED_GPU_NAMES:
+                if name in NVML_IGNORED_GPU_NAMES:
                     continue
                 uuid = pynvml.nvmlDeviceGetUUID(handle)
                 result, fields = _fabric_info(pynvml, handle)

@@ -17,6 +17,9 @@ import psutil
 import pytest
 
 from cdriver.api import constants as c
+from cdriver.imex.config import IMEX_CTL_BINARY, IMEX_DAEMON_BINARY, IMEXD_CONFIG
+from cdriver.imex.hosts import HOSTS_BLOCK_HEADER
+from cdriver.nvml.discover import IMEX_CHANNELS_DEV_DIR, channel_device_path
 from cdriver.sim.world import scenario as s
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
 from tests.e2e.conftest import exec_in, start_world, text
@@ -99,10 +102,10 @@ def test_bootstrap_loop_injects_the_channel(world: SimWorld, e2e_namespace: str,
     cd = raw.get(s.CDS, "cd", ns)
     assert cd["status"]["status"] == c.STATUS_READY
     for pod in pods:
-        assert is_char_device(world, ns, pod, c.channel_device_path(0))
+        assert is_char_device(world, ns, pod, channel_device_path(0))
         # Single hands out channel 0 only; All hands out every channel.
-        assert is_char_device(world, ns, pod, c.channel_device_path(1)) == (mode == c.ALLOCATION_MODE_ALL)
-        env = text(exec_in(world, ns, pod, ["ls", c.IMEX_CHANNELS_DEV_DIR]).stdout).split()
+        assert is_char_device(world, ns, pod, channel_device_path(1)) == (mode == c.ALLOCATION_MODE_ALL)
+        env = text(exec_in(world, ns, pod, ["ls", IMEX_CHANNELS_DEV_DIR]).stdout).split()
         assert ("channel1" in env) == (mode == c.ALLOCATION_MODE_ALL)
     delete_all(world, ns, names, "cd", uid)
 
@@ -131,7 +134,7 @@ def test_domain_spanning_both_cliques_peers_within_each_clique(world: SimWorld, 
             daemon = daemons[node_name]
 
             def domain(pod: dict = daemon) -> s.Seen:
-                out = exec_in(world, DRIVER_NAMESPACE, pod, [c.IMEX_CTL_BINARY, "-c", c.IMEXD_CONFIG, "-N", "-j"])
+                out = exec_in(world, DRIVER_NAMESPACE, pod, [IMEX_CTL_BINARY, "-c", IMEXD_CONFIG, "-N", "-j"])
                 try:
                     doc = json.loads(text(out.stdout))
                 except json.JSONDecodeError:
@@ -142,7 +145,7 @@ def test_domain_spanning_both_cliques_peers_within_each_clique(world: SimWorld, 
             hosts = sorted(n["host"] for n in doc["nodes"].values())
             assert hosts == member_ips, f"{node_name} peers {hosts}, want its clique {member_ips}"
             hosts_file = text(exec_in(world, DRIVER_NAMESPACE, daemon, ["cat", "/etc/hosts"]).stdout)
-            block = hosts_file.split(c.HOSTS_BLOCK_HEADER, 1)[1]
+            block = hosts_file.split(HOSTS_BLOCK_HEADER, 1)[1]
             assert sorted(line.split()[0] for line in block.strip().splitlines()) == member_ips
     delete_all(world, ns, names, "wide", uid)
 
@@ -158,10 +161,10 @@ def test_imex_domain_ready_alone_then_up_then_degraded(world: SimWorld, e2e_name
     daemon_a = next(p for p in s.daemon_pods(raw, DRIVER_NAMESPACE, uid) if p["spec"]["nodeName"] == node_a)
 
     def query(pod: dict) -> dict:
-        out = exec_in(world, DRIVER_NAMESPACE, pod, [c.IMEX_CTL_BINARY, "-c", c.IMEXD_CONFIG, "-N", "-j"])
+        out = exec_in(world, DRIVER_NAMESPACE, pod, [IMEX_CTL_BINARY, "-c", IMEXD_CONFIG, "-N", "-j"])
         return json.loads(text(out.stdout))
 
-    ready = exec_in(world, DRIVER_NAMESPACE, daemon_a, [c.IMEX_CTL_BINARY, "-c", c.IMEXD_CONFIG, "-q"])
+    ready = exec_in(world, DRIVER_NAMESPACE, daemon_a, [IMEX_CTL_BINARY, "-c", IMEXD_CONFIG, "-q"])
     assert text(ready.stdout).strip() == "READY"
     alone = query(daemon_a)
     assert len(alone["nodes"]) == 1
@@ -177,7 +180,7 @@ def test_imex_domain_ready_alone_then_up_then_degraded(world: SimWorld, e2e_name
     pid = world.node(node_b).agent.container_pid(DRIVER_NAMESPACE, daemon_b["metadata"]["name"],
                                                  daemon_b["spec"]["containers"][0]["name"])
     role = psutil.Process(pid)
-    imex = [p for p in role.children(recursive=True) if p.name() == c.IMEX_DAEMON_BINARY]
+    imex = [p for p in role.children(recursive=True) if p.name() == IMEX_DAEMON_BINARY]
     assert imex, "nvidia-imex is not running under B's daemon"
     role.suspend()
     try:
@@ -202,8 +205,8 @@ def test_non_fabric_node_gets_no_channel(world: SimWorld, e2e_namespace: str) ->
     raw.create(s.PODS, s.workload_pod("w", ns, "nofab-channel", node=NON_FABRIC_NODE), ns)
     (pod,) = s.wait_pods_running(raw, ns, ["w"], 120)
     assert pod["spec"]["nodeName"] == NON_FABRIC_NODE
-    assert not is_char_device(world, ns, pod, c.channel_device_path(0))
-    assert exec_in(world, ns, pod, ["test", "-e", c.channel_device_path(0)]).returncode == 1
+    assert not is_char_device(world, ns, pod, channel_device_path(0))
+    assert exec_in(world, ns, pod, ["test", "-e", channel_device_path(0)]).returncode == 1
     claim = s.claim_of(raw, pod)
     events = s.events_for(raw, ns, claim["metadata"]["name"])
     assert any("fabric" in e.get("message", "").lower() for e in events), [e.get("message") for e in events]

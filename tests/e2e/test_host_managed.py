@@ -8,6 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 from cdriver.api import constants as c
+from cdriver.api.imex_mode import IMEX_MODE_HOST_MANAGED
+from cdriver.nvml.discover import channel_device_path
 from cdriver.sim.imex.host_service import HostImexService
 from cdriver.sim.world import scenario as s
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
@@ -18,7 +20,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def world() -> Iterator[SimWorld]:
-    yield from start_world({"nodes": 2, "imex_mode": c.IMEX_MODE_HOST_MANAGED})
+    yield from start_world({"nodes": 2, "imex_mode": IMEX_MODE_HOST_MANAGED})
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +57,8 @@ def test_host_managed_workload_waits_for_the_host_service(world: SimWorld, servi
     raw.create(s.PODS, s.workload_pod("ok", ns, "host-channel", node=up_node), ns)
     raw.create(s.PODS, s.workload_pod("waits", ns, "host-channel", node=down_node), ns)
     (ok,) = s.wait_pods_running(raw, ns, ["ok"], 120)
-    assert exec_in(world, ns, ok, ["test", "-c", c.channel_device_path(0)]).returncode == 0
-    assert exec_in(world, ns, ok, ["test", "-e", c.channel_device_path(1)]).returncode == 1
+    assert exec_in(world, ns, ok, ["test", "-c", channel_device_path(0)]).returncode == 0
+    assert exec_in(world, ns, ok, ["test", "-e", channel_device_path(1)]).returncode == 1
 
     def stuck_with_reason() -> s.Seen:
         pod = raw.get(s.PODS, "waits", ns)
@@ -71,7 +73,7 @@ def test_host_managed_workload_waits_for_the_host_service(world: SimWorld, servi
 
     services[down_node].start()
     (waited,) = s.wait_pods_running(raw, ns, ["waits"], 120)
-    assert exec_in(world, ns, waited, ["test", "-c", c.channel_device_path(0)]).returncode == 0
+    assert exec_in(world, ns, waited, ["test", "-c", channel_device_path(0)]).returncode == 0
 
     for pod in ("ok", "waits"):
         raw.delete(s.PODS, pod, ns)

@@ -20,11 +20,13 @@ import pytest
 
 from cdriver import featuregates as fg
 from cdriver.api import constants as C
+from cdriver.api.imex_mode import IMEX_MODE_HOST_MANAGED
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.roles.controller.desired import DAEMON_POD_CLAIM_NAME
 from cdriver.roles.controller.main import Controller, ControllerConfig
 from cdriver.roles.controller.metrics import HttpServer
 from cdriver.roles.controller.reconciler import Timing
-from cdriver.roles.controller.settings import ControllerSettings
+from cdriver.roles.controller.settings import DEFAULT_DAEMON_PRIORITY_CLASS, ControllerSettings
 
 pytestmark = pytest.mark.integration
 
@@ -216,7 +218,7 @@ def test_creates_exactly_the_expected_objects(raw, namespace, driver_ns, start_c
     pod_spec = ds["spec"]["template"]["spec"]
     assert pod_spec["nodeSelector"] == {C.LABEL_COMPUTE_DOMAIN: uid}
     assert pod_spec["resourceClaims"][0]["resourceClaimTemplateName"] == daemon_name
-    assert pod_spec["priorityClassName"] == C.DEFAULT_DAEMON_PRIORITY_CLASS
+    assert pod_spec["priorityClassName"] == DEFAULT_DAEMON_PRIORITY_CLASS
     # Nothing else carries the domain's label, in any namespace.
     assert len(labelled(raw, DS, uid)) == 1 and labelled(raw, PODS, uid) == []
 
@@ -261,10 +263,10 @@ def test_daemon_pod_scheduled_on_labelled_node(raw, namespace, driver_ns, start_
                                  for p in labelled(raw, PODS, uid, driver_ns)],
                                 [(e["reason"], e["message"])
                                  for e in raw.list(EVENTS, driver_ns)["items"]]))
-        assert pod["spec"]["priorityClassName"] == C.DEFAULT_DAEMON_PRIORITY_CLASS
+        assert pod["spec"]["priorityClassName"] == DEFAULT_DAEMON_PRIORITY_CLASS
         assert pod["status"]["qosClass"] == "Guaranteed"
         claim_status = pod["status"].get("resourceClaimStatuses") or []
-        assert claim_status and claim_status[0]["name"] == C.DAEMON_POD_CLAIM_NAME
+        assert claim_status and claim_status[0]["name"] == DAEMON_POD_CLAIM_NAME
     finally:
         raw.delete(RESOURCES["resourceslices"], f"{node}-cd")
 
@@ -453,7 +455,7 @@ def test_host_managed_mode_creates_only_the_workload_template(raw, namespace, dr
                                                               start_controller):
     from cdriver.api.imex_mode import resolve_imex_config
 
-    imex = resolve_imex_config(C.IMEX_MODE_HOST_MANAGED, "domain",
+    imex = resolve_imex_config(IMEX_MODE_HOST_MANAGED, "domain",
                                "HostManagedIMEXDaemon=true")
     start_controller(settings_for(driver_ns, gates=imex.gates, host_managed=True))
     cd = raw.create(CDS, compute_domain("cd1", "host-chan", "All", num_nodes=4), namespace)

@@ -9,6 +9,9 @@ import pytest
 import yaml
 
 from cdriver.api import constants as c
+from cdriver.api.imex_mode import IMEX_MODE_DRIVER_MANAGED, IMEX_MODE_HOST_MANAGED
+from cdriver.dra.registration import KUBELET_PLUGINS_DIR, KUBELET_REGISTRY_DIR
+from cdriver.imex.ctl import DEFAULT_HOST_IMEX_SOCKET
 
 pytestmark = pytest.mark.integration
 
@@ -69,10 +72,10 @@ def test_default_render_has_every_driver_managed_object(helm: Path) -> None:
     assert container["command"] == ["cdriver", "kubelet-plugin"]
     env = {e["name"]: e for e in container["env"]}
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
-    assert env["IMEX_MODE"]["value"] == c.IMEX_MODE_DRIVER_MANAGED
+    assert env["IMEX_MODE"]["value"] == IMEX_MODE_DRIVER_MANAGED
     mounts = {m["name"]: m for m in container["volumeMounts"]}
-    assert mounts["plugins"]["mountPath"] == c.KUBELET_PLUGINS_DIR
-    assert mounts["plugins-registry"]["mountPath"] == c.KUBELET_REGISTRY_DIR
+    assert mounts["plugins"]["mountPath"] == KUBELET_PLUGINS_DIR
+    assert mounts["plugins-registry"]["mountPath"] == KUBELET_REGISTRY_DIR
     # Daemon pods run as the fixed service account the controller renders into DaemonSets.
     assert c.DAEMON_SERVICE_ACCOUNT in by_kind(docs, "ServiceAccount")
     # Release-prefixed cluster-scoped names: two installs cannot collide.
@@ -94,8 +97,8 @@ def test_host_managed_render_drops_daemon_objects(helm: Path) -> None:
     assert c.DAEMON_SERVICE_ACCOUNT not in by_kind(docs, "ServiceAccount")
     ctr = by_kind(docs, "DaemonSet")["rel-cdriver-kubelet-plugin"]["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in ctr["env"]}
-    assert env["IMEX_MODE"] == c.IMEX_MODE_HOST_MANAGED
-    assert env["IMEX_HOST_SOCKET_PATH"] == c.DEFAULT_HOST_IMEX_SOCKET
+    assert env["IMEX_MODE"] == IMEX_MODE_HOST_MANAGED
+    assert env["IMEX_HOST_SOCKET_PATH"] == DEFAULT_HOST_IMEX_SOCKET
 
 
 @pytest.mark.parametrize(

@@ -22,20 +22,28 @@ from pathlib import Path
 
 import pytest
 
-from cdriver.api import constants as c
+from cdriver.api.imex_mode import IMEX_MODE_DRIVER_MANAGED, IMEX_MODE_HOST_MANAGED
+from cdriver.imex.ctl import DEFAULT_HOST_IMEX_SOCKET
+from cdriver.nvml.discover import IMEX_CHANNELS_DEVICE_NAME
 from cdriver.sim.gpu import devices
 from cdriver.sim.gpu.driver_root import DriverRoot, create_driver_root
 from cdriver.sim.gpu.topology import demo_topology_path
 from cdriver.sim.imex.host_service import HostImexService
+from cdriver.sim.imex.protocol import (
+    ENV_SIM_IMEX_HEARTBEAT,
+    ENV_SIM_IMEX_PEER_TIMEOUT,
+    ENV_SIM_IMEX_RETRY_INITIAL,
+    ENV_SIM_IMEX_RETRY_MAX,
+)
 
 NODE = "worker-1"
 NODE_IP = "127.0.3.1"
 PEER_IP = "127.0.3.2"
 FAST = {
-    c.ENV_SIM_IMEX_HEARTBEAT: "0.2",
-    c.ENV_SIM_IMEX_PEER_TIMEOUT: "1",
-    c.ENV_SIM_IMEX_RETRY_INITIAL: "0.1",
-    c.ENV_SIM_IMEX_RETRY_MAX: "0.5",
+    ENV_SIM_IMEX_HEARTBEAT: "0.2",
+    ENV_SIM_IMEX_PEER_TIMEOUT: "1",
+    ENV_SIM_IMEX_RETRY_INITIAL: "0.1",
+    ENV_SIM_IMEX_RETRY_MAX: "0.5",
 }
 CHECK_NAMES = ["driver-root", "channel-major", "channel-device", "nvlink-fabric", "imex-service",
                "imex-config", "imex-socket"]
@@ -101,7 +109,7 @@ class Node:
     def channel0(self) -> Path:
         return self.driver_root.dev_dir / "nvidia-caps-imex-channels" / "channel0"
 
-    def start_service(self, socket_path: str = c.DEFAULT_HOST_IMEX_SOCKET) -> HostImexService:
+    def start_service(self, socket_path: str = DEFAULT_HOST_IMEX_SOCKET) -> HostImexService:
         self.service = HostImexService(self.driver_root, self.ip, [self.peer], socket_path=socket_path,
                                        server_port=self.ports[0], cmd_port=self.ports[1],
                                        env={**os.environ, **FAST})
@@ -132,7 +140,7 @@ def test_healthy_host_managed_node_passes_every_check(node: Node) -> None:
     service = node.start_service()
     rc, doc = host_check(node.root)
     assert rc == 0, doc
-    assert doc["mode"] == c.IMEX_MODE_HOST_MANAGED
+    assert doc["mode"] == IMEX_MODE_HOST_MANAGED
     assert doc["driverRoot"] == str(node.root)
     assert doc["socket"] == str(service.paths.socket)
     assert doc["passed"] is True
@@ -168,7 +176,7 @@ def test_wrong_major_fails_the_channel_device_check(node: Node) -> None:
     assert rc == 1
     bad = failed(doc)
     assert list(bad) == ["channel-device"]
-    assert by_name(doc)["channel-major"]["evidence"].startswith(f"{c.IMEX_CHANNELS_DEVICE_NAME} major {other} ")
+    assert by_name(doc)["channel-major"]["evidence"].startswith(f"{IMEX_CHANNELS_DEVICE_NAME} major {other} ")
     assert f"major {dr.channel_major}" in bad["channel-device"]["evidence"]
     assert bad["channel-device"]["fix"] == (f"recreate it with the driver's major: rm {node.channel0} && "
                                             f"mknod -m 666 {node.channel0} c {other} 0")
@@ -178,7 +186,7 @@ def test_missing_channel_entry_fails_the_channel_major_check(node: Node) -> None
     node.start_service()
     dr = node.driver_root
     text = dr.proc_devices.read_text()
-    dr.proc_devices.write_text(text.replace(f"{dr.channel_major} {c.IMEX_CHANNELS_DEVICE_NAME}\n", ""))
+    dr.proc_devices.write_text(text.replace(f"{dr.channel_major} {IMEX_CHANNELS_DEVICE_NAME}\n", ""))
     rc, doc = host_check(node.root)
     assert rc == 1
     bad = failed(doc)
@@ -204,7 +212,7 @@ def test_socket_path_mismatch_fails_the_config_check(node: Node) -> None:
     assert rc == 1
     bad = failed(doc)
     assert list(bad) == ["imex-config"]
-    expected = node.root / c.DEFAULT_HOST_IMEX_SOCKET.lstrip("/")
+    expected = node.root / DEFAULT_HOST_IMEX_SOCKET.lstrip("/")
     assert f"IMEX_CMD_UNIX_DOMAIN_PATH={service.paths.socket}" in bad["imex-config"]["evidence"]
     assert str(expected) in bad["imex-config"]["evidence"]
     assert bad["imex-config"]["fix"] == (f"set IMEX_CMD_UNIX_DOMAIN_PATH={expected}, or install the driver with "
@@ -244,12 +252,12 @@ def test_fabric_in_progress_fails_the_fabric_check(short_dir: Path) -> None:
 
 
 def test_driver_managed_node_must_not_run_the_host_service(node: Node) -> None:
-    rc, doc = host_check(node.root, "--mode", c.IMEX_MODE_DRIVER_MANAGED)
+    rc, doc = host_check(node.root, "--mode", IMEX_MODE_DRIVER_MANAGED)
     assert rc == 0, failed(doc)
-    assert doc["mode"] == c.IMEX_MODE_DRIVER_MANAGED
+    assert doc["mode"] == IMEX_MODE_DRIVER_MANAGED
 
     service = node.start_service()
-    rc, doc = host_check(node.root, "--mode", c.IMEX_MODE_DRIVER_MANAGED)
+    rc, doc = host_check(node.root, "--mode", IMEX_MODE_DRIVER_MANAGED)
     assert rc == 1
     bad = failed(doc)
     assert list(bad) == ["imex-service"]

@@ -24,10 +24,27 @@ import psutil
 import pytest
 
 from cdriver.api import constants as c
+from cdriver.featuregates import ENV_FEATURE_GATES
 from cdriver.imex import config as imex_config
 from cdriver.imex import ctl as imex_ctl
 from cdriver.imex import hosts as imex_hosts
+from cdriver.imex.config import IMEX_CTL_BINARY, IMEXD_TEMPLATE_NAME
+from cdriver.imex.hosts import DNS_NAME_PREFIX, HOSTS_BLOCK_HEADER, dns_name
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.roles.imex_daemon.cli import ENV_IMEX_HOSTS_FILE, ENV_IMEXD_DIR, IMEX_CHECK_NOOP_MESSAGE
+from cdriver.roles.imex_daemon.failures import (
+    EVENT_REASON_IMEX_PORT_CONFLICT,
+    EVENT_REASON_IMEX_RESTARTED,
+    EVENT_REASON_IMEX_START_FAILED,
+)
+from cdriver.sim.imex.protocol import (
+    ENV_SIM_HOSTS_FILE,
+    ENV_SIM_IMEX_HEARTBEAT,
+    ENV_SIM_IMEX_PEER_TIMEOUT,
+    ENV_SIM_IMEX_RETRY_INITIAL,
+    ENV_SIM_IMEX_RETRY_MAX,
+    IMEX_DOMAIN_UP,
+)
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -37,10 +54,10 @@ CLIQUES, CDS = RESOURCES["computedomaincliques"], RESOURCES["computedomains"]
 CQ0 = "00000000-0000-0000-0000-0000000000ab.0"
 CQ1 = "00000000-0000-0000-0000-0000000000ab.1"
 STANDIN_TIMING = {
-    c.ENV_SIM_IMEX_HEARTBEAT: "0.2",
-    c.ENV_SIM_IMEX_PEER_TIMEOUT: "1.0",
-    c.ENV_SIM_IMEX_RETRY_INITIAL: "0.1",
-    c.ENV_SIM_IMEX_RETRY_MAX: "0.5",
+    ENV_SIM_IMEX_HEARTBEAT: "0.2",
+    ENV_SIM_IMEX_PEER_TIMEOUT: "1.0",
+    ENV_SIM_IMEX_RETRY_INITIAL: "0.1",
+    ENV_SIM_IMEX_RETRY_MAX: "0.5",
 }
 
 
@@ -164,7 +181,7 @@ class Harness:
         (home / "imexd").mkdir(parents=True)
         # What the kubelet plugin does on daemon-claim Prepare: place the config template.
         text = template if template is not None else imex_config.load_template()
-        (home / "imexd" / c.IMEXD_TEMPLATE_NAME).write_text(text)
+        (home / "imexd" / IMEXD_TEMPLATE_NAME).write_text(text)
         (home / "hosts").write_text(f"127.0.0.1\tlocalhost\n{ip}\t{pod['metadata']['name']}\n")
         member = Member(node, ip, clique, pod["metadata"]["name"], pod["metadata"]["uid"], home)
         self.members.append(member)
@@ -186,11 +203,11 @@ class Harness:
             c.ENV_POD_NAMESPACE: self.ns,
             c.ENV_POD_UID: m.pod_uid,
             c.ENV_MAX_NODES: str(self.max_nodes),
-            c.ENV_FEATURE_GATES: self.gates,
+            ENV_FEATURE_GATES: self.gates,
             # the container's private paths
-            c.ENV_IMEXD_DIR: str(m.imexd),
-            c.ENV_IMEX_HOSTS_FILE: str(m.hosts),
-            c.ENV_SIM_HOSTS_FILE: str(m.hosts),
+            ENV_IMEXD_DIR: str(m.imexd),
+            ENV_IMEX_HOSTS_FILE: str(m.hosts),
+            ENV_SIM_HOSTS_FILE: str(m.hosts),
             "KUBECONFIG": str(self.cluster.kubeconfig),
             "PATH": f"{self.bin_dir}:{env.get('PATH', '')}",
         })
@@ -253,7 +270,7 @@ class Harness:
         return None
 
     def domain(self, m: Member) -> dict:
-        return imex_ctl.query_domain(str(self.bin_dir / c.IMEX_CTL_BINARY), config_path=str(m.config),
+        return imex_ctl.query_domain(str(self.bin_dir / IMEX_CTL_BINARY), config_path=str(m.config),
                                      env=self.env(m))
 
     # -- API views ---------------------------------------------------------------------
@@ -293,7 +310,7 @@ class Harness:
 def mapping_in(hosts: Path) -> dict[str, str]:
     """The daemon-name mapping of a hosts file."""
     return {name: ip for name, ip in imex_hosts.parse_hosts(hosts.read_text()).items()
-            if name.startswith(c.DNS_NAME_PREFIX)}
+            if name.startswith(DNS_NAME_PREFIX)}
 
 
 def ready_and_reported(h: Harness, m: Member) -> dict:
@@ -333,16 +350,16 @@ def test_three_daemons_two_cliques_join_name_and_connect(daemons: Harness) -> No
     for m in (a, b):
         text = m.hosts.read_text()
         assert text.startswith(f"127.0.0.1\tlocalhost\n{m.ip}\t{m.pod_name}\n")
-        assert text.count(c.HOSTS_BLOCK_HEADER) == 1
+        assert text.count(HOSTS_BLOCK_HEADER) == 1
         names = (m.imexd / "nodes.cfg").read_text().split()
-        assert names == [c.dns_name(i) for i in range(h.max_nodes)]
+        assert names == [dns_name(i) for i in range(h.max_nodes)]
         cfg = imex_config.parse_config(m.config.read_text())
         assert cfg["IMEX_CMD_BIND_INTERFACE_IP"] == m.ip
         assert cfg["IMEX_NODE_CONFIG_FILE"] == str(m.imexd / "nodes.cfg")
 
     def up(m: Member) -> bool:
         try:
-            return h.domain(m)["status"] == c.IMEX_DOMAIN_UP and len(h.domain(m)["nodes"]) == 2
+            return h.domain(m)["status"] == IMEX_DOMAIN_UP and len(h.domain(m)["nodes"]) == 2
         except imex_ctl.ImexCtlError:
             return False
 
@@ -372,7 +389,7 @@ def test_killed_imex_is_restarted_and_readiness_follows(daemons: Harness) -> Non
     assert second is not None and second != first
     assert h.check(a).returncode == 0
     assert "exited unexpectedly" in a.log()
-    assert h.events(a, c.EVENT_REASON_IMEX_RESTARTED)
+    assert h.events(a, EVENT_REASON_IMEX_RESTARTED)
 
 
 def test_new_peer_is_signalled_not_restarted_and_leaving_prunes_the_entry(daemons: Harness) -> None:
@@ -387,7 +404,7 @@ def test_new_peer_is_signalled_not_restarted_and_leaving_prunes_the_entry(daemon
     wait_for(lambda: "Sent SIGUSR1" in a.log() and "SIGUSR1: re-read" in a.log(), 20,
              lambda: f"a to signal its nvidia-imex\n{a.log()[-3000:]}")
     assert h.imex_pid(a) == pid
-    wait_for(lambda: (h.domain(a)["status"] == c.IMEX_DOMAIN_UP and len(h.domain(a)["nodes"]) == 2), 30,
+    wait_for(lambda: (h.domain(a)["status"] == IMEX_DOMAIN_UP and len(h.domain(a)["nodes"]) == 2), 30,
              "a's stand-in to connect to b")
 
     assert h.stop(b) == 0
@@ -439,7 +456,7 @@ def test_imex_start_failure_is_reported_with_its_error_line(daemons: Harness) ->
     a = h.start(h.add(CQ0, template=broken))
 
     def failure_event() -> dict | None:
-        found = h.events(a, c.EVENT_REASON_IMEX_START_FAILED)
+        found = h.events(a, EVENT_REASON_IMEX_START_FAILED)
         return found[0] if found else None
 
     event = wait_for(failure_event, 30, lambda: f"a start-failure Event\n{a.log()[-3000:]}")
@@ -472,7 +489,7 @@ def test_port_held_by_another_process_is_named_with_the_fix(daemons: Harness) ->
         wait_for(lambda: expected in a.log(), 30, lambda: f"the port-conflict message\n{a.log()[-3000:]}")
         assert "systemctl disable --now nvidia-imex.service" in a.log()
         assert h.imex_pid(a) is None
-        events = h.events(a, c.EVENT_REASON_IMEX_PORT_CONFLICT)
+        events = h.events(a, EVENT_REASON_IMEX_PORT_CONFLICT)
         assert events and expected in events[0]["message"]
         result = h.check(a)
         assert result.returncode == 1 and expected in result.stderr
@@ -494,7 +511,7 @@ def test_empty_clique_runs_no_imex_and_check_is_a_noop(daemons: Harness) -> None
 
     wait_for(labelled, 30, lambda: f"the pod's empty clique label\n{a.log()[-3000:]}")
     result = h.check(a)
-    assert result.returncode == 0 and result.stdout.strip() == c.IMEX_CHECK_NOOP_MESSAGE
+    assert result.returncode == 0 and result.stdout.strip() == IMEX_CHECK_NOOP_MESSAGE
     wait_for(lambda: "no IMEX daemon runs here" in a.log(), 20, "the empty-clique log line")
     assert h.imex_pid(a) is None
     assert not (a.imexd / "imexd.cfg").exists()
@@ -556,11 +573,11 @@ def test_legacy_ip_mode_writes_domain_status_and_restarts_on_peer_change(daemons
 def test_missing_config_template_exits_naming_the_plugin_step(daemons: Harness) -> None:
     h = daemons
     a = h.add(CQ0)
-    (a.imexd / c.IMEXD_TEMPLATE_NAME).unlink()
+    (a.imexd / IMEXD_TEMPLATE_NAME).unlink()
     result = subprocess.run([sys.executable, "-m", "cdriver", "imex-daemon", "run"], env=h.env(a),
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
-    assert f"IMEX config template {a.imexd / c.IMEXD_TEMPLATE_NAME} does not exist" in result.stderr
+    assert f"IMEX config template {a.imexd / IMEXD_TEMPLATE_NAME} does not exist" in result.stderr
     assert "kubelet plugin writes it when it prepares the daemon claim" in result.stderr
     assert h.clique(CQ0) is None
 

@@ -21,19 +21,26 @@ from typing import Any
 
 import pytest
 
-from cdriver.api import constants as c
 from cdriver.imex import config as imex_config
 from cdriver.imex import ctl
-from cdriver.imex.hosts import rewrite_hosts_file
+from cdriver.imex.config import IMEX_CTL_BINARY
+from cdriver.imex.hosts import dns_name, rewrite_hosts_file
 from cdriver.imex.supervisor import ProcessSupervisor
+from cdriver.sim.imex.protocol import (
+    ENV_SIM_HOSTS_FILE,
+    ENV_SIM_IMEX_HEARTBEAT,
+    ENV_SIM_IMEX_PEER_TIMEOUT,
+    ENV_SIM_IMEX_RETRY_INITIAL,
+    ENV_SIM_IMEX_RETRY_MAX,
+)
 
 A_IP, B_IP = "127.0.1.1", "127.0.1.2"
 #: short heartbeats and retries so the domain converges in well under a second
 FAST = {
-    c.ENV_SIM_IMEX_HEARTBEAT: "0.2",
-    c.ENV_SIM_IMEX_PEER_TIMEOUT: "1",
-    c.ENV_SIM_IMEX_RETRY_INITIAL: "0.1",
-    c.ENV_SIM_IMEX_RETRY_MAX: "0.5",
+    ENV_SIM_IMEX_HEARTBEAT: "0.2",
+    ENV_SIM_IMEX_PEER_TIMEOUT: "1",
+    ENV_SIM_IMEX_RETRY_INITIAL: "0.1",
+    ENV_SIM_IMEX_RETRY_MAX: "0.5",
 }
 
 
@@ -75,10 +82,10 @@ class World:
         self.ports = free_ports([A_IP, B_IP])
         self.hosts_file = tmp_path / "hosts"
         self.hosts_file.write_text("127.0.0.1\tlocalhost\n")
-        self.env = {**os.environ, **FAST, c.ENV_SIM_HOSTS_FILE: str(self.hosts_file)}
+        self.env = {**os.environ, **FAST, ENV_SIM_HOSTS_FILE: str(self.hosts_file)}
         self.procs: list[subprocess.Popen[bytes]] = []
         # the way a simulated driver root calls the stand-in: a wrapper that execs the CLI
-        self.ctl = tmp_path / "bin" / c.IMEX_CTL_BINARY
+        self.ctl = tmp_path / "bin" / IMEX_CTL_BINARY
         self.ctl.parent.mkdir()
         self.ctl.write_text(f'#!/bin/sh\nexec {sys.executable} -m cdriver sim imex ctl "$@"\n')
         self.ctl.chmod(0o755)
@@ -198,7 +205,7 @@ def test_hung_peer_is_detected_by_missing_heartbeats(world: World) -> None:
 
 
 def test_sigusr1_rereads_peer_names_from_hosts_file(world: World) -> None:
-    names = [c.dns_name(0), c.dns_name(1)]
+    names = [dns_name(0), dns_name(1)]
     hosts_a = world.dir / "hosts-a"
     hosts_b = world.dir / "hosts-b"
     hosts_a.write_text("127.0.0.1\tlocalhost\n")
@@ -206,8 +213,8 @@ def test_sigusr1_rereads_peer_names_from_hosts_file(world: World) -> None:
     rewrite_hosts_file(hosts_b, {names[0]: A_IP, names[1]: B_IP})
     cfg_a = world.config("a", A_IP, names)
     cfg_b = world.config("b", B_IP, names)
-    env_a = {**world.env, c.ENV_SIM_HOSTS_FILE: str(hosts_a)}
-    env_b = {**world.env, c.ENV_SIM_HOSTS_FILE: str(hosts_b)}
+    env_a = {**world.env, ENV_SIM_HOSTS_FILE: str(hosts_a)}
+    env_b = {**world.env, ENV_SIM_HOSTS_FILE: str(hosts_b)}
 
     proc_a = world.start(cfg_a, env_a)
     world.start(cfg_b, env_b)

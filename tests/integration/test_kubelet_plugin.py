@@ -33,7 +33,9 @@ from cdriver.dra.gen.dra.v1 import api_pb2_grpc as dra_grpc
 from cdriver.dra.gen.grpc_health.v1 import health_pb2, health_pb2_grpc
 from cdriver.dra.gen.pluginregistration.v1 import api_pb2 as reg_pb2
 from cdriver.dra.gen.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from cdriver.imex.config import IMEX_CONFIG_TEMPLATE_NAME, IMEX_CTL_BINARY, IMEX_DAEMON_BINARY, IMEXD_TEMPLATE_NAME
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME, DRA_SOCKET_NAME, REGISTRATION_SOCKET_NAME
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -135,11 +137,11 @@ class PluginProcess:
 
     @property
     def dra_socket(self) -> Path:
-        return self.plugin_dir / C.DRA_SOCKET_NAME
+        return self.plugin_dir / DRA_SOCKET_NAME
 
     @property
     def reg_socket(self) -> Path:
-        return self.registry_dir / C.REGISTRATION_SOCKET_NAME
+        return self.registry_dir / REGISTRATION_SOCKET_NAME
 
     @property
     def log_path(self) -> Path:
@@ -201,7 +203,7 @@ class PluginProcess:
         self.proc.wait()
 
     def checkpoint(self) -> dict:
-        return CheckpointStore(self.plugin_dir / C.CHECKPOINT_FILE_NAME).read().claims
+        return CheckpointStore(self.plugin_dir / CHECKPOINT_FILE_NAME).read().claims
 
     def claim_specs(self) -> list[Path]:
         return sorted(self.cdi_root.glob(f"{C.CDI_VENDOR}-claim_*"))
@@ -595,8 +597,8 @@ def test_daemon_claim_while_channel_claim_waits(plugin_factory: Callable[..., Pl
     assert list(res.devices[0].cdi_device_ids) == [f"{C.CDI_KIND_DEVICE}=all",
                                                    f"{C.CDI_KIND_CLAIM}={uid_of(daemon)}-daemon-0"]
     domain_dir = plugin.plugin_dir / "domains" / uid_of(cd)
-    assert (domain_dir / C.IMEXD_TEMPLATE_NAME).read_text() == \
-        (Path(__file__).resolve().parents[2] / "cdriver" / "templates" / C.IMEX_CONFIG_TEMPLATE_NAME).read_text()
+    assert (domain_dir / IMEXD_TEMPLATE_NAME).read_text() == \
+        (Path(__file__).resolve().parents[2] / "cdriver" / "templates" / IMEX_CONFIG_TEMPLATE_NAME).read_text()
     edits = CDIRegistry([str(plugin.cdi_root)]).resolve(list(res.devices[0].cdi_device_ids))
     env = dict(e.split("=", 1) for e in edits.env)
     assert env[C.ENV_CLIQUE_ID] == f"{CLUSTER_UUID}.3"
@@ -606,7 +608,7 @@ def test_daemon_claim_while_channel_claim_waits(plugin_factory: Callable[..., Pl
     assert mounts.pop("/imexd") == str(domain_dir)
     # The driver's IMEX binaries are mounted from the driver root, at their usual paths.
     assert mounts == {f"/usr/bin/{name}": str(node.root.root / "usr" / "bin" / name)
-                      for name in (C.IMEX_DAEMON_BINARY, C.IMEX_CTL_BINARY)}
+                      for name in (IMEX_DAEMON_BINARY, IMEX_CTL_BINARY)}
     assert "/dev/nvidia-caps/nvidia-cap512" in {n.path for n in edits.device_nodes}
     set_clique_ready(raw, driver_ns, cd, node)
     t.join(PREPARE_TIMEOUT + 5)

@@ -25,18 +25,26 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cdriver.api import constants as c
 from cdriver.imex import ctl
+from cdriver.imex.config import IMEX_CTL_BINARY
 from cdriver.sim.gpu.driver_root import DriverRoot, create_driver_root
 from cdriver.sim.gpu.topology import demo_topology_path
 from cdriver.sim.imex.host_service import HostImexError, HostImexService
+from cdriver.sim.imex.protocol import (
+    ENV_SIM_IMEX_HEARTBEAT,
+    ENV_SIM_IMEX_PEER_TIMEOUT,
+    ENV_SIM_IMEX_RETRY_INITIAL,
+    ENV_SIM_IMEX_RETRY_MAX,
+    IMEX_DOMAIN_UP,
+    IMEX_NODE_READY,
+)
 
 IP_A, IP_B = "127.0.3.11", "127.0.3.12"
 FAST = {
-    c.ENV_SIM_IMEX_HEARTBEAT: "0.2",
-    c.ENV_SIM_IMEX_PEER_TIMEOUT: "1",
-    c.ENV_SIM_IMEX_RETRY_INITIAL: "0.1",
-    c.ENV_SIM_IMEX_RETRY_MAX: "0.5",
+    ENV_SIM_IMEX_HEARTBEAT: "0.2",
+    ENV_SIM_IMEX_PEER_TIMEOUT: "1",
+    ENV_SIM_IMEX_RETRY_INITIAL: "0.1",
+    ENV_SIM_IMEX_RETRY_MAX: "0.5",
 }
 ENV = {**os.environ, **FAST}
 
@@ -99,7 +107,7 @@ def domain(service: HostImexService) -> dict:
 
 
 def ready_nodes(service: HostImexService) -> int:
-    return sum(node.get("status") == c.IMEX_NODE_READY for node in domain(service)["nodes"].values())
+    return sum(node.get("status") == IMEX_NODE_READY for node in domain(service)["nodes"].values())
 
 
 def test_service_answers_ready_on_the_socket_below_the_driver_root(
@@ -111,7 +119,7 @@ def test_service_answers_ready_on_the_socket_below_the_driver_root(
     service.start()
     assert service.is_running()
     assert service.paths.socket == roots[0].root / "etc/nvidia-imex/imex_ctrl.sock"
-    result = ctl.probe_ready(str(roots[0].bin_dir / c.IMEX_CTL_BINARY), unix_socket=str(service.paths.socket),
+    result = ctl.probe_ready(str(roots[0].bin_dir / IMEX_CTL_BINARY), unix_socket=str(service.paths.socket),
                              env=ENV)
     assert result.ready, result.describe()
     pid = service.pid
@@ -133,7 +141,7 @@ def test_two_nodes_form_one_host_domain_and_pick_up_new_peers(
     assert len(domain(a)["nodes"]) == 1  # a does not know b yet
     a.set_peers([IP_B])  # rewrites the nodes config and signals the running daemon
     assert a.paths.nodes_config.read_text().split() == [IP_A, IP_B]
-    wait_for(lambda: ready_nodes(a) == 2 and domain(a)["status"] == c.IMEX_DOMAIN_UP, 15, "a sees b")
+    wait_for(lambda: ready_nodes(a) == 2 and domain(a)["status"] == IMEX_DOMAIN_UP, 15, "a sees b")
     wait_for(lambda: ready_nodes(b) == 2, 15, "b sees a")
 
 

@@ -7,7 +7,9 @@ import pytest
 from cdriver import featuregates as fg
 from cdriver.api import constants as C
 from cdriver.api.types import decode_opaque_config
+from cdriver.featuregates import ENV_FEATURE_GATES
 from cdriver.roles.controller import desired as W
+from cdriver.roles.controller.desired import DAEMON_POD_CLAIM_NAME
 from cdriver.roles.controller.reconciler import parse_domain
 from cdriver.roles.controller.settings import ControllerSettings
 
@@ -104,17 +106,17 @@ def test_daemon_set_targets_labelled_nodes_and_runs_the_daemon():
     assert {t["effect"] for t in pod["tolerations"]} == {"NoSchedule", "NoExecute",
                                                          "PreferNoSchedule"}
     assert all(t["operator"] == "Exists" for t in pod["tolerations"])
-    assert pod["resourceClaims"] == [{"name": C.DAEMON_POD_CLAIM_NAME,
+    assert pod["resourceClaims"] == [{"name": DAEMON_POD_CLAIM_NAME,
                                       "resourceClaimTemplateName": "legacy-template-name"}]
     (container,) = pod["containers"]
     assert container["image"] == "registry.local/cdriver:1.2"
     assert container["command"] == ["cdriver", "imex-daemon", "run"]
-    assert container["resources"]["claims"] == [{"name": C.DAEMON_POD_CLAIM_NAME}]
+    assert container["resources"]["claims"] == [{"name": DAEMON_POD_CLAIM_NAME}]
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         assert container[probe]["exec"]["command"] == ["cdriver", "imex-daemon", "check"]
     env = _env(container)
-    assert env[C.ENV_FEATURE_GATES] == gates.to_env()
-    assert "ComputeDomainCliques=false," in env[C.ENV_FEATURE_GATES]
+    assert env[ENV_FEATURE_GATES] == gates.to_env()
+    assert "ComputeDomainCliques=false," in env[ENV_FEATURE_GATES]
     assert env[C.ENV_MAX_NODES] == "9" and env["LOG_VERBOSITY"] == "5"
     for name, path in W.DOWNWARD_ENV:
         assert env[name] == {"fieldRef": {"fieldPath": path}}

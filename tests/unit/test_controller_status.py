@@ -6,6 +6,7 @@ import pytest
 
 from cdriver.api import constants as C
 from cdriver.roles.controller import status as S
+from cdriver.roles.controller.status import CONDITION_READY
 
 pytestmark = pytest.mark.unit
 
@@ -103,7 +104,7 @@ def test_host_managed_is_ready_regardless_of_nodes_but_problems_win():
 
 def _ready_condition(status: dict) -> dict:
     (cond,) = status["conditions"]
-    assert cond["type"] == C.CONDITION_READY
+    assert cond["type"] == CONDITION_READY
     return cond
 
 

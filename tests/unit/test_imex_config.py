@@ -8,7 +8,14 @@ import pytest
 
 from cdriver.api import constants as c
 from cdriver.imex import config
-from cdriver.imex.config import ImexConfig, ImexConfigError
+from cdriver.imex.config import (
+    DEFAULT_IMEX_NODES_CONFIG,
+    IMEX_CMD_PORT,
+    IMEX_SERVER_PORT,
+    IMEXD_NODES_CONFIG,
+    ImexConfig,
+    ImexConfigError,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -51,7 +58,7 @@ EXPECTED = [
 
 
 def render(**kw) -> str:
-    args = {"nodes_config_file": c.IMEXD_NODES_CONFIG, "bind_ip": "10.1.2.3"}
+    args = {"nodes_config_file": IMEXD_NODES_CONFIG, "bind_ip": "10.1.2.3"}
     args.update(kw)
     return config.render_config(config.load_template(), **args)
 
@@ -72,7 +79,7 @@ def test_render_sets_unix_socket_and_ports():
     cfg = ImexConfig.from_values(values)
     assert (cfg.server_port, cfg.cmd_port, cfg.cmd_enabled) == (41000, 41005, True)
     assert cfg.cmd_bind_ip == "10.1.2.3"
-    assert cfg.node_config_file == c.IMEXD_NODES_CONFIG
+    assert cfg.node_config_file == IMEXD_NODES_CONFIG
 
 
 @pytest.mark.parametrize(
@@ -142,10 +149,10 @@ def test_parse_config_rejects_malformed_lines(text, fragment):
 
 def test_config_defaults_for_missing_keys():
     cfg = ImexConfig.from_values({})
-    assert cfg.server_port == c.IMEX_SERVER_PORT
-    assert cfg.cmd_port == c.IMEX_CMD_PORT
+    assert cfg.server_port == IMEX_SERVER_PORT
+    assert cfg.cmd_port == IMEX_CMD_PORT
     assert cfg.cmd_enabled is True
-    assert cfg.node_config_file == c.DEFAULT_IMEX_NODES_CONFIG
+    assert cfg.node_config_file == DEFAULT_IMEX_NODES_CONFIG
     assert cfg.bind_ip == cfg.cmd_bind_ip == cfg.cmd_unix_path == ""
 
 

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from cdriver.api import constants as c
+from cdriver.roles.imex_daemon.cli import ENV_IMEXD_DIR, IMEX_CHECK_NOOP_MESSAGE
+from cdriver.roles.imex_daemon.inputs import IMEXD_STATE_NAME
 
 pytestmark = pytest.mark.unit
 
@@ -23,7 +25,7 @@ def fake_ctl(tmp_path: Path, output: str, code: int = 0) -> Path:
 
 
 def run_cli(tmp_path: Path, *args: str, clique: str = "uuid.0", **env: str) -> subprocess.CompletedProcess:
-    full = {**os.environ, c.ENV_CLIQUE_ID: clique, c.ENV_IMEXD_DIR: str(tmp_path / "imexd"), **env}
+    full = {**os.environ, c.ENV_CLIQUE_ID: clique, ENV_IMEXD_DIR: str(tmp_path / "imexd"), **env}
     return subprocess.run([sys.executable, "-m", "cdriver", "imex-daemon", *args], env=full,
                           capture_output=True, text=True, timeout=60)
 
@@ -31,7 +33,7 @@ def run_cli(tmp_path: Path, *args: str, clique: str = "uuid.0", **env: str) -> s
 def test_check_with_empty_clique_is_a_noop_success(tmp_path: Path) -> None:
     result = run_cli(tmp_path, "check", clique="")
     assert result.returncode == 0
-    assert result.stdout == f"{c.IMEX_CHECK_NOOP_MESSAGE}\n"
+    assert result.stdout == f"{IMEX_CHECK_NOOP_MESSAGE}\n"
 
 
 def test_check_passes_on_exactly_ready_and_queries_the_rendered_config(tmp_path: Path) -> None:
@@ -62,7 +64,7 @@ def test_check_reports_a_blocking_port_conflict_without_asking_the_wrong_daemon(
 
     ctl = fake_ctl(tmp_path, "READY\\n")
     (tmp_path / "imexd").mkdir()
-    failures.write_state(tmp_path / "imexd" / c.IMEXD_STATE_NAME, failures.PHASE_PORT_CONFLICT,
+    failures.write_state(tmp_path / "imexd" / IMEXD_STATE_NAME, failures.PHASE_PORT_CONFLICT,
                          "IMEX port 50000 on pod IP 10.0.0.1 is already in use by process 7")
     result = run_cli(tmp_path, "--imex-ctl-binary", str(ctl), "check")
     assert result.returncode == 1

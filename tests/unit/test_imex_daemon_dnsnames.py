@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from cdriver.api import constants as c
+from cdriver.imex.hosts import HOSTS_BLOCK_HEADER
 from cdriver.roles.imex_daemon import dnsnames
 
 pytestmark = pytest.mark.unit
@@ -55,7 +55,7 @@ def test_hosts_rewrite_is_idempotent_and_keeps_other_lines(tmp_path: Path) -> No
     assert dnsnames.update_hosts_file(hosts, m1)
     text = hosts.read_text()
     assert text == first
-    assert text.count(c.HOSTS_BLOCK_HEADER) == 1
+    assert text.count(HOSTS_BLOCK_HEADER) == 1
     assert text.startswith("127.0.0.1\tlocalhost\n10.1.1.1\tpod-a\n")
     assert "127.0.1.2\tcompute-domain-daemon-0001" in text.splitlines()
 

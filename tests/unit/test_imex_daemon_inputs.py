@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from cdriver.api import constants as c
+from cdriver.imex.hosts import HOSTS_FILE
 from cdriver.roles.imex_daemon.inputs import InputError, RawInputs, parse_check_settings, parse_settings
 
 pytestmark = pytest.mark.unit
@@ -37,7 +37,7 @@ def test_complete_inputs_give_default_modes_and_paths() -> None:
     assert s.paths.template == Path("/tmp/x/imexd/imexd.cfg.tmpl")
     assert s.paths.config == Path("/tmp/x/imexd/imexd.cfg")
     assert s.paths.nodes_config == Path("/tmp/x/imexd/nodes.cfg")
-    assert s.paths.hosts_file == Path(c.HOSTS_FILE)
+    assert s.paths.hosts_file == Path(HOSTS_FILE)
 
 
 def test_missing_cd_uid_says_cdi_was_not_applied() -> None:

@@ -6,9 +6,8 @@ import os
 
 import pytest
 
-from cdriver.api import constants as c
 from cdriver.imex import hosts
-from cdriver.imex.hosts import HostsError
+from cdriver.imex.hosts import HOSTS_BLOCK_HEADER, HostsError
 
 pytestmark = pytest.mark.unit
 
@@ -28,7 +27,7 @@ def test_block_is_appended_after_other_lines():
     assert out == (
         KUBELET_HOSTS
         + "\n"
-        + c.HOSTS_BLOCK_HEADER
+        + HOSTS_BLOCK_HEADER
         + "\n10.244.1.7\tcompute-domain-daemon-0000\n10.244.2.9\tcompute-domain-daemon-0001\n"
     )
 
@@ -39,7 +38,7 @@ def test_render_is_idempotent_without_accumulating_headers():
     for _ in range(5):
         text = hosts.render_hosts(text, MAP_A)
     assert text == once
-    assert text.count(c.HOSTS_BLOCK_HEADER) == 1
+    assert text.count(HOSTS_BLOCK_HEADER) == 1
     assert text.count("\n\n\n") == 0
 
 
@@ -53,7 +52,7 @@ def test_new_mapping_replaces_old_block():
 
 def test_other_lines_are_kept_in_order():
     out = hosts.render_hosts(hosts.render_hosts(KUBELET_HOSTS, MAP_A), MAP_B)
-    kept = out.split(c.HOSTS_BLOCK_HEADER)[0].rstrip("\n") + "\n"
+    kept = out.split(HOSTS_BLOCK_HEADER)[0].rstrip("\n") + "\n"
     assert kept == KUBELET_HOSTS
 
 
@@ -113,7 +112,7 @@ def test_rewrite_validates_before_touching_the_file(tmp_path):
 def test_rewrite_creates_missing_file(tmp_path):
     path = tmp_path / "hosts"
     assert hosts.rewrite_hosts_file(path, MAP_A) is True
-    assert path.read_text().startswith(c.HOSTS_BLOCK_HEADER + "\n")
+    assert path.read_text().startswith(HOSTS_BLOCK_HEADER + "\n")
     assert os.stat(path).st_mode & 0o777 == 0o644 & ~_umask()
 
 

@@ -7,10 +7,16 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from cdriver.api import constants as c
 from cdriver.imex.config import ImexConfig
 from cdriver.sim.imex import protocol as p
 from cdriver.sim.imex.cli import command
+from cdriver.sim.imex.protocol import (
+    ENV_SIM_HOSTS_FILE,
+    ENV_SIM_IMEX_HEARTBEAT,
+    ENV_SIM_IMEX_PEER_TIMEOUT,
+    ENV_SIM_IMEX_RETRY_MAX,
+    IMEX_NO_GPU_VERSION,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -19,16 +25,16 @@ HOSTS = "127.0.0.1 localhost\n10.0.0.1\tcompute-domain-daemon-0000\n10.0.0.2\tCo
 
 def test_timing_defaults_and_env_overrides():
     assert p.Timing.from_env({}) == p.Timing()
-    t = p.Timing.from_env({c.ENV_SIM_IMEX_HEARTBEAT: "0.1", c.ENV_SIM_IMEX_PEER_TIMEOUT: "0.5"})
+    t = p.Timing.from_env({ENV_SIM_IMEX_HEARTBEAT: "0.1", ENV_SIM_IMEX_PEER_TIMEOUT: "0.5"})
     assert (t.heartbeat, t.peer_timeout) == (0.1, 0.5)
 
 
 @pytest.mark.parametrize(
     "env, fragment",
     [
-        ({c.ENV_SIM_IMEX_RETRY_MAX: "soon"}, c.ENV_SIM_IMEX_RETRY_MAX),
-        ({c.ENV_SIM_IMEX_HEARTBEAT: "-1"}, c.ENV_SIM_IMEX_HEARTBEAT),
-        ({c.ENV_SIM_IMEX_HEARTBEAT: "2", c.ENV_SIM_IMEX_PEER_TIMEOUT: "1"}, "must be larger"),
+        ({ENV_SIM_IMEX_RETRY_MAX: "soon"}, ENV_SIM_IMEX_RETRY_MAX),
+        ({ENV_SIM_IMEX_HEARTBEAT: "-1"}, ENV_SIM_IMEX_HEARTBEAT),
+        ({ENV_SIM_IMEX_HEARTBEAT: "2", ENV_SIM_IMEX_PEER_TIMEOUT: "1"}, "must be larger"),
     ],
 )
 def test_timing_rejects_bad_env(env, fragment):
@@ -44,7 +50,7 @@ def test_retry_delay_doubles_and_caps():
 
 def test_hosts_file_path_override():
     assert p.hosts_file_path({}) == "/etc/hosts"
-    assert p.hosts_file_path({c.ENV_SIM_HOSTS_FILE: "/tmp/h"}) == "/tmp/h"
+    assert p.hosts_file_path({ENV_SIM_HOSTS_FILE: "/tmp/h"}) == "/tmp/h"
 
 
 def test_members_resolve_ips_and_names_through_hosts_text():
@@ -66,7 +72,7 @@ def test_self_address_precedence():
 
 def test_messages_round_trip_and_reject_garbage():
     msg = p.hello("10.0.0.1", p.STATE_READY)
-    assert p.parse_hello(p.decode(p.encode(msg))) == ("10.0.0.1", c.IMEX_NO_GPU_VERSION, "READY")
+    assert p.parse_hello(p.decode(p.encode(msg))) == ("10.0.0.1", IMEX_NO_GPU_VERSION, "READY")
     for bad in (b"not json\n", b"[1,2]\n", b"\xff\n", b"{" + b" " * p.MAX_LINE + b"}"):
         with pytest.raises(p.ProtocolError):
             p.decode(bad)

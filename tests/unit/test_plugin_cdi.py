@@ -11,6 +11,7 @@ import pytest
 from cdriver.api import constants as C
 from cdriver.cdi.reader import CDIRegistry
 from cdriver.cdi.writer import claim_spec_name, write_spec
+from cdriver.imex.config import IMEX_CTL_BINARY, IMEX_DAEMON_BINARY
 from cdriver.roles.kubelet_plugin import cdi_edits
 from cdriver.roles.kubelet_plugin.discovery import base_device_nodes, present_channel_count
 
@@ -94,14 +95,13 @@ def test_daemon_claims_mount_the_drivers_imex_binaries(tmp_path) -> None:
     """nvidia-imex and nvidia-imex-ctl come from the driver root, at their usual container paths."""
     from pathlib import Path
 
-    from cdriver.api import constants as C
     from cdriver.roles.kubelet_plugin.cdi_edits import imex_binary_mounts
 
     read_root = tmp_path / "driver"
     (read_root / "usr" / "bin").mkdir(parents=True)
-    (read_root / "usr" / "bin" / C.IMEX_DAEMON_BINARY).write_text("#!/bin/sh\n")
+    (read_root / "usr" / "bin" / IMEX_DAEMON_BINARY).write_text("#!/bin/sh\n")
     (read_root / "bin").mkdir()
-    (read_root / "bin" / C.IMEX_CTL_BINARY).write_text("#!/bin/sh\n")
+    (read_root / "bin" / IMEX_CTL_BINARY).write_text("#!/bin/sh\n")
     mounts = imex_binary_mounts(read_root, Path("/run/nvidia/driver"))
     assert [(m.host_path, m.container_path) for m in mounts] == [
         ("/run/nvidia/driver/usr/bin/nvidia-imex", "/usr/bin/nvidia-imex"),

@@ -7,21 +7,22 @@ from pathlib import Path
 import click
 import pytest
 
-from cdriver.api import constants as C
 from cdriver.api.imex_mode import ImexConfigError
 from cdriver.durations import parse_duration as parse_seconds
+from cdriver.imex.config import IMEX_CTL_BINARY
+from cdriver.imex.ctl import DEFAULT_HOST_IMEX_SOCKET
 from cdriver.roles.kubelet_plugin.cli import build_config
 from cdriver.roles.kubelet_plugin.discovery import DiscoveryError, check_driver_version
 from cdriver.roles.kubelet_plugin.host import check_host_imex, host_socket
 
 pytestmark = pytest.mark.unit
 
-SOCK = C.DEFAULT_HOST_IMEX_SOCKET
+SOCK = DEFAULT_HOST_IMEX_SOCKET
 
 
 def install_ctl(root: Path, output: str, rc: int = 0, subdir: str = "usr/bin") -> Path:
     """A driver root whose nvidia-imex-ctl records its arguments and answers `output`."""
-    ctl = root / subdir / C.IMEX_CTL_BINARY
+    ctl = root / subdir / IMEX_CTL_BINARY
     ctl.parent.mkdir(parents=True, exist_ok=True)
     ctl.write_text(f"#!/bin/sh\necho \"$@\" > {root}/args\nprintf '%s\\n' '{output}'\nexit {rc}\n")
     ctl.chmod(0o755)

@@ -14,8 +14,16 @@ import sys
 import click
 
 from cdriver.api import constants as C
+from cdriver.api.imex_mode import ENV_IMEX_ISOLATION, ENV_IMEX_MODE
 from cdriver.durations import parse_duration
 from cdriver.errors import CdriverError
+from cdriver.imex.config import DEFAULT_MAX_NODES_PER_IMEX_DOMAIN
+from cdriver.roles.controller.settings import (
+    DEFAULT_DAEMON_CPU,
+    DEFAULT_DAEMON_MEMORY,
+    DEFAULT_DAEMON_PRIORITY_CLASS,
+    DEFAULT_LEASE_NAME,
+)
 from cdriver.roles.startup import (
     check_http_endpoint,
     install_signal_handlers,
@@ -49,23 +57,23 @@ def _fail(message: str, code: int = 2) -> None:
               envvar="LOG_VERBOSITY_CD_DAEMON", show_envvar=True,
               help="Log verbosity of daemon pods (default: this process's).")
 @click.option("--max-nodes-per-imex-domain", type=int,
-              default=C.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN, envvar=C.ENV_MAX_NODES,
+              default=DEFAULT_MAX_NODES_PER_IMEX_DOMAIN, envvar=C.ENV_MAX_NODES,
               show_default=True, show_envvar=True, help="Largest clique a daemon supports.")
-@click.option("--daemon-priority-class", default=C.DEFAULT_DAEMON_PRIORITY_CLASS,
+@click.option("--daemon-priority-class", default=DEFAULT_DAEMON_PRIORITY_CLASS,
               envvar="DAEMON_PRIORITY_CLASS_NAME", show_default=True, show_envvar=True,
               help="PriorityClass of daemon pods, so they schedule ahead of the workloads "
                    "they serve ('' for none).")
-@click.option("--daemon-cpu", default=C.DEFAULT_DAEMON_CPU, envvar="DAEMON_CPU",
+@click.option("--daemon-cpu", default=DEFAULT_DAEMON_CPU, envvar="DAEMON_CPU",
               show_default=True, show_envvar=True,
               help="CPU request and limit of the daemon container (Guaranteed QoS).")
-@click.option("--daemon-memory", default=C.DEFAULT_DAEMON_MEMORY, envvar="DAEMON_MEMORY",
+@click.option("--daemon-memory", default=DEFAULT_DAEMON_MEMORY, envvar="DAEMON_MEMORY",
               show_default=True, show_envvar=True,
               help="Memory request and limit of the daemon container (Guaranteed QoS).")
-@click.option("--imex-mode", default="driverManaged", envvar=C.ENV_IMEX_MODE, show_default=True,
+@click.option("--imex-mode", default="driverManaged", envvar=ENV_IMEX_MODE, show_default=True,
               show_envvar=True, help="driverManaged (daemons per domain) or hostManaged "
                                      "(host nvidia-imex service; needs gate "
                                      "HostManagedIMEXDaemon).")
-@click.option("--imex-isolation", default="domain", envvar=C.ENV_IMEX_ISOLATION,
+@click.option("--imex-isolation", default="domain", envvar=ENV_IMEX_ISOLATION,
               show_default=True, show_envvar=True,
               help="IMEX isolation: domain (channel is reserved).")
 @click.option("--http-endpoint", default="", envvar="HTTP_ENDPOINT", show_envvar=True,
@@ -83,7 +91,7 @@ def _fail(message: str, code: int = 2) -> None:
 @click.option("--leader-election-lease-lock-namespace", "lease_namespace", default="",
               envvar="LEADER_ELECTION_LEASE_LOCK_NAMESPACE", show_envvar=True,
               help="Namespace of the Lease (default: --namespace).")
-@click.option("--leader-election-lease-lock-name", "lease_name", default=C.DEFAULT_LEASE_NAME,
+@click.option("--leader-election-lease-lock-name", "lease_name", default=DEFAULT_LEASE_NAME,
               envvar="LEADER_ELECTION_LEASE_LOCK_NAME", show_default=True, show_envvar=True)
 @click.option("--leader-election-lease-duration", "lease_duration", default="15s",
               envvar="LEADER_ELECTION_LEASE_DURATION", show_default=True, show_envvar=True)

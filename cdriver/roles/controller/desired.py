@@ -18,7 +18,13 @@ import jinja2
 import yaml
 
 from cdriver.api import constants as C
+from cdriver.featuregates import ENV_FEATURE_GATES
 from cdriver.roles.controller.settings import ControllerSettings
+
+DAEMON_CONTAINER_NAME = "compute-domain-daemon"
+DAEMON_POD_CLAIM_NAME = "compute-domain-daemon"
+DAEMON_REQUEST_NAME = "daemon"
+CHANNEL_REQUEST_NAME = "channel"
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available
 
@@ -138,7 +144,7 @@ def workload_claim_template(cd: DomainLike, settings: ControllerSettings) -> dic
         {"domain_uid": cd.uid, "name": cd.channel_template_name, "namespace": cd.namespace,
          "allocation_mode": channel_allocation_mode(cd.allocation_mode, settings.host_managed)},
         **_common(C.TARGET_WORKLOAD),
-        request_name=C.CHANNEL_REQUEST_NAME,
+        request_name=CHANNEL_REQUEST_NAME,
         device_class=C.DEVICE_CLASS_DEFAULT_CHANNEL,
         config_kind=C.KIND_CHANNEL_CONFIG,
     )
@@ -151,7 +157,7 @@ def daemon_claim_template(cd: DomainLike, settings: ControllerSettings) -> dict:
         {"domain_uid": cd.uid, "name": C.daemon_object_name(cd.uid)},
         **_common(C.TARGET_DAEMON),
         namespace=settings.namespace,
-        request_name=C.DAEMON_REQUEST_NAME,
+        request_name=DAEMON_REQUEST_NAME,
         device_class=C.DEVICE_CLASS_DAEMON,
         config_kind=C.KIND_DAEMON_CONFIG,
     )
@@ -168,8 +174,8 @@ def daemon_set(cd: DomainLike, settings: ControllerSettings, claim_template_name
         service_account=C.DAEMON_SERVICE_ACCOUNT,
         priority_class=settings.daemon_priority_class,
         image_pull_secrets=list(settings.image_pull_secrets),
-        claim_name=C.DAEMON_POD_CLAIM_NAME,
-        container_name=C.DAEMON_CONTAINER_NAME,
+        claim_name=DAEMON_POD_CLAIM_NAME,
+        container_name=DAEMON_CONTAINER_NAME,
         image=settings.daemon_image,
         run_command=list(DAEMON_RUN_COMMAND),
         check_command=list(DAEMON_CHECK_COMMAND),
@@ -177,7 +183,7 @@ def daemon_set(cd: DomainLike, settings: ControllerSettings, claim_template_name
         log_verbosity=settings.daemon_log_verbosity,
         env_max_nodes=C.ENV_MAX_NODES,
         max_nodes=settings.max_nodes_per_imex_domain,
-        env_feature_gates=C.ENV_FEATURE_GATES,
+        env_feature_gates=ENV_FEATURE_GATES,
         feature_gates=settings.feature_gates_env,
         cpu=settings.daemon_cpu,
         memory=settings.daemon_memory,

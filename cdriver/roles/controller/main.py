@@ -8,6 +8,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from cdriver.api import constants as C
+from cdriver.api.imex_mode import IMEX_MODE_DRIVER_MANAGED, IMEX_MODE_HOST_MANAGED
 from cdriver.kube.events import EventRecorder
 from cdriver.kube.informer import Informer, uid_index
 from cdriver.kube.leader import LeaderElector
@@ -17,8 +18,10 @@ from cdriver.roles.controller import reconciler as R
 from cdriver.roles.controller.desired import domain_uid_of
 from cdriver.roles.controller.metrics import ControllerMetrics
 from cdriver.roles.controller.overlay import Overlay
-from cdriver.roles.controller.settings import ControllerSettings
+from cdriver.roles.controller.settings import DEFAULT_LEASE_NAME, ControllerSettings
 from cdriver.roles.controller.trim import TrimmingClient, without_managed_fields
+
+CONTROLLER_COMPONENT = "cdriver-controller"
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +54,7 @@ class Controller:
         self.config = config
         self.settings = config.settings
         self.metrics = metrics or ControllerMetrics()
-        self.recorder = recorder or EventRecorder(raw, C.CONTROLLER_COMPONENT)
+        self.recorder = recorder or EventRecorder(raw, CONTROLLER_COMPONENT)
         self.overlay = Overlay()
         self.caches = self._informers()
         self.reconciler = R.Reconciler(raw, self.caches, self.settings, self.recorder,
@@ -173,8 +176,8 @@ class Controller:
         self._started.set()
         log.info("controller started (namespace %s, mode %s, %d domains cached)",
                  self.settings.namespace,
-                 C.IMEX_MODE_HOST_MANAGED if self.settings.host_managed
-                 else C.IMEX_MODE_DRIVER_MANAGED, len(self.caches.domains.list()))
+                 IMEX_MODE_HOST_MANAGED if self.settings.host_managed
+                 else IMEX_MODE_DRIVER_MANAGED, len(self.caches.domains.list()))
 
     def stop(self) -> None:
         self._stop.set()
@@ -201,7 +204,7 @@ class LeaderConfig:
     """Lease-based leader election settings (upstream flag names and defaults)."""
 
     namespace: str
-    name: str = C.DEFAULT_LEASE_NAME
+    name: str = DEFAULT_LEASE_NAME
     lease_seconds: float = 15.0
     renew_seconds: float = 10.0
     retry_seconds: float = 2.0

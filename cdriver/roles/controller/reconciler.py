@@ -26,6 +26,7 @@ from cdriver.roles.controller.cleanup import objects_of, orphan_domains
 from cdriver.roles.controller.metrics import ControllerMetrics
 from cdriver.roles.controller.overlay import Overlay
 from cdriver.roles.controller.settings import ControllerSettings
+from cdriver.roles.controller.status import CONDITION_READY
 from cdriver.roles.controller.trim import (
     Trim,
     metadata_only,
@@ -433,7 +434,7 @@ class Reconciler:
         body["status"] = want
         self._record("update_status", CDS.plural, self.raw.update_status(CDS, body))
         previous = next((c.get("reason") for c in current.get("conditions") or []
-                         if c.get("type") == C.CONDITION_READY), None)
+                         if c.get("type") == CONDITION_READY), None)
         if problem is not None and problem.warn and previous != problem.reason:
             self.recorder.warning(obj, problem.reason, problem.message)
         log.info("%s: status %s (%s)", object_key(obj), want["status"],

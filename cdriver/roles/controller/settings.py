@@ -7,6 +7,12 @@ from dataclasses import dataclass
 
 from cdriver import __version__
 from cdriver.api import constants as C
+from cdriver.imex.config import DEFAULT_MAX_NODES_PER_IMEX_DOMAIN
+
+DEFAULT_DAEMON_PRIORITY_CLASS = "system-node-critical"
+DEFAULT_DAEMON_CPU = "100m"
+DEFAULT_DAEMON_MEMORY = "256Mi"
+DEFAULT_LEASE_NAME = "cdriver-controller"
 
 DEFAULT_DAEMON_IMAGE = f"cdriver:{__version__}"
 
@@ -25,16 +31,16 @@ class ControllerSettings:
     daemon_image: str = DEFAULT_DAEMON_IMAGE
     image_pull_secrets: tuple[str, ...] = ()
     daemon_log_verbosity: int = 0
-    max_nodes_per_imex_domain: int = C.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN
+    max_nodes_per_imex_domain: int = DEFAULT_MAX_NODES_PER_IMEX_DOMAIN
     #: FEATURE_GATES for daemon pods: the controller's effective gates, every known gate.
     feature_gates_env: str = ""
     cliques_enabled: bool = True
     host_managed: bool = False
     #: Priority class of daemon pods ("" = none).
-    daemon_priority_class: str = C.DEFAULT_DAEMON_PRIORITY_CLASS
+    daemon_priority_class: str = DEFAULT_DAEMON_PRIORITY_CLASS
     #: CPU and memory of the daemon container, used as both request and limit (Guaranteed QoS).
-    daemon_cpu: str = C.DEFAULT_DAEMON_CPU
-    daemon_memory: str = C.DEFAULT_DAEMON_MEMORY
+    daemon_cpu: str = DEFAULT_DAEMON_CPU
+    daemon_memory: str = DEFAULT_DAEMON_MEMORY
 
     def problems(self) -> list[str]:
         """Every invalid setting, each naming the flag, the value and the fix."""

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from cdriver.api import constants as C
 
+CONDITION_READY = "Ready"
+
 #: Reasons of the Ready condition.
 REASON_NODES_READY = "NodesReady"
 REASON_AWAITING_WORKLOADS = "AwaitingWorkloads"
@@ -205,7 +207,7 @@ def desired_status(
     reason, message = explain(num_nodes, nodes, template, host_managed, problem, forced_single)
     cond_status = "True" if status == C.STATUS_READY else "False"
     previous = next((c for c in current.get("conditions") or []
-                     if c.get("type") == C.CONDITION_READY), None)
+                     if c.get("type") == CONDITION_READY), None)
     transition = now
     if previous and previous.get("status") == cond_status and previous.get("lastTransitionTime"):
         transition = previous["lastTransitionTime"]
@@ -214,7 +216,7 @@ def desired_status(
         out["nodes"] = nodes
     out["readyNodes"] = f"{ready_count(nodes)}/{len(nodes)}"
     out["conditions"] = [{
-        "type": C.CONDITION_READY, "status": cond_status, "reason": reason,
+        "type": CONDITION_READY, "status": cond_status, "reason": reason,
         "message": message, "lastTransitionTime": transition,
         "observedGeneration": int(generation or 0),
     }]

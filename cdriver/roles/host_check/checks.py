@@ -11,6 +11,9 @@ import os
 from dataclasses import asdict, dataclass
 
 from cdriver.api import constants as c
+from cdriver.api.imex_mode import IMEX_MODE_DRIVER_MANAGED
+from cdriver.imex.config import IMEX_CMD_PORT, IMEX_CTL_BINARY, IMEX_SERVER_PORT
+from cdriver.nvml.discover import IMEX_CHANNELS_DEVICE_NAME
 from cdriver.roles.host_check.facts import NodeFacts
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
@@ -45,9 +48,9 @@ def check_channel_major(f: NodeFacts) -> CheckResult:
     if f.proc_devices_error:
         return CheckResult(name, FAIL, f.proc_devices_error, "make /proc/devices readable (run host-check as root)")
     if f.channel_major is None:
-        return CheckResult(name, FAIL, f"no '{c.IMEX_CHANNELS_DEVICE_NAME}' character device in {f.proc_devices_path}",
+        return CheckResult(name, FAIL, f"no '{IMEX_CHANNELS_DEVICE_NAME}' character device in {f.proc_devices_path}",
                            "load an NVIDIA driver with IMEX channel support (>= 570) on this node")
-    return CheckResult(name, PASS, f"{c.IMEX_CHANNELS_DEVICE_NAME} major {f.channel_major} ({f.proc_devices_path})")
+    return CheckResult(name, PASS, f"{IMEX_CHANNELS_DEVICE_NAME} major {f.channel_major} ({f.proc_devices_path})")
 
 
 def check_channel_device(f: NodeFacts) -> CheckResult:
@@ -88,18 +91,18 @@ def _ports(f: NodeFacts) -> str:
     """The running service's ports (its config's, else IMEX's defaults)."""
     cfg = next((p.config for p in f.processes if p.config is not None), None)
     if cfg is None:
-        return f"{c.IMEX_SERVER_PORT}/{c.IMEX_CMD_PORT}"
+        return f"{IMEX_SERVER_PORT}/{IMEX_CMD_PORT}"
     return f"{cfg.server_port}/{cfg.cmd_port}"
 
 
 def check_imex_service(f: NodeFacts) -> CheckResult:
     name = "imex-service"
-    if f.mode == c.IMEX_MODE_DRIVER_MANAGED:
+    if f.mode == IMEX_MODE_DRIVER_MANAGED:
         if f.processes:
             return CheckResult(name, FAIL,
                                f"a host nvidia-imex is running ({_pids(f)}, ports {_ports(f)}); in driver-managed "
                                "mode the per-domain daemons run IMEX on this node and need ports "
-                               f"{c.IMEX_SERVER_PORT}/{c.IMEX_CMD_PORT}",
+                               f"{IMEX_SERVER_PORT}/{IMEX_CMD_PORT}",
                                "stop and disable it: systemctl disable --now nvidia-imex")
         return CheckResult(name, PASS, "no host nvidia-imex running (driver-managed mode runs its own daemons)")
     if not f.processes:
@@ -110,7 +113,7 @@ def check_imex_service(f: NodeFacts) -> CheckResult:
 
 def check_imex_config(f: NodeFacts) -> CheckResult:
     name = "imex-config"
-    if f.mode == c.IMEX_MODE_DRIVER_MANAGED:
+    if f.mode == IMEX_MODE_DRIVER_MANAGED:
         return CheckResult(name, SKIP, "driver-managed mode: the driver writes each daemon's config")
     if not f.processes:
         return CheckResult(name, SKIP, "no nvidia-imex process to inspect")
@@ -141,10 +144,10 @@ def check_imex_config(f: NodeFacts) -> CheckResult:
 
 def check_imex_socket(f: NodeFacts) -> CheckResult:
     name = "imex-socket"
-    if f.mode == c.IMEX_MODE_DRIVER_MANAGED:
+    if f.mode == IMEX_MODE_DRIVER_MANAGED:
         return CheckResult(name, SKIP, "driver-managed mode: readiness is probed inside each daemon pod")
     if not f.ctl_path:
-        return CheckResult(name, FAIL, f"no {c.IMEX_CTL_BINARY} under {f.driver_root}",
+        return CheckResult(name, FAIL, f"no {IMEX_CTL_BINARY} under {f.driver_root}",
                            "install the nvidia-imex package (it ships nvidia-imex-ctl)")
     if f.probe is not None and f.probe.ready:
         return CheckResult(name, PASS, f"{f.expected_socket} answers READY")

@@ -8,7 +8,8 @@ import sys
 
 import click
 
-from cdriver.api import constants as c
+from cdriver.api.imex_mode import IMEX_MODE_DRIVER_MANAGED, IMEX_MODE_HOST_MANAGED
+from cdriver.imex.ctl import DEFAULT_HOST_IMEX_SOCKET
 
 log = logging.getLogger(__name__)
 
@@ -51,18 +52,18 @@ class HostCheckCommand(click.Command):
 def _absolute_socket(ctx: click.Context, param: click.Parameter, value: str) -> str:
     if not value.startswith("/"):
         raise click.BadParameter(f"{value!r} must be an absolute path as seen on the host (below the driver "
-                                 f"root), e.g. {c.DEFAULT_HOST_IMEX_SOCKET}", ctx, param)
+                                 f"root), e.g. {DEFAULT_HOST_IMEX_SOCKET}", ctx, param)
     return value
 
 
 @click.command("host-check", cls=HostCheckCommand)
 @click.option("--driver-root", default="/", show_default=True, envvar=["NVIDIA_DRIVER_ROOT"],
               help="Root of the NVIDIA driver install (env NVIDIA_DRIVER_ROOT).")
-@click.option("--socket", "socket_path", default=c.DEFAULT_HOST_IMEX_SOCKET, show_default=True,
+@click.option("--socket", "socket_path", default=DEFAULT_HOST_IMEX_SOCKET, show_default=True,
               envvar="IMEX_HOST_SOCKET_PATH", callback=_absolute_socket,
               help="IMEX command socket the driver uses, inside the driver root (env IMEX_HOST_SOCKET_PATH).")
-@click.option("--mode", type=click.Choice([c.IMEX_MODE_HOST_MANAGED, c.IMEX_MODE_DRIVER_MANAGED]),
-              default=c.IMEX_MODE_HOST_MANAGED, show_default=True, envvar="IMEX_MODE",
+@click.option("--mode", type=click.Choice([IMEX_MODE_HOST_MANAGED, IMEX_MODE_DRIVER_MANAGED]),
+              default=IMEX_MODE_HOST_MANAGED, show_default=True, envvar="IMEX_MODE",
               help="IMEX lifecycle mode of this node (env IMEX_MODE).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document instead of the table.")
 @click.option("--timeout", type=click.FloatRange(0, min_open=True), default=5.0, show_default=True,

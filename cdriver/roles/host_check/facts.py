@@ -12,13 +12,16 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from cdriver.api import constants as c
 from cdriver.errors import CdriverError
 from cdriver.imex import config as imex_config
 from cdriver.imex import ctl as imex_ctl
-
-NVML_LIB_NAME = "libnvidia-ml.so.1"
-NVML_LIB_DIRS = ("lib", "lib64", "usr/lib", "usr/lib64", "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu")
+from cdriver.imex.config import DEFAULT_IMEX_CONFIG, IMEX_DAEMON_BINARY
+from cdriver.nvml.discover import (
+    IMEX_CHANNELS_DEV_DIR,
+    IMEX_CHANNELS_DEVICE_NAME,
+    NVML_LIBRARY_NAME,
+    NVML_LIBRARY_SEARCH_DIRS,
+)
 
 
 @dataclass
@@ -76,9 +79,9 @@ def under_root(root: str, path: str) -> str:
 
 
 def find_nvml_library(root: str) -> str | None:
-    """Path of libnvidia-ml.so.1 in the driver root's library dirs, or None."""
-    for sub in NVML_LIB_DIRS:
-        candidate = os.path.join(root, sub, NVML_LIB_NAME)
+    """Path of libnvidia-ml.so.1 in the dirs the kubelet plugin loads it from, or None."""
+    for sub in NVML_LIBRARY_SEARCH_DIRS:
+        candidate = os.path.join(root, sub.lstrip("/"), NVML_LIBRARY_NAME)
         if os.path.exists(candidate):
             return candidate
     return None
@@ -96,7 +99,7 @@ def parse_channel_major(text: str) -> int | None:
             in_char = False
             continue
         parts = line.split()
-        if in_char and len(parts) == 2 and parts[1] == c.IMEX_CHANNELS_DEVICE_NAME and parts[0].isdigit():
+        if in_char and len(parts) == 2 and parts[1] == IMEX_CHANNELS_DEVICE_NAME and parts[0].isdigit():
             return int(parts[0])
     return None
 
@@ -140,7 +143,7 @@ def _config_arg(cmdline: list[str]) -> str | None:
 def is_imex_process(name: str, cmdline: list[str]) -> bool:
     """True for an nvidia-imex daemon (by process name or argv[0]); never for nvidia-imex-ctl."""
     argv0 = os.path.basename(cmdline[0]) if cmdline else ""
-    return name == c.IMEX_DAEMON_BINARY or argv0 == c.IMEX_DAEMON_BINARY
+    return name == IMEX_DAEMON_BINARY or argv0 == IMEX_DAEMON_BINARY
 
 
 def in_pod_cgroup(cgroup_text: str) -> bool:
@@ -176,7 +179,7 @@ def imex_processes(root: str) -> list[ImexProcessFacts]:
         if not is_imex_process(info.get("name") or "", cmdline) or _pod_process(info["pid"]):
             continue
         facts = ImexProcessFacts(pid=info["pid"], cmdline=cmdline)
-        cfg = _config_arg(cmdline) or c.DEFAULT_IMEX_CONFIG  # what nvidia-imex reads without -c
+        cfg = _config_arg(cmdline) or DEFAULT_IMEX_CONFIG  # what nvidia-imex reads without -c
         if not os.path.isabs(cfg) and info.get("cwd"):
             cfg = os.path.join(info["cwd"], cfg)
         facts.config_path = os.path.realpath(cfg)
@@ -205,9 +208,9 @@ def gather(mode: str, driver_root: str, socket: str, probe_timeout: float = 5.0)
             major = parse_channel_major(f.read())
     except OSError as e:
         proc_error = f"cannot read {proc_devices}: {e.strerror}"
-    dev_dir = under_root(root, c.IMEX_CHANNELS_DEV_DIR)
+    dev_dir = under_root(root, IMEX_CHANNELS_DEV_DIR)
     if not os.path.exists(under_root(root, "/dev")):
-        dev_dir = c.IMEX_CHANNELS_DEV_DIR
+        dev_dir = IMEX_CHANNELS_DEV_DIR
     channel0 = device_node_facts(os.path.join(dev_dir, "channel0"))
     expected_socket = os.path.realpath(under_root(root, socket))
     facts = NodeFacts(

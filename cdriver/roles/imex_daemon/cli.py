@@ -15,9 +15,16 @@ import click
 
 from cdriver.api import constants as c
 from cdriver.errors import CdriverError
+from cdriver.featuregates import ENV_FEATURE_GATES
+from cdriver.imex.config import IMEX_CTL_BINARY, IMEX_DAEMON_BINARY, IMEXD_DIR
+from cdriver.imex.hosts import HOSTS_FILE
 from cdriver.roles.startup import root_options
 
 from .inputs import RawInputs
+
+ENV_IMEXD_DIR = "IMEXD_DIR"
+ENV_IMEX_HOSTS_FILE = "IMEX_HOSTS_FILE"
+IMEX_CHECK_NOOP_MESSAGE = "check succeeded (noop, clique ID is empty)"
 
 
 def _fail(message: str) -> None:
@@ -46,20 +53,20 @@ def _fail(message: str) -> None:
               help="This pod's UID (downward API metadata.uid), for the clique's owner reference.")
 @click.option("--max-nodes-per-imex-domain", "max_nodes", default="", envvar=c.ENV_MAX_NODES, show_envvar=True,
               help="Maximum members of one clique: bounds indices and the DNS-name peer list.")
-@click.option("--imexd-dir", default=c.IMEXD_DIR, envvar=c.ENV_IMEXD_DIR, show_envvar=True, show_default=True,
+@click.option("--imexd-dir", default=IMEXD_DIR, envvar=ENV_IMEXD_DIR, show_envvar=True, show_default=True,
               help="Directory mounted by CDI with the config template; imexd.cfg and nodes.cfg go here.")
-@click.option("--hosts-file", default=c.HOSTS_FILE, envvar=c.ENV_IMEX_HOSTS_FILE, show_envvar=True,
+@click.option("--hosts-file", default=HOSTS_FILE, envvar=ENV_IMEX_HOSTS_FILE, show_envvar=True,
               show_default=True, help="Hosts file that maps peer DNS names to IPs (DNS-name mode).")
-@click.option("--imex-binary", default=c.IMEX_DAEMON_BINARY, show_default=True,
+@click.option("--imex-binary", default=IMEX_DAEMON_BINARY, show_default=True,
               help="nvidia-imex executable (looked up on PATH).")
-@click.option("--imex-ctl-binary", "ctl_binary", default=c.IMEX_CTL_BINARY, show_default=True,
+@click.option("--imex-ctl-binary", "ctl_binary", default=IMEX_CTL_BINARY, show_default=True,
               help="nvidia-imex-ctl executable (looked up on PATH).")
 @click.option("--kubeconfig", default=None, envvar="KUBECONFIG",
               help="Kubeconfig file (default: the pod's service account).")
 @click.pass_context
 def command(ctx: click.Context, **options: str) -> None:
     """Per-ComputeDomain IMEX daemon: join the clique, run nvidia-imex, report readiness."""
-    gates = root_options(ctx).get("feature_gates") or os.environ.get(c.ENV_FEATURE_GATES, "")
+    gates = root_options(ctx).get("feature_gates") or os.environ.get(ENV_FEATURE_GATES, "")
     ctx.obj = RawInputs(feature_gates=gates, **options)
     if ctx.invoked_subcommand is None:
         ctx.invoke(run_command)
@@ -108,7 +115,7 @@ def check_command(raw: RawInputs, timeout: float) -> None:
 
     settings = parse_check_settings(raw, timeout)
     if not settings.clique_id:
-        click.echo(c.IMEX_CHECK_NOOP_MESSAGE)
+        click.echo(IMEX_CHECK_NOOP_MESSAGE)
         return
     state = failures.read_state(settings.paths.state)
     if state is not None:
@@ -118,5 +125,5 @@ def check_command(raw: RawInputs, timeout: float) -> None:
         return
     output = result.output.strip() or "<no output>"
     if result.returncode != 0:
-        _fail(f"IMEX daemon check failed: error running {c.IMEX_CTL_BINARY} (exit {result.returncode}): {output}")
+        _fail(f"IMEX daemon check failed: error running {IMEX_CTL_BINARY} (exit {result.returncode}): {output}")
     _fail(f"IMEX daemon not ready: {result.output!r}")

@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from cdriver.api import constants as c
 from cdriver.imex import config as imex_config
 from cdriver.imex import hosts as imex_hosts
+from cdriver.imex.hosts import dns_name
 
 from .clique import entry_index
 
@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 def static_names(max_nodes: int) -> list[str]:
     """The peer names of a clique of at most `max_nodes` members, in index order."""
-    return [c.dns_name(i) for i in range(max_nodes)]
+    return [dns_name(i) for i in range(max_nodes)]
 
 
 def static_nodes_config(max_nodes: int) -> str:
@@ -50,7 +50,7 @@ def dns_mapping(entries: list[dict], clique_id: str, max_nodes: int) -> tuple[di
         if not ip:
             problems.append(f"entry of node {node} has no ipAddress")
             continue
-        name = c.dns_name(index)
+        name = dns_name(index)
         if name in mapping and mapping[name] != ip:
             problems.append(f"index {index} is claimed by two entries ({mapping[name]} and {ip} of {node})")
             continue

@@ -17,8 +17,13 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from cdriver.api import constants as c
 from cdriver.atomic import atomic_write
+from cdriver.imex.config import IMEX_CMD_PORT, IMEX_SERVER_PORT
+
+HOST_IMEX_SERVICE = "nvidia-imex.service"
+EVENT_REASON_IMEX_START_FAILED = "IMEXDaemonStartFailed"
+EVENT_REASON_IMEX_PORT_CONFLICT = "IMEXPortConflict"
+EVENT_REASON_IMEX_RESTARTED = "IMEXDaemonRestarted"
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +53,13 @@ def command_port(config: dict[str, str]) -> int | None:
     """The command service port (`nvidia-imex-ctl` talks to it), None when disabled or invalid."""
     if (config.get("IMEX_CMD_ENABLED") or "1").strip() == "0":
         return None
-    return _config_port(config, "IMEX_CMD_PORT", c.IMEX_CMD_PORT)
+    return _config_port(config, "IMEX_CMD_PORT", IMEX_CMD_PORT)
 
 
 def imex_ports(config: dict[str, str]) -> list[int]:
     """Ports nvidia-imex binds on the pod IP, from its parsed config (defaults 50000/50005)."""
     ports = []
-    for port in (_config_port(config, "SERVER_PORT", c.IMEX_SERVER_PORT), command_port(config)):
+    for port in (_config_port(config, "SERVER_PORT", IMEX_SERVER_PORT), command_port(config)):
         if port is not None and port not in ports:
             ports.append(port)
     return ports
@@ -119,8 +124,8 @@ def port_conflict_message(ip: str, holder: PortHolder) -> str:
     return (
         f"IMEX port {holder.port} on pod IP {ip} is already in use by {who}; nvidia-imex for this "
         "ComputeDomain cannot start, and a readiness probe would talk to the wrong daemon. This is "
-        f"typically the host's {c.HOST_IMEX_SERVICE} left running while IMEX is driver-managed. "
-        f"Fix: on this node run `systemctl disable --now {c.HOST_IMEX_SERVICE}` (or stop whatever "
+        f"typically the host's {HOST_IMEX_SERVICE} left running while IMEX is driver-managed. "
+        f"Fix: on this node run `systemctl disable --now {HOST_IMEX_SERVICE}` (or stop whatever "
         "holds the port); this daemon starts nvidia-imex as soon as the port is free. To use the "
         "host service instead, install the driver with resources.computeDomains.imex.mode=hostManaged "
         "(and the HostManagedIMEXDaemon feature gate)."

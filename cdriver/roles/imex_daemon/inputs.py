@@ -14,6 +14,19 @@ from pathlib import Path
 from cdriver import featuregates
 from cdriver.api import constants as c
 from cdriver.errors import CdriverError
+from cdriver.featuregates import ENV_FEATURE_GATES
+from cdriver.imex.config import (
+    DEFAULT_MAX_NODES_PER_IMEX_DOMAIN,
+    IMEX_CTL_BINARY,
+    IMEX_DAEMON_BINARY,
+    IMEXD_CONFIG_NAME,
+    IMEXD_DIR,
+    IMEXD_NODES_CONFIG_NAME,
+    IMEXD_TEMPLATE_NAME,
+)
+from cdriver.imex.hosts import HOSTS_FILE
+
+IMEXD_STATE_NAME = "daemon-state.json"  # written by `imex-daemon run`, read by `check`
 
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
@@ -37,10 +50,10 @@ class RawInputs:
     pod_uid: str = ""
     max_nodes: str = ""
     feature_gates: str = ""
-    imexd_dir: str = c.IMEXD_DIR
-    hosts_file: str = c.HOSTS_FILE
-    imex_binary: str = c.IMEX_DAEMON_BINARY
-    ctl_binary: str = c.IMEX_CTL_BINARY
+    imexd_dir: str = IMEXD_DIR
+    hosts_file: str = HOSTS_FILE
+    imex_binary: str = IMEX_DAEMON_BINARY
+    ctl_binary: str = IMEX_CTL_BINARY
     kubeconfig: str | None = None
     max_backoff: float = 30.0
     recheck_seconds: float = 5.0
@@ -57,20 +70,20 @@ class Paths:
     @property
     def template(self) -> Path:
         """Config template the kubelet plugin copied in when it prepared the daemon claim."""
-        return self.imexd_dir / c.IMEXD_TEMPLATE_NAME
+        return self.imexd_dir / IMEXD_TEMPLATE_NAME
 
     @property
     def config(self) -> Path:
-        return self.imexd_dir / c.IMEXD_CONFIG_NAME
+        return self.imexd_dir / IMEXD_CONFIG_NAME
 
     @property
     def nodes_config(self) -> Path:
-        return self.imexd_dir / c.IMEXD_NODES_CONFIG_NAME
+        return self.imexd_dir / IMEXD_NODES_CONFIG_NAME
 
     @property
     def state(self) -> Path:
         """Daemon state shared with `check` (e.g. a port conflict that blocks start-up)."""
-        return self.imexd_dir / c.IMEXD_STATE_NAME
+        return self.imexd_dir / IMEXD_STATE_NAME
 
 
 @dataclass(frozen=True)
@@ -130,7 +143,7 @@ def cdi_missing_message() -> str:
     return (
         f"{c.ENV_CD_UUID} is empty: the CDI container edits of the daemon claim were not applied "
         f"to this container (they carry {c.ENV_CD_UUID}, {c.ENV_CD_NAME}, {c.ENV_CD_NAMESPACE}, "
-        f"{c.ENV_CLIQUE_ID} and the {c.IMEXD_DIR} mount). Check that the container runtime has CDI "
+        f"{c.ENV_CLIQUE_ID} and the {IMEXD_DIR} mount). Check that the container runtime has CDI "
         "enabled (containerd: enable_cdi = true; CRI-O enables it by default) and that the pod "
         f"requests its ResourceClaim of DeviceClass {c.DEVICE_CLASS_DAEMON}."
     )
@@ -148,13 +161,13 @@ def _parse_max_nodes(problems: list[str], text: str) -> int:
     except ValueError:
         problems.append(
             f"{c.ENV_MAX_NODES}={value!r} is not an integer; set it to the maximum number of nodes "
-            f"per IMEX domain (the controller renders {c.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN} by default)"
+            f"per IMEX domain (the controller renders {DEFAULT_MAX_NODES_PER_IMEX_DOMAIN} by default)"
         )
         return 0
     if number < 1:
         problems.append(
             f"{c.ENV_MAX_NODES}={number} leaves no index for any daemon; set it to at least 1 "
-            f"(the controller renders {c.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN} by default)"
+            f"(the controller renders {DEFAULT_MAX_NODES_PER_IMEX_DOMAIN} by default)"
         )
     return number
 
@@ -163,7 +176,7 @@ def _parse_gates(problems: list[str], text: str) -> featuregates.FeatureGates | 
     try:
         return featuregates.FeatureGates.parse(text)
     except featuregates.FeatureGateError as exc:
-        problems.append(f"{c.ENV_FEATURE_GATES}={text!r}: {exc}")
+        problems.append(f"{ENV_FEATURE_GATES}={text!r}: {exc}")
         return None
 
 

@@ -20,6 +20,12 @@ from typing import IO, Any
 from cdriver.api import constants as c
 from cdriver.errors import CdriverError
 from cdriver.imex import config as imex_config
+from cdriver.imex.config import IMEX_DAEMON_BINARY, IMEXD_DIR
+from cdriver.roles.imex_daemon.failures import (
+    EVENT_REASON_IMEX_PORT_CONFLICT,
+    EVENT_REASON_IMEX_RESTARTED,
+    EVENT_REASON_IMEX_START_FAILED,
+)
 
 from . import clique as cl
 from . import dnsnames, failures, legacy, readiness
@@ -211,7 +217,7 @@ class Daemon:
         if not paths.template.is_file():
             raise DaemonError(
                 f"IMEX config template {paths.template} does not exist: the kubelet plugin writes it "
-                f"when it prepares the daemon claim and CDI mounts it at {c.IMEXD_DIR}; check the "
+                f"when it prepares the daemon claim and CDI mounts it at {IMEXD_DIR}; check the "
                 "plugin's log on this node and that the container runtime applied the claim's CDI edits"
             )
         template = imex_config.load_template(paths.template)
@@ -257,7 +263,7 @@ class Daemon:
         self.imex = ProcessSupervisor(
             [self.s.imex_binary, "-c", str(self.s.paths.config)], max_backoff=self.s.max_backoff,
             initial_backoff=min(self.initial_backoff, self.s.max_backoff), echo=self.echo,
-            on_exit=lambda rc, expected: self._post("imex-exit", rc, expected), name=c.IMEX_DAEMON_BINARY)
+            on_exit=lambda rc, expected: self._post("imex-exit", rc, expected), name=IMEX_DAEMON_BINARY)
         self.prober = ImexReadyProbe(self._probe_once, lambda: self.imex.pid,
                                      lambda pid: self._post("imex-ready", pid),
                                      port_open=self._command_service_up)
@@ -461,7 +467,7 @@ class Daemon:
             message = f"{exc}"
             if message != self.start_error:
                 log.error("%s", message)
-                self.recorder.warning(self.pod_ref, c.EVENT_REASON_IMEX_START_FAILED, message)
+                self.recorder.warning(self.pod_ref, EVENT_REASON_IMEX_START_FAILED, message)
             self.start_error = message
             self.recheck_at = now + self.s.recheck_seconds
             return
@@ -474,7 +480,7 @@ class Daemon:
         """Hold nvidia-imex back while its port is taken; tell the user and the probe."""
         if message != self.blocked:
             log.error("%s", message)
-            self.recorder.warning(self.pod_ref, c.EVENT_REASON_IMEX_PORT_CONFLICT,
+            self.recorder.warning(self.pod_ref, EVENT_REASON_IMEX_PORT_CONFLICT,
                                   failures.truncate_event_message(message))
             failures.write_state(self.s.paths.state, failures.PHASE_PORT_CONFLICT, message)
         self.blocked = message
@@ -503,10 +509,10 @@ class Daemon:
                 self.block(failures.port_conflict_message(self.s.pod_ip, holder))
                 return
             message = failures.startup_failure_message(rc, restarts, lines)
-            reason = c.EVENT_REASON_IMEX_START_FAILED
+            reason = EVENT_REASON_IMEX_START_FAILED
         else:
             message = failures.crash_message(rc, restarts, lines)
-            reason = c.EVENT_REASON_IMEX_RESTARTED
+            reason = EVENT_REASON_IMEX_RESTARTED
         log.warning("%s", message)
         self.recorder.warning(self.pod_ref, reason, failures.truncate_event_message(message))
         self.prober.arm()

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cdriver.api import constants as c
+from cdriver.imex.ctl import IMEX_READY_OUTPUT
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ def pod_is_ready(pod: dict | None) -> bool:
 
 def probe_passed(returncode: int, output: str) -> bool:
     """`nvidia-imex-ctl -q` passed: exit 0 and the output is exactly READY (one optional newline)."""
-    return returncode == 0 and output in (c.IMEX_READY_OUTPUT, c.IMEX_READY_OUTPUT + "\n")
+    return returncode == 0 and output in (IMEX_READY_OUTPUT, IMEX_READY_OUTPUT + "\n")
 
 
 def desired_status(pod_ready: bool, imex_running: bool, blocked: bool) -> str:

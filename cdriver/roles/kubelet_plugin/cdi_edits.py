@@ -11,12 +11,19 @@ from pathlib import Path
 
 from cdriver.api import constants as C
 from cdriver.cdi.model import ContainerEdits, Device, DeviceNode, Mount, Spec, qualified_name
+from cdriver.imex.config import IMEX_CTL_BINARY, IMEX_DAEMON_BINARY, IMEXD_DIR
+from cdriver.nvml.discover import channel_device_path
+
+CDI_BASE_SPEC_ID = "base"  # transient id of the node's base spec (device "all")
+CDI_BASE_DEVICE = "all"
+IMEXD_MOUNT_OPTIONS = ("rw", "nosuid", "nodev", "bind")
+NVIDIA_VISIBLE_DEVICES_VOID = "NVIDIA_VISIBLE_DEVICES=void"
 
 CHANNEL_FILE_MODE = 0o666
-IMEXD_MOUNT_OPTIONS = list(C.IMEXD_MOUNT_OPTIONS)
-BASE_DEVICE_NAME = C.CDI_BASE_DEVICE
-BASE_SPEC_NAME = f"{C.CDI_VENDOR}-{C.CDI_CLASS_DEVICE}_{C.CDI_BASE_SPEC_ID}"
-VISIBLE_DEVICES_VOID = C.NVIDIA_VISIBLE_DEVICES_VOID
+IMEXD_MOUNT_OPTIONS = list(IMEXD_MOUNT_OPTIONS)
+BASE_DEVICE_NAME = CDI_BASE_DEVICE
+BASE_SPEC_NAME = f"{C.CDI_VENDOR}-{C.CDI_CLASS_DEVICE}_{CDI_BASE_SPEC_ID}"
+VISIBLE_DEVICES_VOID = NVIDIA_VISIBLE_DEVICES_VOID
 
 
 @dataclass(frozen=True)
@@ -40,7 +47,7 @@ def host_path(dev_root: Path, container_path: str) -> str | None:
 
 
 def channel_node(channel: int, major: int, dev_root: Path) -> DeviceNode:
-    path = C.channel_device_path(channel)
+    path = channel_device_path(channel)
     return DeviceNode(
         path=path,
         host_path=host_path(dev_root, path),
@@ -88,7 +95,7 @@ def daemon_edits(
             f"{C.ENV_CD_NAMESPACE}={cd_namespace}",
         ],
         device_nodes=nodes,
-        mounts=[Mount(host_path=str(domain_dir), container_path=C.IMEXD_DIR, options=list(IMEXD_MOUNT_OPTIONS)),
+        mounts=[Mount(host_path=str(domain_dir), container_path=IMEXD_DIR, options=list(IMEXD_MOUNT_OPTIONS)),
                 *(imex_binaries or [])],
     )
 
@@ -105,7 +112,7 @@ def imex_binary_mounts(read_root: Path, driver_root: Path) -> list[Mount]:
     /usr/bin/nvidia-imex), from where it lies on the host.
     """
     mounts = []
-    for name in (C.IMEX_DAEMON_BINARY, C.IMEX_CTL_BINARY):
+    for name in (IMEX_DAEMON_BINARY, IMEX_CTL_BINARY):
         for sub in IMEX_BINARY_DIRS:
             if (read_root / sub / name).is_file():
                 rel = f"{sub}/{name}"

@@ -14,9 +14,22 @@ from pathlib import Path
 import click
 
 from cdriver.api import constants as C
+from cdriver.api.imex_mode import ENV_IMEX_ISOLATION, ENV_IMEX_MODE, IMEX_ISOLATION_DOMAIN, IMEX_MODE_DRIVER_MANAGED
+from cdriver.cdi.model import CDI_STATIC_DIR
+from cdriver.dra.registration import KUBELET_PLUGINS_DIR, KUBELET_REGISTRY_DIR
 from cdriver.durations import parse_duration
 from cdriver.errors import CdriverError
+from cdriver.imex.ctl import DEFAULT_HOST_IMEX_SOCKET
 from cdriver.roles.startup import check_http_endpoint, resolve_imex, root_options
+
+ENV_CDI_ROOT = "CDI_ROOT"
+ENV_KUBELET_REGISTRAR_DIR = "KUBELET_REGISTRAR_DIRECTORY_PATH"
+ENV_KUBELET_PLUGINS_DIR = "KUBELET_PLUGINS_DIRECTORY_PATH"
+ENV_DRIVER_ROOT_CTR_PATH = "DRIVER_ROOT_CTR_PATH"
+ENV_HEALTHCHECK_PORT = "HEALTHCHECK_PORT"
+ENV_IMEX_HOST_SOCKET_PATH = "IMEX_HOST_SOCKET_PATH"
+ENV_GPU_CLIQUE_LABEL_ENABLED = ("GPU_CLIQUE_LABEL_ENABLED", "OWN_CLIQUE_LABEL")
+ENV_PREPARE_TIMEOUT = "PREPARE_TIMEOUT"
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +51,8 @@ def _opt(*names: str, **kw):
 @_opt("--kubeconfig", default=None, envvar="KUBECONFIG", help="Kubeconfig file (default: in-cluster account).")
 @_opt(
     "--cdi-root",
-    default=C.CDI_STATIC_DIR,
-    envvar=C.ENV_CDI_ROOT,
+    default=CDI_STATIC_DIR,
+    envvar=ENV_CDI_ROOT,
     show_default=True,
     help="Directory for CDI spec files (one the container runtime reads).",
 )
@@ -55,22 +68,22 @@ def _opt(*names: str, **kw):
 @_opt(
     "--container-driver-root",
     default="",
-    envvar=C.ENV_DRIVER_ROOT_CTR_PATH,
+    envvar=ENV_DRIVER_ROOT_CTR_PATH,
     help="Where this process sees the driver root (default: --nvidia-driver-root).",
 )
 @_opt(
     "--kubelet-registrar-directory-path",
     "registrar_dir",
-    default=C.KUBELET_REGISTRY_DIR,
-    envvar=C.ENV_KUBELET_REGISTRAR_DIR,
+    default=KUBELET_REGISTRY_DIR,
+    envvar=ENV_KUBELET_REGISTRAR_DIR,
     show_default=True,
     help="Kubelet's plugin registry directory.",
 )
 @_opt(
     "--kubelet-plugins-directory-path",
     "plugins_dir",
-    default=C.KUBELET_PLUGINS_DIR,
-    envvar=C.ENV_KUBELET_PLUGINS_DIR,
+    default=KUBELET_PLUGINS_DIR,
+    envvar=ENV_KUBELET_PLUGINS_DIR,
     show_default=True,
     help="Parent of the plugin's data directory.",
 )
@@ -78,7 +91,7 @@ def _opt(*names: str, **kw):
     "--healthcheck-port",
     type=int,
     default=-1,
-    envvar=C.ENV_HEALTHCHECK_PORT,
+    envvar=ENV_HEALTHCHECK_PORT,
     show_default=True,
     help="TCP port of the gRPC health service (0: any free port, <0: off).",
 )
@@ -86,29 +99,29 @@ def _opt(*names: str, **kw):
 @_opt("--metrics-path", default="/metrics", envvar="METRICS_PATH", show_default=True, help="Metrics HTTP path.")
 @_opt(
     "--imex-mode",
-    default=C.IMEX_MODE_DRIVER_MANAGED,
-    envvar=C.ENV_IMEX_MODE,
+    default=IMEX_MODE_DRIVER_MANAGED,
+    envvar=ENV_IMEX_MODE,
     show_default=True,
     help="driverManaged (a daemon per domain) or hostManaged (host nvidia-imex; gate HostManagedIMEXDaemon).",
 )
 @_opt(
     "--imex-isolation",
-    default=C.IMEX_ISOLATION_DOMAIN,
-    envvar=C.ENV_IMEX_ISOLATION,
+    default=IMEX_ISOLATION_DOMAIN,
+    envvar=ENV_IMEX_ISOLATION,
     show_default=True,
     help="IMEX isolation: domain (channel is reserved).",
 )
 @_opt(
     "--imex-host-socket-path",
-    default=C.DEFAULT_HOST_IMEX_SOCKET,
-    envvar=C.ENV_IMEX_HOST_SOCKET_PATH,
+    default=DEFAULT_HOST_IMEX_SOCKET,
+    envvar=ENV_IMEX_HOST_SOCKET_PATH,
     show_default=True,
     help="Host nvidia-imex command socket, inside the driver root (hostManaged only).",
 )
 @_opt(
     "--gpu-clique-label-enabled/--no-gpu-clique-label-enabled",
     default=False,
-    envvar=list(C.ENV_GPU_CLIQUE_LABEL_ENABLED),
+    envvar=list(ENV_GPU_CLIQUE_LABEL_ENABLED),
     help=f"Own the node label {C.LABEL_NODE_CLIQUE} (do not also run GFD).",
 )
 @_opt(
@@ -120,7 +133,7 @@ def _opt(*names: str, **kw):
 @_opt(
     "--prepare-timeout",
     default="30s",
-    envvar=C.ENV_PREPARE_TIMEOUT,
+    envvar=ENV_PREPARE_TIMEOUT,
     show_default=True,
     help="How long one Prepare waits for local readiness (keep it below kubelet's 45s).",
 )

@@ -7,12 +7,21 @@ from pathlib import Path
 
 from cdriver import featuregates as fg
 from cdriver.api import constants as C
+from cdriver.api.imex_mode import IMEX_ISOLATION_DOMAIN, IMEX_MODE_DRIVER_MANAGED, IMEX_MODE_HOST_MANAGED
+from cdriver.cdi.model import CDI_STATIC_DIR
+from cdriver.dra.registration import KUBELET_PLUGINS_DIR, KUBELET_REGISTRY_DIR
+from cdriver.imex.ctl import DEFAULT_HOST_IMEX_SOCKET
+
+DRA_SOCKET_NAME = "dra.sock"
+REGISTRATION_SOCKET_NAME = f"{C.DRIVER_NAME}-reg.sock"
+CHECKPOINT_FILE_NAME = "checkpoint.json"
+PLUGIN_DOMAINS_DIR_NAME = "domains"  # <plugin data dir>/domains/<cd uid>/: daemon config dirs
 
 DEFAULT_PREPARE_TIMEOUT = 30.0  # below kubelet's 45 s per-call deadline
 DEFAULT_CLEANUP_INTERVAL = 600.0
 DEFAULT_HOST_PROBE_INTERVAL = 1.0
 DEFAULT_SLICE_RETRY = 5.0
-DOMAINS_DIR_NAME = C.PLUGIN_DOMAINS_DIR_NAME
+DOMAINS_DIR_NAME = PLUGIN_DOMAINS_DIR_NAME
 
 
 @dataclass(frozen=True)
@@ -22,19 +31,19 @@ class PluginConfig:
     node_name: str
     namespace: str = C.DEFAULT_DRIVER_NAMESPACE
     kubeconfig: str | None = None
-    cdi_root: Path = Path(C.CDI_STATIC_DIR)
+    cdi_root: Path = Path(CDI_STATIC_DIR)
     #: Driver root as the host (and the container runtime) sees it: CDI host paths use it.
     driver_root: Path = Path("/")
     #: Where this process reads the driver root (defaults to ``driver_root``).
     container_driver_root: Path | None = None
-    registrar_dir: Path = Path(C.KUBELET_REGISTRY_DIR)
-    plugins_dir: Path = Path(C.KUBELET_PLUGINS_DIR)
+    registrar_dir: Path = Path(KUBELET_REGISTRY_DIR)
+    plugins_dir: Path = Path(KUBELET_PLUGINS_DIR)
     healthcheck_port: int = -1
     http_endpoint: str = ""
     metrics_path: str = "/metrics"
-    imex_mode: str = C.IMEX_MODE_DRIVER_MANAGED
-    imex_isolation: str = C.IMEX_ISOLATION_DOMAIN
-    imex_host_socket_path: str = C.DEFAULT_HOST_IMEX_SOCKET
+    imex_mode: str = IMEX_MODE_DRIVER_MANAGED
+    imex_isolation: str = IMEX_ISOLATION_DOMAIN
+    imex_host_socket_path: str = DEFAULT_HOST_IMEX_SOCKET
     gpu_clique_label_enabled: bool = False
     imex_config_template: Path | None = None
     prepare_timeout: float = DEFAULT_PREPARE_TIMEOUT
@@ -45,7 +54,7 @@ class PluginConfig:
 
     @property
     def host_managed(self) -> bool:
-        return self.imex_mode == C.IMEX_MODE_HOST_MANAGED
+        return self.imex_mode == IMEX_MODE_HOST_MANAGED
 
     @property
     def read_root(self) -> Path:
@@ -58,15 +67,15 @@ class PluginConfig:
 
     @property
     def dra_socket(self) -> Path:
-        return self.plugin_dir / C.DRA_SOCKET_NAME
+        return self.plugin_dir / DRA_SOCKET_NAME
 
     @property
     def registration_socket(self) -> Path:
-        return self.registrar_dir / C.REGISTRATION_SOCKET_NAME
+        return self.registrar_dir / REGISTRATION_SOCKET_NAME
 
     @property
     def checkpoint_path(self) -> Path:
-        return self.plugin_dir / C.CHECKPOINT_FILE_NAME
+        return self.plugin_dir / CHECKPOINT_FILE_NAME
 
     @property
     def domains_dir(self) -> Path:

@@ -11,9 +11,10 @@ import re
 from dataclasses import dataclass
 
 from cdriver.api import constants as C
+from cdriver.nvml.discover import IMEX_CHANNEL_COUNT
 
 #: Number of IMEX channels a node has (fixed by the NVIDIA driver).
-CHANNEL_COUNT = C.IMEX_CHANNEL_COUNT
+CHANNEL_COUNT = IMEX_CHANNEL_COUNT
 DAEMON_COUNT = 1
 
 _NAME_RE = re.compile(r"^(channel|daemon)-(0|[1-9][0-9]{0,4})$")

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cdriver import featuregates as fg
-from cdriver.api import constants as C
 from cdriver.cdi.model import DeviceNode
 from cdriver.errors import CdriverError
+from cdriver.nvml.discover import IMEX_CHANNEL_COUNT, IMEX_CHANNELS_DEV_DIR
 from cdriver.roles.kubelet_plugin.cdi_edits import CapDevice, host_path
 from cdriver.roles.kubelet_plugin.config import PluginConfig
 
@@ -44,7 +44,7 @@ class NodeDiscovery:
     driver_version: str = ""
     #: Channels injected for allocationMode All: the channel nodes present below the dev root,
     #: or every channel the driver supports when the root has none (the runtime creates them).
-    channel_count: int = C.IMEX_CHANNEL_COUNT
+    channel_count: int = IMEX_CHANNEL_COUNT
 
 
 def check_driver_version(version: str, minimum: str = MIN_DRIVER_VERSION_DNS_NAMES) -> None:
@@ -109,13 +109,13 @@ def base_device_nodes(read_root: Path, dev_root: Path) -> list[DeviceNode]:
 
 def present_channel_count(read_root: Path) -> int:
     """How many channel nodes channel0..channelN-1 exist below ``<read_root>/dev`` (0 if none)."""
-    directory = read_root / C.IMEX_CHANNELS_DEV_DIR.lstrip("/")
+    directory = read_root / IMEX_CHANNELS_DEV_DIR.lstrip("/")
     try:
         names = set(os.listdir(directory))
     except OSError:
         return 0
     count = 0
-    while count < C.IMEX_CHANNEL_COUNT and f"channel{count}" in names:
+    while count < IMEX_CHANNEL_COUNT and f"channel{count}" in names:
         count += 1
     return count
 
@@ -141,5 +141,5 @@ def discover(config: PluginConfig) -> NodeDiscovery:
     )
     present = present_channel_count(root)
     return NodeDiscovery(
-        channel_major=major, clique_id=clique_id, driver_version=version, channel_count=present or C.IMEX_CHANNEL_COUNT
+        channel_major=major, clique_id=clique_id, driver_version=version, channel_count=present or IMEX_CHANNEL_COUNT
     )

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cdriver.api import constants as C
 from cdriver.imex import ctl
+from cdriver.imex.config import IMEX_CTL_BINARY
 
 
 def host_socket(driver_root: Path, socket_path: str) -> Path:
@@ -23,7 +23,7 @@ def check_host_imex(driver_root: Path, socket_path: str, timeout: float = 5.0) -
     ctl_path = ctl.find_ctl(str(driver_root))
     if ctl_path is None:
         return (
-            f"host nvidia-imex daemon readiness check failed: {C.IMEX_CTL_BINARY} not found under driver "
+            f"host nvidia-imex daemon readiness check failed: {IMEX_CTL_BINARY} not found under driver "
             f"root {str(driver_root)!r} (searched /, opt/bin, usr/bin, usr/sbin, bin, sbin): is nvidia-imex "
             "installed on the host?"
         )

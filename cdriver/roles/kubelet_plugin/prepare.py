@@ -22,13 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cdriver.api import constants as C
+from cdriver.api.imex_mode import IMEX_MODE_HOST_MANAGED
 from cdriver.atomic import atomic_write
 from cdriver.cdi.model import ContainerEdits
 from cdriver.cdi.writer import claim_spec_name, list_specs, remove_spec, write_spec
 from cdriver.checkpoint import CheckpointError, ClaimRecord, ClaimState
 from cdriver.dra.node_service import ClaimRef, PreparedDevice
 from cdriver.errors import CdriverError
-from cdriver.imex.config import load_template
+from cdriver.imex.config import IMEXD_TEMPLATE_NAME, load_template
 from cdriver.kube.events import NORMAL, WARNING
 from cdriver.kube.raw import RESOURCES, ApiError
 from cdriver.roles.kubelet_plugin import cdi_edits, claims
@@ -39,14 +40,18 @@ from cdriver.roles.kubelet_plugin.host import check_host_imex
 from cdriver.roles.kubelet_plugin.readiness import node_readiness
 from cdriver.roles.kubelet_plugin.state import PluginState, held_devices
 
+EVENT_REASON_CHANNEL_NOT_INJECTED = "IMEXChannelNotInjected"  # non-fabric node
+EVENT_REASON_WAITING_FOR_DAEMON = "WaitingForIMEXDaemon"
+EVENT_REASON_HOST_IMEX_NOT_READY = "HostIMEXDaemonNotReady"
+
 log = logging.getLogger(__name__)
 
 CLAIMS = RESOURCES["resourceclaims"]
 #: How long a channel claim waits for its ComputeDomain to show up in the cache.
 CD_APPEAR_TIMEOUT = 2.0
-EVENT_NOT_FABRIC = C.EVENT_REASON_CHANNEL_NOT_INJECTED
-EVENT_WAITING = C.EVENT_REASON_WAITING_FOR_DAEMON
-EVENT_HOST_NOT_READY = C.EVENT_REASON_HOST_IMEX_NOT_READY
+EVENT_NOT_FABRIC = EVENT_REASON_CHANNEL_NOT_INJECTED
+EVENT_WAITING = EVENT_REASON_WAITING_FOR_DAEMON
+EVENT_HOST_NOT_READY = EVENT_REASON_HOST_IMEX_NOT_READY
 
 
 class _LabelGone(Exception):
@@ -151,7 +156,7 @@ class Preparer:
             if self.config.host_managed:
                 raise permanent(
                     f"claim {plan.label}: ComputeDomain daemon claims are not supported with "
-                    f"--imex-mode={C.IMEX_MODE_HOST_MANAGED}: the host runs nvidia-imex itself; delete the "
+                    f"--imex-mode={IMEX_MODE_HOST_MANAGED}: the host runs nvidia-imex itself; delete the "
                     "claim (it can only come from a stale or hand-written object)"
                 )
             return self.state.compute_domain(plan.domain_id)
@@ -271,7 +276,7 @@ class Preparer:
             self._template = load_template(self.config.imex_config_template)
         try:
             domain_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
-            target = domain_dir / C.IMEXD_TEMPLATE_NAME
+            target = domain_dir / IMEXD_TEMPLATE_NAME
             if not target.exists() or target.read_text() != self._template:
                 atomic_write(target, self._template, mode=0o644)
         except OSError as exc:

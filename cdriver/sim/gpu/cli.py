@@ -14,6 +14,8 @@ import click
 
 from cdriver.api import constants as c
 from cdriver.errors import CdriverError
+from cdriver.nvml.discover import IMEX_CHANNEL_COUNT
+from cdriver.sim.gpu.topology import ENV_SIM_TOPOLOGY
 
 
 def _fail(exc: CdriverError) -> NoReturn:
@@ -55,7 +57,7 @@ def nvidia_smi_cmd(driver_root: Path | None, list_gpus: bool, rest: tuple[str, .
               help="Directory to lay the driver root out in (created if missing).")
 @click.option("--node", "node_name", required=True, envvar=c.ENV_NODE_NAME,
               help="Node name whose identity to use (env NODE_NAME).")
-@click.option("--topology", type=click.Path(dir_okay=False, path_type=Path), envvar=c.ENV_SIM_TOPOLOGY,
+@click.option("--topology", type=click.Path(dir_okay=False, path_type=Path), envvar=ENV_SIM_TOPOLOGY,
               default=None, help="Topology document (env CDRIVER_SIM_TOPOLOGY); default: the demo topology.")
 @click.option("--profile", default="gb200", show_default=True, help="GPU profile (gb200, gb300).")
 @click.option("--fabric-state", default="completed", show_default=True,
@@ -65,7 +67,7 @@ def nvidia_smi_cmd(driver_root: Path | None, list_gpus: bool, rest: tuple[str, .
               type=click.Choice(["healthy", "degraded_bandwidth", "route_unhealthy", "no_partition"]),
               help="Fabric health condition every GPU reports.")
 @click.option("--gpus", "gpu_count", type=int, default=None, help="Number of GPUs (default: the profile's).")
-@click.option("--channels", "channel_count", type=int, default=c.IMEX_CHANNEL_COUNT, show_default=True,
+@click.option("--channels", "channel_count", type=int, default=IMEX_CHANNEL_COUNT, show_default=True,
               help="IMEX channel device nodes to create.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def driver_root_cmd(root: Path, node_name: str, topology: Path | None, profile: str, fabric_state: str,

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cdriver.api import constants as c
 from cdriver.errors import CdriverError
+from cdriver.nvml.discover import IMEX_CHANNELS_DEV_DIR, IMEX_CHANNELS_DEVICE_NAME, NVIDIA_CAPS_DEVICE_NAME
 
 FIRST_CANDIDATE_MAJOR = 240  # the kernel's "local/experimental" range starts here
 MAX_MAJOR = 4095
@@ -124,7 +124,7 @@ def render_proc_devices(source_text: str, channel_major: int, caps_major: int, s
     a major is already bound to another name anywhere in the source.
     """
     entries = dict(extra or {})
-    for major, name in ((channel_major, c.IMEX_CHANNELS_DEVICE_NAME), (caps_major, c.NVIDIA_CAPS_DEVICE_NAME)):
+    for major, name in ((channel_major, IMEX_CHANNELS_DEVICE_NAME), (caps_major, NVIDIA_CAPS_DEVICE_NAME)):
         if major in entries:
             raise DeviceError(f"major {major} for {name} is also used for {entries[major]}; "
                               "choose different majors")
@@ -197,7 +197,7 @@ def create_channel_nodes(dev_dir: Path, major: int, count: int) -> list[Path]:
     """
     if count < 1:
         raise DeviceError(f"channel count {count} must be at least 1")
-    channel_dir = dev_dir / Path(c.IMEX_CHANNELS_DEV_DIR).name
+    channel_dir = dev_dir / Path(IMEX_CHANNELS_DEV_DIR).name
     channel_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for index in range(count):

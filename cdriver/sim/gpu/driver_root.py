@@ -34,6 +34,8 @@ from typing import Any
 
 from cdriver.api import constants as c
 from cdriver.errors import CdriverError
+from cdriver.imex.config import IMEX_CTL_BINARY, IMEX_DAEMON_BINARY
+from cdriver.nvml.discover import FABRIC_MGMT_CAP_PATH
 from cdriver.sim.gpu import devices
 from cdriver.sim.gpu.nvml_build import LIBRARY_NAME, ensure_libnvml
 from cdriver.sim.gpu.profiles import (
@@ -47,6 +49,9 @@ from cdriver.sim.gpu.profiles import (
     health_summary,
 )
 from cdriver.sim.gpu.topology import NodeIdentity, Topology, load_topology
+
+ENV_SIM_NVML_CONFIG = "CDRIVER_SIM_NVML_CONFIG"  # simulated NVML: path of its per-node config
+SIM_NVML_CONFIG_NAME = "nvml-sim.conf"  # default config next to the simulated library
 
 LIB_SUBDIR = "usr/lib64"
 BIN_SUBDIR = "usr/bin"
@@ -89,7 +94,7 @@ class DriverRoot:
     def process_env(self, base: dict[str, str] | None = None) -> dict[str, str]:
         """`base` (default: os.environ) plus what a process on this node needs to see its NVML."""
         env = dict(os.environ if base is None else base)
-        env[c.ENV_SIM_NVML_CONFIG] = str(self.nvml_config)
+        env[ENV_SIM_NVML_CONFIG] = str(self.nvml_config)
         env[c.ENV_NODE_NAME] = self.node_name
         env[c.ENV_DRIVER_ROOT] = str(self.root)
         previous = env.get("LD_LIBRARY_PATH")
@@ -276,12 +281,12 @@ def create_driver_root(root: str | Path, node_name: str, topology_path: Topology
     for d in (lib_dir, bin_dir, dev_dir, root / "proc"):
         d.mkdir(parents=True, exist_ok=True)
     library = _install_library(built, lib_dir)
-    nvml_config = lib_dir / c.SIM_NVML_CONFIG_NAME
+    nvml_config = lib_dir / SIM_NVML_CONFIG_NAME
     _write_atomic(nvml_config, config_text)
 
     wrappers = {
-        c.IMEX_DAEMON_BINARY: render_wrapper("Simulated nvidia-imex", ["sim", "imex", "daemon"]),
-        c.IMEX_CTL_BINARY: render_wrapper("Simulated nvidia-imex-ctl", ["sim", "imex", "ctl"]),
+        IMEX_DAEMON_BINARY: render_wrapper("Simulated nvidia-imex", ["sim", "imex", "daemon"]),
+        IMEX_CTL_BINARY: render_wrapper("Simulated nvidia-imex-ctl", ["sim", "imex", "ctl"]),
         "nvidia-smi": render_wrapper("Simulated nvidia-smi", ["sim", "nvidia-smi"], ["--driver-root", "{root}"]),
         "check-fabric": render_wrapper("Fabric identity check", ["sim", "check-fabric"],
                                        ["--driver-root", "{root}"]),
@@ -291,7 +296,7 @@ def create_driver_root(root: str | Path, node_name: str, topology_path: Topology
 
     proc_devices = root / "proc" / "devices"
     _write_atomic(proc_devices, proc_text)
-    capability_file = root / c.FABRIC_MGMT_CAP_PATH.lstrip("/")
+    capability_file = root / FABRIC_MGMT_CAP_PATH.lstrip("/")
     _write_atomic(capability_file, devices.render_capability())
     devices.create_channel_nodes(dev_dir, channel_major, channel_count)
     devices.create_caps_node(dev_dir, caps_major)

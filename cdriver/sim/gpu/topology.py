@@ -27,6 +27,8 @@ import yaml
 
 from cdriver.errors import CdriverError
 
+ENV_SIM_TOPOLOGY = "CDRIVER_SIM_TOPOLOGY"  # topology document of the simulation
+
 TOPOLOGY_VERSION = 1
 MAX_CLIQUE_ID = 2**32 - 1
 

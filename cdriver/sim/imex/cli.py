@@ -27,6 +27,8 @@ import psutil
 
 from cdriver.api import constants as c
 from cdriver.errors import CdriverError
+from cdriver.imex.config import IMEX_CMD_PORT, IMEX_DAEMON_BINARY, IMEX_SERVER_PORT
+from cdriver.imex.ctl import DEFAULT_HOST_IMEX_SOCKET, IMEX_READY_OUTPUT
 
 if TYPE_CHECKING:
     from cdriver.sim.imex.host_service import HostImexPaths
@@ -81,11 +83,11 @@ def _service_options(fn: Callable[..., None]) -> Callable[..., None]:
         _root_option,
         click.option("--ip", required=True, help="The node's IP: the daemon's bind address."),
         click.option("--peer", "peers", multiple=True, help="Another node of the host IMEX domain (repeatable)."),
-        click.option("--socket", "socket_path", default=c.DEFAULT_HOST_IMEX_SOCKET, show_default=True,
+        click.option("--socket", "socket_path", default=DEFAULT_HOST_IMEX_SOCKET, show_default=True,
                      help="Command socket, as a path on the host (below the driver root)."),
-        click.option("--server-port", type=click.IntRange(1, 65535), default=c.IMEX_SERVER_PORT, show_default=True,
+        click.option("--server-port", type=click.IntRange(1, 65535), default=IMEX_SERVER_PORT, show_default=True,
                      help="Peer port (SERVER_PORT)."),
-        click.option("--cmd-port", type=click.IntRange(1, 65535), default=c.IMEX_CMD_PORT, show_default=True,
+        click.option("--cmd-port", type=click.IntRange(1, 65535), default=IMEX_CMD_PORT, show_default=True,
                      help="Command port (IMEX_CMD_PORT)."),
     ]):
         fn = option(fn)
@@ -100,7 +102,7 @@ def host_command() -> None:
 # --- runner bookkeeping ------------------------------------------------------------------
 
 
-def _paths(driver_root: Path, socket_path: str = c.DEFAULT_HOST_IMEX_SOCKET) -> HostImexPaths:
+def _paths(driver_root: Path, socket_path: str = DEFAULT_HOST_IMEX_SOCKET) -> HostImexPaths:
     from cdriver.sim.imex.host_service import HostImexError, HostImexPaths
 
     try:
@@ -245,7 +247,7 @@ def start_cmd(driver_root: Path, ip: str, peers: tuple[str, ...], socket_path: s
                   f"Log {paths.log}:\n{_log_tail(paths.log)}")
         time.sleep(0.05)
     click.echo(f"host nvidia-imex of {paths.root} running (runner pid {proc.pid}); "
-               f"{paths.socket} answers {c.IMEX_READY_OUTPUT}")
+               f"{paths.socket} answers {IMEX_READY_OUTPUT}")
 
 
 @host_command.command("stop")
@@ -289,7 +291,7 @@ def service_status(driver_root: Path, timeout: float = 5.0) -> dict:
     if runner is not None:
         for child in runner.children():
             try:
-                if child.name() == c.IMEX_DAEMON_BINARY:
+                if child.name() == IMEX_DAEMON_BINARY:
                     doc["daemonPid"] = child.pid
             except psutil.Error:
                 pass

@@ -25,10 +25,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from cdriver.api import constants as c
 from cdriver.errors import CdriverError
 from cdriver.imex import config as imex_config
 from cdriver.imex import ctl
+from cdriver.imex.config import (
+    DEFAULT_IMEX_CONFIG,
+    DEFAULT_IMEX_NODES_CONFIG,
+    IMEX_CMD_PORT,
+    IMEX_CTL_BINARY,
+    IMEX_DAEMON_BINARY,
+    IMEX_SERVER_PORT,
+)
+from cdriver.imex.ctl import DEFAULT_HOST_IMEX_SOCKET
 from cdriver.imex.supervisor import ProcessSupervisor
 from cdriver.sim.gpu.driver_root import BIN_SUBDIR, DriverRoot
 
@@ -60,18 +68,18 @@ class HostImexPaths:
     pid_file: Path
 
     @classmethod
-    def for_root(cls, root: str | os.PathLike[str], socket_path: str = c.DEFAULT_HOST_IMEX_SOCKET,
+    def for_root(cls, root: str | os.PathLike[str], socket_path: str = DEFAULT_HOST_IMEX_SOCKET,
                  bin_dir: Path | None = None) -> HostImexPaths:
         """The layout below `root`; `socket_path` is the socket as the host sees it (inside the root)."""
         base = Path(root).resolve()
         if not str(socket_path).startswith("/"):
             raise HostImexError(f"socket path {socket_path!r} must be absolute (a path on the host, "
-                                f"e.g. {c.DEFAULT_HOST_IMEX_SOCKET})")
+                                f"e.g. {DEFAULT_HOST_IMEX_SOCKET})")
         return cls(
             root=base,
             bin_dir=bin_dir if bin_dir is not None else base / BIN_SUBDIR,
-            config=under_root(base, c.DEFAULT_IMEX_CONFIG),
-            nodes_config=under_root(base, c.DEFAULT_IMEX_NODES_CONFIG),
+            config=under_root(base, DEFAULT_IMEX_CONFIG),
+            nodes_config=under_root(base, DEFAULT_IMEX_NODES_CONFIG),
             socket=under_root(base, socket_path),
             log=under_root(base, LOG_FILE),
             pid_file=under_root(base, PID_FILE),
@@ -80,12 +88,12 @@ class HostImexPaths:
     @property
     def daemon(self) -> Path:
         """The driver root's `nvidia-imex`."""
-        return self.bin_dir / c.IMEX_DAEMON_BINARY
+        return self.bin_dir / IMEX_DAEMON_BINARY
 
     @property
     def ctl(self) -> Path:
         """The driver root's `nvidia-imex-ctl`."""
-        return self.bin_dir / c.IMEX_CTL_BINARY
+        return self.bin_dir / IMEX_CTL_BINARY
 
 
 # --- pure ----------------------------------------------------------------------------------
@@ -118,8 +126,8 @@ def check_socket_path(path: Path) -> None:
                             f"{UNIX_PATH_MAX}: use a shorter driver root or socket path")
 
 
-def render_host_config(paths: HostImexPaths, ip: str, *, server_port: int = c.IMEX_SERVER_PORT,
-                       cmd_port: int = c.IMEX_CMD_PORT, node_name: str = "") -> str:
+def render_host_config(paths: HostImexPaths, ip: str, *, server_port: int = IMEX_SERVER_PORT,
+                       cmd_port: int = IMEX_CMD_PORT, node_name: str = "") -> str:
     """The host service's config.cfg: the packaged IMEX template with this node's values."""
     text = imex_config.render_config(
         imex_config.load_template(), str(paths.nodes_config), ip, str(paths.socket),
@@ -152,8 +160,8 @@ class HostImexService:
     """
 
     def __init__(self, driver_root: DriverRoot | str | os.PathLike[str], ip: str, peers: Iterable[str] = (),
-                 *, socket_path: str = c.DEFAULT_HOST_IMEX_SOCKET, server_port: int = c.IMEX_SERVER_PORT,
-                 cmd_port: int = c.IMEX_CMD_PORT, env: Mapping[str, str] | None = None,
+                 *, socket_path: str = DEFAULT_HOST_IMEX_SOCKET, server_port: int = IMEX_SERVER_PORT,
+                 cmd_port: int = IMEX_CMD_PORT, env: Mapping[str, str] | None = None,
                  initial_backoff: float = 0.5, max_backoff: float = 5.0) -> None:
         if isinstance(driver_root, DriverRoot):
             self.paths = HostImexPaths.for_root(driver_root.root, socket_path, driver_root.bin_dir)
@@ -218,7 +226,7 @@ class HostImexService:
                 self.paths.log.parent.mkdir(parents=True, exist_ok=True)
                 self._supervisor = ProcessSupervisor(
                     self.argv(), env=self.env, log_path=self.paths.log, max_backoff=self.max_backoff,
-                    initial_backoff=self.initial_backoff, on_exit=self._on_exit, name=c.IMEX_DAEMON_BINARY,
+                    initial_backoff=self.initial_backoff, on_exit=self._on_exit, name=IMEX_DAEMON_BINARY,
                 )
                 try:
                     self._supervisor.start()

@@ -22,9 +22,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from cdriver.api import constants as c
 from cdriver.errors import CdriverError
 from cdriver.imex.config import (
+    DEFAULT_IMEX_CONFIG,
+    IMEX_DAEMON_BINARY,
     KEY_BIND_INTERFACE_IP,
     KEY_CMD_BIND_INTERFACE_IP,
     KEY_CMD_PORT,
@@ -37,7 +38,7 @@ from cdriver.imex.config import (
 from cdriver.imex.hosts import read_hosts_file
 from cdriver.sim.imex import protocol as p
 
-PROG = c.IMEX_DAEMON_BINARY
+PROG = IMEX_DAEMON_BINARY
 COMMAND_TIMEOUT = 5.0
 
 
@@ -445,8 +446,8 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
         description="IMEX daemon stand-in (NO GPU mode) from the cdriver simulation kit.",
     )
-    parser.add_argument("-c", dest="config", default=c.DEFAULT_IMEX_CONFIG,
-                        help=f"config file (default {c.DEFAULT_IMEX_CONFIG})")
+    parser.add_argument("-c", dest="config", default=DEFAULT_IMEX_CONFIG,
+                        help=f"config file (default {DEFAULT_IMEX_CONFIG})")
     parser.add_argument("--nogpu", "-nogpu", action="store_true",
                         help="accepted for compatibility; the stand-in always runs without GPUs")
     return parser

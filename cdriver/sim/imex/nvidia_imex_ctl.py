@@ -14,13 +14,13 @@ import socket
 import sys
 import time
 
-from cdriver.api import constants as c
 from cdriver.errors import CdriverError
-from cdriver.imex.config import KEY_CMD_ENABLED, read_config, read_nodes_config
+from cdriver.imex.config import DEFAULT_IMEX_CONFIG, IMEX_CTL_BINARY, KEY_CMD_ENABLED, read_config, read_nodes_config
+from cdriver.imex.ctl import IMEX_READY_OUTPUT
 from cdriver.imex.hosts import read_hosts_file
 from cdriver.sim.imex import protocol as p
 
-PROG = c.IMEX_CTL_BINARY
+PROG = IMEX_CTL_BINARY
 DEFAULT_TIMEOUT_MS = 5000
 
 
@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="IMEX control stand-in from the cdriver simulation kit.",
     )
     target = parser.add_mutually_exclusive_group()
-    target.add_argument("-c", "--c", dest="config", help=f"config file (default {c.DEFAULT_IMEX_CONFIG})")
+    target.add_argument("-c", "--c", dest="config", help=f"config file (default {DEFAULT_IMEX_CONFIG})")
     target.add_argument("-u", "--u", dest="unix_socket", help="command service Unix socket")
     target.add_argument("-i", "--i", dest="inet", nargs=2, metavar=("IP", "PORT"),
                         help="command service address")
@@ -63,7 +63,7 @@ def resolve_target(args: argparse.Namespace) -> p.CommandTarget:
         if not 1 <= port <= 65535:
             raise CtlError(f"-i {host} {port_text}: the port must be a number from 1 to 65535")
         return p.CommandTarget(host=host, port=port)
-    config_path = args.config or c.DEFAULT_IMEX_CONFIG
+    config_path = args.config or DEFAULT_IMEX_CONFIG
     cfg = read_config(config_path)
     if not cfg.cmd_enabled:
         raise CtlError(f"{config_path}: {KEY_CMD_ENABLED}=0, the command service is off; set it to 1")
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.query:
             status = request(target, {"cmd": p.CMD_QUERY}, timeout).get("status")
             if status == p.STATE_READY:
-                sys.stdout.write(c.IMEX_READY_OUTPUT + "\n")
+                sys.stdout.write(IMEX_READY_OUTPUT + "\n")
                 return 0
             sys.stdout.write(f"IMEX daemon is not ready (state {status})\n")
             return 1

@@ -18,10 +18,21 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from cdriver.api import constants as c
 from cdriver.errors import CdriverError
 from cdriver.imex.config import ImexConfig
-from cdriver.imex.hosts import parse_hosts
+from cdriver.imex.hosts import HOSTS_FILE, parse_hosts
+
+IMEX_NO_GPU_VERSION = "NO_GPU"  # node version IMEX reports in NO GPU mode
+IMEX_DOMAIN_UP = "UP"
+IMEX_DOMAIN_DEGRADED = "DEGRADED"
+IMEX_DOMAIN_DOWN = "DOWN"
+IMEX_NODE_READY = "READY"
+IMEX_NODE_UNAVAILABLE = "UNAVAILABLE"
+ENV_SIM_HOSTS_FILE = "CDRIVER_SIM_HOSTS_FILE"  # hosts file the stand-ins resolve names in
+ENV_SIM_IMEX_HEARTBEAT = "CDRIVER_SIM_IMEX_HEARTBEAT_S"
+ENV_SIM_IMEX_PEER_TIMEOUT = "CDRIVER_SIM_IMEX_PEER_TIMEOUT_S"
+ENV_SIM_IMEX_RETRY_INITIAL = "CDRIVER_SIM_IMEX_RETRY_INITIAL_S"
+ENV_SIM_IMEX_RETRY_MAX = "CDRIVER_SIM_IMEX_RETRY_MAX_S"
 
 MAX_LINE = 64 * 1024
 MSG_HELLO = "hello"
@@ -59,10 +70,10 @@ class Timing:
         base = cls()
         values = {}
         for attr, var in (
-            ("heartbeat", c.ENV_SIM_IMEX_HEARTBEAT),
-            ("peer_timeout", c.ENV_SIM_IMEX_PEER_TIMEOUT),
-            ("retry_initial", c.ENV_SIM_IMEX_RETRY_INITIAL),
-            ("retry_max", c.ENV_SIM_IMEX_RETRY_MAX),
+            ("heartbeat", ENV_SIM_IMEX_HEARTBEAT),
+            ("peer_timeout", ENV_SIM_IMEX_PEER_TIMEOUT),
+            ("retry_initial", ENV_SIM_IMEX_RETRY_INITIAL),
+            ("retry_max", ENV_SIM_IMEX_RETRY_MAX),
         ):
             raw = env.get(var, "")
             if raw == "":
@@ -78,8 +89,8 @@ class Timing:
         timing = cls(**values)
         if timing.peer_timeout <= timing.heartbeat:
             raise ProtocolError(
-                f"{c.ENV_SIM_IMEX_PEER_TIMEOUT}={timing.peer_timeout:g} must be larger than "
-                f"{c.ENV_SIM_IMEX_HEARTBEAT}={timing.heartbeat:g}"
+                f"{ENV_SIM_IMEX_PEER_TIMEOUT}={timing.peer_timeout:g} must be larger than "
+                f"{ENV_SIM_IMEX_HEARTBEAT}={timing.heartbeat:g}"
             )
         return timing
 
@@ -94,7 +105,7 @@ def retry_delay(attempt: int, timing: Timing) -> float:
 def hosts_file_path(environ: Mapping[str, str] | None = None) -> str:
     """The hosts file names are resolved in (CDRIVER_SIM_HOSTS_FILE, default /etc/hosts)."""
     env = os.environ if environ is None else environ
-    return env.get(c.ENV_SIM_HOSTS_FILE) or c.HOSTS_FILE
+    return env.get(ENV_SIM_HOSTS_FILE) or HOSTS_FILE
 
 
 # --- members ---------------------------------------------------------------------------
@@ -180,7 +191,7 @@ def decode(line: bytes) -> dict:
 
 def hello(node: str, status: str) -> dict:
     """First message on a peer link."""
-    return {"type": MSG_HELLO, "node": node, "version": c.IMEX_NO_GPU_VERSION, "status": status}
+    return {"type": MSG_HELLO, "node": node, "version": IMEX_NO_GPU_VERSION, "status": status}
 
 
 def heartbeat(seq: int, status: str, connected: Iterable[str]) -> dict:
@@ -224,10 +235,10 @@ def domain_status(self_is_member: bool, node_statuses: Iterable[str]) -> str:
     not a ready member of the domain."""
     statuses = list(node_statuses)
     if not self_is_member or not statuses:
-        return c.IMEX_DOMAIN_DOWN
-    if all(s == c.IMEX_NODE_READY for s in statuses):
-        return c.IMEX_DOMAIN_UP
-    return c.IMEX_DOMAIN_DEGRADED
+        return IMEX_DOMAIN_DOWN
+    if all(s == IMEX_NODE_READY for s in statuses):
+        return IMEX_DOMAIN_UP
+    return IMEX_DOMAIN_DEGRADED
 
 
 def build_domain_report(
@@ -256,13 +267,13 @@ def build_domain_report(
         view = peers.get(m.ip or "", PeerView())
         if is_self:
             self_is_member = True
-            status = c.IMEX_NODE_READY if self_state == STATE_READY else c.IMEX_NODE_UNAVAILABLE
-            version = c.IMEX_NO_GPU_VERSION
+            status = IMEX_NODE_READY if self_state == STATE_READY else IMEX_NODE_UNAVAILABLE
+            version = IMEX_NO_GPU_VERSION
             sees = {ip for ip, v in peers.items() if v.connected}
         elif view.connected:
-            status, version, sees = c.IMEX_NODE_READY, view.version, set(view.sees)
+            status, version, sees = IMEX_NODE_READY, view.version, set(view.sees)
         else:
-            status, version, sees = c.IMEX_NODE_UNAVAILABLE, "", None
+            status, version, sees = IMEX_NODE_UNAVAILABLE, "", None
         statuses.append(status)
         connections: dict[str, dict] = {}
         if sees is not None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from cdriver.api import constants as c
+from cdriver.api.imex_mode import IMEX_MODE_DRIVER_MANAGED, IMEX_MODE_HOST_MANAGED
 from cdriver.sim.controlplane.pidfile import process_alive, read_pid, stop_process
 
 UP_TIMEOUT = 1800.0  # includes a first, cold build of the control plane
@@ -39,7 +39,7 @@ def _settings(base: Path, nodes: int, topology: Path | None, host_managed: bool)
     from cdriver.sim.world.world import WorldSettings
 
     return WorldSettings(base_dir=base, nodes=nodes, topology=topology,
-                         imex_mode=c.IMEX_MODE_HOST_MANAGED if host_managed else c.IMEX_MODE_DRIVER_MANAGED)
+                         imex_mode=IMEX_MODE_HOST_MANAGED if host_managed else IMEX_MODE_DRIVER_MANAGED)
 
 
 def _echo_err(msg: str) -> None:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cdriver.api import constants as c
+from cdriver.imex.config import IMEX_CTL_BINARY, IMEXD_CONFIG
+from cdriver.nvml.discover import channel_device_path
 from cdriver.sim.world import scenario as s
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
 
@@ -174,7 +176,7 @@ def run_demo(world: SimWorld, echo: Callable[[str], None] = print) -> DemoReport
         def channel() -> str:
             lines = []
             for pod in state["pods"]:
-                dev = c.channel_device_path(0)
+                dev = channel_device_path(0)
                 out = exec_in_pod(world, DEMO_NAMESPACE, pod, ["sh", "-c", f"test -c {dev} && ls -l {dev}"])
                 if out.returncode != 0:
                     raise s.ScenarioError(f"{pod['metadata']['name']}: {dev} is not a character device inside the "
@@ -182,14 +184,14 @@ def run_demo(world: SimWorld, echo: Callable[[str], None] = print) -> DemoReport
                 lines.append(f"{pod['metadata']['name']}: {_text(out.stdout).strip()}")
             return "\n".join(lines)
 
-        n.check(f"{c.channel_device_path(0)} is a character device inside each container", channel)
+        n.check(f"{channel_device_path(0)} is a character device inside each container", channel)
 
         def domain_up() -> str:
             pod = s.daemon_pods(raw, DRIVER_NAMESPACE, uid)[0]
 
             def probe() -> s.Seen:
                 out = exec_in_pod(world, DRIVER_NAMESPACE, pod,
-                                  [c.IMEX_CTL_BINARY, "-c", c.IMEXD_CONFIG, "-N", "-j"])
+                                  [IMEX_CTL_BINARY, "-c", IMEXD_CONFIG, "-N", "-j"])
                 try:
                     doc = json.loads(_text(out.stdout))
                 except json.JSONDecodeError:

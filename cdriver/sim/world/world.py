@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from cdriver.api import constants as c
+from cdriver.api.imex_mode import IMEX_MODE_DRIVER_MANAGED, IMEX_MODE_HOST_MANAGED
 from cdriver.errors import CdriverError
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ class WorldSettings:
     base_dir: Path
     nodes: int = 4
     topology: Path | None = None
-    imex_mode: str = c.IMEX_MODE_DRIVER_MANAGED
+    imex_mode: str = IMEX_MODE_DRIVER_MANAGED
     feature_gates: dict[str, bool] = field(default_factory=dict)
     extra_values: list[str] = field(default_factory=list)
     fast: bool = True
@@ -94,7 +95,7 @@ def helm_values(settings: WorldSettings) -> list[str]:
         "--set", f"controller.metrics.port={settings.controller_metrics_port}",
     ]
     gates = dict(settings.feature_gates)
-    if settings.imex_mode == c.IMEX_MODE_HOST_MANAGED:
+    if settings.imex_mode == IMEX_MODE_HOST_MANAGED:
         gates.setdefault("HostManagedIMEXDaemon", True)
     for name, enabled in sorted(gates.items()):
         values += ["--set", f"featureGates.{name}={str(enabled).lower()}"]

@@ -21,13 +21,14 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from cdriver.api import constants as C
+from cdriver.cdi.model import CDI_DYNAMIC_DIR, CDI_STATIC_DIR
+from cdriver.dra.registration import KUBELET_PLUGINS_DIR, KUBELET_REGISTRY_DIR
 from cdriver.errors import CdriverError
 
 KUBELET_DIR = "/var/lib/kubelet"
 DRIVER_ROOT_DIR = "/run/nvidia/driver"
 #: CDI dirs in priority order (later wins), as container runtimes scan them.
-CDI_DIRS = (C.CDI_STATIC_DIR, C.CDI_DYNAMIC_DIR)
+CDI_DIRS = (CDI_STATIC_DIR, CDI_DYNAMIC_DIR)
 
 
 class LayoutError(CdriverError):
@@ -65,11 +66,11 @@ class NodeLayout:
 
     @property
     def plugins_dir(self) -> Path:
-        return self.host_path(C.KUBELET_PLUGINS_DIR)
+        return self.host_path(KUBELET_PLUGINS_DIR)
 
     @property
     def registry_dir(self) -> Path:
-        return self.host_path(C.KUBELET_REGISTRY_DIR)
+        return self.host_path(KUBELET_REGISTRY_DIR)
 
     @property
     def pods_dir(self) -> Path:
