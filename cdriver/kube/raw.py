@@ -16,7 +16,6 @@ from urllib.parse import quote, urlencode
 
 import urllib3
 
-from cdriver.api import constants as C
 from cdriver.errors import CdriverError
 from cdriver.kube.connection import as_connection
 
@@ -97,11 +96,21 @@ RESOURCES: dict[str, Resource] = {
         _r("resource.k8s.io", "v1", "deviceclasses", False, "DeviceClass"),
         _r("apiextensions.k8s.io", "v1", "customresourcedefinitions", False,
            "CustomResourceDefinition"),
-        _r(C.GROUP, C.VERSION, C.PLURAL_COMPUTE_DOMAINS, True, C.KIND_COMPUTE_DOMAIN),
-        _r(C.GROUP, C.VERSION, C.PLURAL_COMPUTE_DOMAIN_CLIQUES, True,
-           C.KIND_COMPUTE_DOMAIN_CLIQUE),
     )
 }
+
+
+def register_resource(resource: Resource) -> Resource:
+    """Make a custom resource known by its plural in `RESOURCES`; returns it.
+
+    `cdriver.api.resources` registers the driver's CRDs this way. Registering another
+    definition under a plural that is already known raises ValueError.
+    """
+    known = RESOURCES.setdefault(resource.plural, resource)
+    if known != resource:
+        raise ValueError(f"resource {resource.plural!r} is already registered as {known}; "
+                         f"refusing to replace it with {resource}")
+    return resource
 
 
 class ApiError(CdriverError):
