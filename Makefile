@@ -24,8 +24,10 @@ test: venv control-plane
 unit: venv
 	$(BIN)/pytest -q -m unit $(PYTEST_ARGS)
 
+# ruff, then the layering rules in .importlinter (roles and sim independent, sim layered, kube below api).
 lint: venv
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 binary: venv
 	PYINSTALLER=$(BIN)/pyinstaller packaging/build.sh
