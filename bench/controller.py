@@ -41,6 +41,7 @@ import yaml
 from report import print_rows  # bench/report.py (scripts run from bench/)
 
 from cdriver.api import constants as C
+from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
 from cdriver.roles.controller import desired as W
 from cdriver.roles.controller.reconciler import parse_domain
@@ -51,7 +52,7 @@ from cdriver.sim.controlplane.cluster import LocalCluster
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "controller.json"
 CRD_DIR = ROOT / "helm" / "cdriver" / "crds"
-CDS, RCTS, DS = RESOURCES["computedomains"], RESOURCES["resourceclaimtemplates"], \
+CDS, RCTS, DS = COMPUTE_DOMAINS, RESOURCES["resourceclaimtemplates"], \
     RESOURCES["daemonsets"]
 MIN_WRITES_PER_DOMAIN = 5  # finalizer, 3 creates, status
 RESOURCE_EMPTY = re.compile(r'[{,]resource=""')  # non-resource requests (/healthz, /metrics)
@@ -65,7 +66,7 @@ def install_crds(raw: RawClient) -> None:
     while time.monotonic() < deadline:
         try:
             raw.list(CDS, "default")
-            raw.list(RESOURCES["computedomaincliques"], "default")
+            raw.list(COMPUTE_DOMAIN_CLIQUES, "default")
             return
         except ApiError:
             time.sleep(0.1)

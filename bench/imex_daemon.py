@@ -46,6 +46,7 @@ import yaml
 from report import print_rows  # bench/report.py (scripts run from bench/)
 
 from cdriver.api import constants as c
+from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES
 from cdriver.imex import config as imex_config
 from cdriver.imex.config import IMEX_CMD_PORT, IMEX_CTL_BINARY, IMEX_DAEMON_BINARY, IMEXD_TEMPLATE_NAME
 from cdriver.kube.raw import RESOURCES
@@ -58,7 +59,7 @@ from cdriver.sim.node.registration import register_node
 
 RESULTS = Path(__file__).resolve().parent / "results" / "imex_daemon.json"
 CRD_DIR = Path(__file__).resolve().parents[1] / "helm" / "cdriver" / "crds"
-PODS, CLIQUES, CRDS = RESOURCES["pods"], RESOURCES["computedomaincliques"], RESOURCES["customresourcedefinitions"]
+PODS, CLIQUES, CRDS = RESOURCES["pods"], COMPUTE_DOMAIN_CLIQUES, RESOURCES["customresourcedefinitions"]
 CLIQUE = "00000000-0000-0000-0000-0000000000ab.0"
 NS = "bench-imex"
 

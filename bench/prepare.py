@@ -38,6 +38,7 @@ import psutil
 import yaml
 
 from cdriver.api import constants as C
+from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.dra.gen.dra.v1 import api_pb2 as dra_pb2
 from cdriver.dra.gen.dra.v1 import api_pb2_grpc as dra_grpc
 from cdriver.dra.gen.pluginregistration.v1 import api_pb2 as reg_pb2
@@ -45,7 +46,7 @@ from cdriver.dra.gen.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
 from cdriver.roles.kubelet_plugin.config import DRA_SOCKET_NAME, REGISTRATION_SOCKET_NAME
 
-CDS, CLIQUES, CLAIMS = RESOURCES["computedomains"], RESOURCES["computedomaincliques"], RESOURCES["resourceclaims"]
+CDS, CLIQUES, CLAIMS = COMPUTE_DOMAINS, COMPUTE_DOMAIN_CLIQUES, RESOURCES["resourceclaims"]
 NODES = RESOURCES["nodes"]
 CRD_DIR = Path(__file__).resolve().parents[1] / "helm" / "cdriver" / "crds"
 CLUSTER_UUID = "00000000-0000-0000-0000-0000000000be"

@@ -1,6 +1,2 @@
-"""ComputeDomain API: the upstream contract's names, the CRD types, opaque configs, IMEX modes.
-
-Importing the package registers the custom resources with `cdriver.kube` (see resources.py).
-"""
-
-from cdriver.api import resources as resources
+"""ComputeDomain API: the upstream contract's names, the CRD types and their REST resources
+(`resources`, registered with `cdriver.kube`), opaque configs, IMEX modes."""

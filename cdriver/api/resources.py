@@ -1,7 +1,7 @@
 """The driver's custom resources, registered with `cdriver.kube.raw.RESOURCES` by plural.
 
-Importing any part of `cdriver.api` registers them, so `RESOURCES["computedomains"]` works
-wherever the API types are known.
+Use `COMPUTE_DOMAINS` and `COMPUTE_DOMAIN_CLIQUES`; once this module is imported,
+`RESOURCES["computedomains"]` finds them too (e.g. for looking resources up by kind).
 """
 
 from __future__ import annotations

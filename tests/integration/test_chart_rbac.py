@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from cdriver.api import constants as c
+from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.kube.raw import RESOURCES, ApiError
 
 pytestmark = pytest.mark.integration
@@ -124,28 +125,28 @@ def client(kubeconfig: Path):
 
 def test_plugin_can_read_domains_but_cannot_delete_daemonsets(tokens) -> None:
     plugin = client(tokens["plugin"])
-    plugin.list(RESOURCES["computedomains"])  # allowed
+    plugin.list(COMPUTE_DOMAINS)  # allowed
     with pytest.raises(ApiError) as err:
         plugin.delete(RESOURCES["daemonsets"], "anything", namespace=NS)
     assert err.value.forbidden
 
 
 def test_daemon_cannot_change_a_domain_spec(raw, namespace, tokens) -> None:
-    cd = raw.create(RESOURCES["computedomains"], {
+    cd = raw.create(COMPUTE_DOMAINS, {
         "apiVersion": c.API_VERSION, "kind": c.KIND_COMPUTE_DOMAIN, "metadata": {"name": "cd"},
         "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": "t"}}}}, namespace=namespace)
     daemon = client(tokens["daemon"])
-    assert daemon.get(RESOURCES["computedomains"], "cd", namespace)["metadata"]["uid"] == cd["metadata"]["uid"]
+    assert daemon.get(COMPUTE_DOMAINS, "cd", namespace)["metadata"]["uid"] == cd["metadata"]["uid"]
     cd["spec"]["numNodes"] = 3
     with pytest.raises(ApiError) as err:
-        daemon.update(RESOURCES["computedomains"], cd, namespace=namespace)
+        daemon.update(COMPUTE_DOMAINS, cd, namespace=namespace)
     assert err.value.forbidden
 
 
 def test_controller_cannot_create_cliques_or_delete_nodes(tokens) -> None:
     controller = client(tokens["controller"])
     with pytest.raises(ApiError) as err:
-        controller.create(RESOURCES["computedomaincliques"], {
+        controller.create(COMPUTE_DOMAIN_CLIQUES, {
             "apiVersion": c.API_VERSION, "kind": c.KIND_COMPUTE_DOMAIN_CLIQUE,
             "metadata": {"name": "x.y"}, "daemons": []}, namespace=NS)
     assert err.value.forbidden
@@ -158,5 +159,5 @@ def test_roles_are_scoped_to_the_driver_namespace(tokens) -> None:
     """Daemon pods may manage cliques in the driver namespace only."""
     daemon = client(tokens["daemon"])
     with pytest.raises(ApiError) as err:
-        daemon.list(RESOURCES["computedomaincliques"], namespace="default")
+        daemon.list(COMPUTE_DOMAIN_CLIQUES, namespace="default")
     assert err.value.forbidden

@@ -21,6 +21,7 @@ import pytest
 from cdriver import featuregates as fg
 from cdriver.api import constants as C
 from cdriver.api.imex_mode import IMEX_MODE_HOST_MANAGED
+from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
 from cdriver.roles.controller.desired import DAEMON_POD_CLAIM_NAME
 from cdriver.roles.controller.main import Controller, ControllerConfig
@@ -30,8 +31,8 @@ from cdriver.roles.controller.settings import DEFAULT_DAEMON_PRIORITY_CLASS, Con
 
 pytestmark = pytest.mark.integration
 
-CDS = RESOURCES["computedomains"]
-CLIQUES = RESOURCES["computedomaincliques"]
+CDS = COMPUTE_DOMAINS
+CLIQUES = COMPUTE_DOMAIN_CLIQUES
 RCTS = RESOURCES["resourceclaimtemplates"]
 DS = RESOURCES["daemonsets"]
 PODS = RESOURCES["pods"]

@@ -24,6 +24,7 @@ import psutil
 import pytest
 
 from cdriver.api import constants as c
+from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.featuregates import ENV_FEATURE_GATES
 from cdriver.imex import config as imex_config
 from cdriver.imex import ctl as imex_ctl
@@ -50,7 +51,7 @@ from tests.waiting import wait_for
 pytestmark = pytest.mark.integration
 
 PODS, EVENTS = RESOURCES["pods"], RESOURCES["events"]
-CLIQUES, CDS = RESOURCES["computedomaincliques"], RESOURCES["computedomains"]
+CLIQUES, CDS = COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 CQ0 = "00000000-0000-0000-0000-0000000000ab.0"
 CQ1 = "00000000-0000-0000-0000-0000000000ab.1"
 STANDIN_TIMING = {

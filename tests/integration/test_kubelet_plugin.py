@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from cdriver.api import constants as C
+from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.api.types import ComputeDomain
 from cdriver.cdi.reader import CDIRegistry
 from cdriver.checkpoint import CheckpointStore
@@ -40,7 +41,7 @@ from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
-CDS, CLIQUES = RESOURCES["computedomains"], RESOURCES["computedomaincliques"]
+CDS, CLIQUES = COMPUTE_DOMAINS, COMPUTE_DOMAIN_CLIQUES
 CLAIMS, SLICES = RESOURCES["resourceclaims"], RESOURCES["resourceslices"]
 NODES, PODS, EVENTS = RESOURCES["nodes"], RESOURCES["pods"], RESOURCES["events"]
 TEMPLATES, CLASSES = RESOURCES["resourceclaimtemplates"], RESOURCES["deviceclasses"]

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-import cdriver.api  # noqa: F401 - registers the driver's CRDs in RESOURCES
+import cdriver.api.resources  # noqa: F401 - registers the driver's CRDs in RESOURCES
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient, Resource, WatchStream, object_key
 
 pytestmark = pytest.mark.unit

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cdriver.api import constants as C
+from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.api.types import ComputeDomain, ValidationError
 from cdriver.kube.events import EventRecorder
 from cdriver.kube.informer import Informer
@@ -36,12 +37,12 @@ from cdriver.roles.controller.trim import (
 
 log = logging.getLogger(__name__)
 
-CDS = RESOURCES["computedomains"]
+CDS = COMPUTE_DOMAINS
 TEMPLATES = RESOURCES["resourceclaimtemplates"]
 DAEMON_SETS = RESOURCES["daemonsets"]
 PODS = RESOURCES["pods"]
 NODES = RESOURCES["nodes"]
-CLIQUES = RESOURCES["computedomaincliques"]
+CLIQUES = COMPUTE_DOMAIN_CLIQUES
 
 INDEX_UID = "uid"
 INDEX_DOMAIN = "domain"

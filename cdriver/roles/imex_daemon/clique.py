@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from cdriver.api import constants as c
+from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES
 from cdriver.errors import CdriverError
 
 log = logging.getLogger(__name__)
@@ -261,10 +262,9 @@ class CliqueStore(LatestObject):
 
     def __init__(self, raw: Any, namespace: str, name: str, cd_uid: str, clique_id: str,
                  owner: dict) -> None:
-        from cdriver.kube.raw import RESOURCES
 
         self.raw = raw
-        self.res = RESOURCES["computedomaincliques"]
+        self.res = COMPUTE_DOMAIN_CLIQUES
         self.namespace = namespace
         self.name = name
         self.cd_uid = cd_uid

@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 from cdriver.api import constants as c
+from cdriver.api.resources import COMPUTE_DOMAINS
 from cdriver.errors import CdriverError
 from cdriver.imex import config as imex_config
 
@@ -68,10 +69,9 @@ class DomainStatusStore(LatestObject):
     key = KEY_CD_STATUS
 
     def __init__(self, raw: Any, namespace: str, name: str, uid: str) -> None:
-        from cdriver.kube.raw import RESOURCES
 
         self.raw = raw
-        self.res = RESOURCES["computedomains"]
+        self.res = COMPUTE_DOMAINS
         self.namespace = namespace
         self.name = name
         self.uid = uid

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from cdriver.api import constants as c
+from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.errors import CdriverError
 from cdriver.imex import config as imex_config
 from cdriver.imex.config import IMEX_DAEMON_BINARY, IMEXD_DIR
@@ -241,18 +242,17 @@ class Daemon:
         from cdriver.imex.supervisor import ProcessSupervisor
         from cdriver.kube.events import EventRecorder
         from cdriver.kube.informer import Informer
-        from cdriver.kube.raw import RESOURCES
 
         self.recorder = EventRecorder(self.raw, COMPONENT, host=self.s.node_name)
         if self.s.cliques:
             self.store = cl.CliqueStore(self.raw, self.s.pod_namespace, self.s.clique_name, self.s.cd_uid,
                                         self.s.clique_id, cl.pod_owner_reference(self.s.pod_name, self.s.pod_uid))
-            members = Informer(self.raw, RESOURCES["computedomaincliques"], namespace=self.s.pod_namespace,
+            members = Informer(self.raw, COMPUTE_DOMAIN_CLIQUES, namespace=self.s.pod_namespace,
                                field_selector=f"metadata.name={self.s.clique_name}",
                                resync_seconds=RESYNC_SECONDS)
         else:
             self.store = legacy.DomainStatusStore(self.raw, self.s.cd_namespace, self.s.cd_name, self.s.cd_uid)
-            members = Informer(self.raw, RESOURCES["computedomains"], namespace=self.s.cd_namespace,
+            members = Informer(self.raw, COMPUTE_DOMAINS, namespace=self.s.cd_namespace,
                                field_selector=f"metadata.name={self.s.cd_name}", resync_seconds=RESYNC_SECONDS)
         members.add_handler(on_add=lambda o: self._post("members", o),
                             on_update=lambda _old, o: self._post("members", o),
@@ -368,10 +368,10 @@ class Daemon:
 
     def domain_ending(self) -> bool:
         """True when this daemon's ComputeDomain is gone, replaced, or being deleted."""
-        from cdriver.kube.raw import RESOURCES, ApiError
+        from cdriver.kube.raw import ApiError
 
         try:
-            cd = self.raw.get_or_none(RESOURCES["computedomains"], self.s.cd_name, namespace=self.s.cd_namespace)
+            cd = self.raw.get_or_none(COMPUTE_DOMAINS, self.s.cd_name, namespace=self.s.cd_namespace)
         except ApiError as exc:
             log.info("cannot read ComputeDomain %s/%s (%s); assuming it still exists", self.s.cd_namespace,
                      self.s.cd_name, exc)

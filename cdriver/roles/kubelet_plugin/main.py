@@ -16,6 +16,7 @@ from pathlib import Path
 import grpc
 
 from cdriver.api import constants as C
+from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.cdi.writer import write_spec
 from cdriver.checkpoint import CheckpointStore
 from cdriver.dra import health, node_service, registration, sockets
@@ -85,11 +86,11 @@ class Plugin:
         metrics = PluginMetrics(cfg.node_name)
         raw = self.raw or CountingRawClient(load_api_client(cfg.kubeconfig), metrics)
         self.raw = raw
-        cds = Informer(raw, RESOURCES[C.PLURAL_COMPUTE_DOMAINS])
+        cds = Informer(raw, COMPUTE_DOMAINS)
         cds.add_index(UID_INDEX, uid_index)
         cliques = None
         if cfg.use_cliques and not cfg.host_managed:
-            cliques = Informer(raw, RESOURCES[C.PLURAL_COMPUTE_DOMAIN_CLIQUES], namespace=cfg.namespace)
+            cliques = Informer(raw, COMPUTE_DOMAIN_CLIQUES, namespace=cfg.namespace)
         node = Informer(raw, RESOURCES["nodes"], field_selector=f"metadata.name={cfg.node_name}")
         slices = Informer(raw, RESOURCES["resourceslices"], field_selector=slice_field_selector(cfg.node_name))
         state = PluginState(

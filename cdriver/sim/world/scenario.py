@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdriver.api import constants as c
+from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.errors import CdriverError
 from cdriver.kube.raw import RESOURCES, ApiError
 
 PODS = RESOURCES["pods"]
 NODES = RESOURCES["nodes"]
-CDS = RESOURCES["computedomains"]
-CLIQUES = RESOURCES["computedomaincliques"]
+CDS = COMPUTE_DOMAINS
+CLIQUES = COMPUTE_DOMAIN_CLIQUES
 RCTS = RESOURCES["resourceclaimtemplates"]
 CLAIMS = RESOURCES["resourceclaims"]
 DAEMONSETS = RESOURCES["daemonsets"]
