@@ -63,7 +63,7 @@ class _Reader:
     def fail(self, key: str, problem: str) -> None:
         raise ValidationError(f"{self.where}: field {self.full(key)}: {problem}")
 
-    def str(self, key: str, required: bool = False, default: str = "") -> str:
+    def string(self, key: str, required: bool = False, default: str = "") -> str:
         if key not in self.obj or self.obj[key] is None:
             if required:
                 self.fail(key, "is required")
@@ -75,7 +75,7 @@ class _Reader:
             self.fail(key, "must not be empty")
         return value
 
-    def int(self, key: str, default: int = 0, minimum: int | None = None) -> int:
+    def integer(self, key: str, default: int = 0, minimum: int | None = None) -> int:
         if key not in self.obj or self.obj[key] is None:
             return default
         value = self.obj[key]
@@ -86,7 +86,7 @@ class _Reader:
         return value
 
     def enum(self, key: str, choices: tuple[str, ...], default: str) -> str:
-        value = self.str(key, default=default)
+        value = self.string(key, default=default)
         if value == "":
             return default
         if value not in choices:
@@ -126,10 +126,10 @@ def _where(kind: str, obj: Any) -> str:
 
 
 def _check_type_meta(r: _Reader, kind: str) -> None:
-    api_version = r.str("apiVersion")
+    api_version = r.string("apiVersion")
     if api_version and api_version != C.API_VERSION:
         r.fail("apiVersion", f"must be {C.API_VERSION}, got {_short(api_version)}")
-    got_kind = r.str("kind")
+    got_kind = r.string("kind")
     if got_kind and got_kind != kind:
         r.fail("kind", f"must be {kind}, got {_short(got_kind)}")
 
@@ -182,11 +182,11 @@ class NodeStatus:
     @classmethod
     def _read(cls, r: _Reader) -> NodeStatus:
         return cls(
-            name=r.str("name", required=True),
-            ip_address=r.str("ipAddress"),
-            clique_id=r.str("cliqueID"),
+            name=r.string("name", required=True),
+            ip_address=r.string("ipAddress"),
+            clique_id=r.string("cliqueID"),
             # -1: a node without NVLink fabric (no clique, no IMEX index).
-            index=r.int("index", minimum=-1),
+            index=r.integer("index", minimum=-1),
             status=r.enum("status", _STATUSES, C.STATUS_NOT_READY),
         )
 
@@ -232,8 +232,8 @@ class ComputeDomain:
             name=str(meta.get("name") or ""),
             namespace=str(meta.get("namespace") or ""),
             uid=str(meta.get("uid") or ""),
-            num_nodes=spec.int("numNodes", minimum=0),
-            channel_template_name=template.str("name", required=True),
+            num_nodes=spec.integer("numNodes", minimum=0),
+            channel_template_name=template.string("name", required=True),
             allocation_mode=channel.enum("allocationMode", C.ALLOCATION_MODES,
                                          C.ALLOCATION_MODE_SINGLE),
             status=status.enum("status", _STATUSES, "") if status.obj.get("status") else "",
@@ -292,10 +292,10 @@ class CliqueDaemon:
     @classmethod
     def _read(cls, r: _Reader) -> CliqueDaemon:
         return cls(
-            node_name=r.str("nodeName", required=True),
-            ip_address=r.str("ipAddress"),
-            clique_id=r.str("cliqueID"),
-            index=r.int("index", minimum=0),
+            node_name=r.string("nodeName", required=True),
+            ip_address=r.string("ipAddress"),
+            clique_id=r.string("cliqueID"),
+            index=r.integer("index", minimum=0),
             status=r.enum("status", _STATUSES, C.STATUS_NOT_READY),
         )
 
@@ -403,10 +403,10 @@ def decode_opaque_config(params: Any) -> ChannelConfig | DaemonConfig:
         r = _Reader(where, params, "", ("apiVersion", "kind", "domainID", "allocationMode"))
     else:
         r = _Reader(where, params, "", ("apiVersion", "kind", "domainID"))
-    api_version = r.str("apiVersion", required=True)
+    api_version = r.string("apiVersion", required=True)
     if api_version != C.API_VERSION:
         r.fail("apiVersion", f"must be {C.API_VERSION}, got {_short(api_version)}")
-    domain_id = r.str("domainID", required=True)
+    domain_id = r.string("domainID", required=True)
     try:
         validate_domain_id(domain_id)
     except ValidationError as exc:

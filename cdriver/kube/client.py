@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cdriver.kube.config import (
     KubeConfigError,
@@ -23,6 +23,9 @@ from cdriver.kube.connection import (
     ApiConnection,
     Connection,
 )
+
+if TYPE_CHECKING:
+    from cdriver.kube.raw import RawClient
 
 __all__ = ["DEFAULT_POOL_MAXSIZE", "KubeConfigError", "load_api_client", "new_raw_client"]
 
@@ -75,7 +78,7 @@ def _kubernetes_api_client(paths: list[str], context: str | None, pool_maxsize: 
     return k8s_client.ApiClient(configuration)
 
 
-def new_raw_client(kubeconfig: str | None = None, context: str | None = None):
+def new_raw_client(kubeconfig: str | None = None, context: str | None = None) -> RawClient:
     """Shorthand: `RawClient` over `load_api_client(kubeconfig, context)`."""
     from cdriver.kube.raw import RawClient
 

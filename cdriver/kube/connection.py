@@ -41,8 +41,11 @@ USER_AGENT = f"cdriver/{cdriver.__version__}"
 class Connection(Protocol):
     """What `RawClient` needs from a connection."""
 
-    host: str
-    pool: urllib3.PoolManager
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def pool(self) -> urllib3.PoolManager: ...
 
     def headers(self) -> dict[str, str]: ...
 

@@ -12,16 +12,36 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from cdriver.kube.raw import ApiError, RawClient, Resource, WatchStream, object_key
+from cdriver.kube.raw import ApiError, Resource, object_key
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[..., None]
 IndexFunc = Callable[[dict], list[str]]
+
+
+class EventStream(Protocol):
+    """One open watch: ``(event_type, obj)`` pairs until closed."""
+
+    def __iter__(self) -> Iterator[tuple[str, dict]]: ...
+
+    def close(self) -> None: ...
+
+
+class ListWatchClient(Protocol):
+    """What an `Informer` reads through: a `RawClient` or a wrapper around one."""
+
+    def list(self, res: Resource, namespace: str | None = None, *,
+             label_selector: str | None = None, field_selector: str | None = None) -> dict: ...
+
+    def watch(self, res: Resource, namespace: str | None = None, *,
+              resource_version: str | None = None, label_selector: str | None = None,
+              field_selector: str | None = None,
+              timeout_seconds: int | None = None) -> EventStream: ...
 
 
 @dataclass
@@ -57,7 +77,7 @@ class Informer:
     """Mirror of ``res`` (optionally one namespace / selectors) with add/update/delete handlers."""
 
     def __init__(
-        self, raw: RawClient, res: Resource, namespace: str | None = None,
+        self, raw: ListWatchClient, res: Resource, namespace: str | None = None,
         label_selector: str | None = None, field_selector: str | None = None,
         resync_seconds: float = 600, watch_timeout_seconds: int = 300,
         retry_seconds: float = 1.0, max_retry_seconds: float = 30.0,
@@ -79,7 +99,7 @@ class Informer:
         self._events: queue.Queue = queue.Queue()
         self._stop = threading.Event()
         self._synced = threading.Event()
-        self._stream: WatchStream | None = None
+        self._stream: EventStream | None = None
         self._threads: list[threading.Thread] = []
         self._resource_version = ""
         self.relist_count = 0
@@ -98,7 +118,8 @@ class Informer:
     def get_by_name(self, name: str, namespace: str | None = None) -> dict | None:
         return self.get(f"{namespace}/{name}" if namespace else name)
 
-    def list(self) -> list[dict]:
+    def objects(self) -> list[dict]:
+        """Every cached object, in no particular order."""
         with self._lock:
             return list(self._items.values())
 
@@ -328,7 +349,7 @@ class Informer:
             if kind == "resync":
                 next_resync = time.monotonic() + self.resync_seconds
                 if self._synced.is_set():
-                    for cached in self.list():
+                    for cached in self.objects():
                         self._call("update", cached, cached, None)
                 continue
             self._call(kind, obj, old, only)

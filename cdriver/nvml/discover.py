@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from cdriver.errors import CdriverError
 from cdriver.featuregates import CRASH_ON_NVLINK_FABRIC_ERRORS as _GATE
@@ -218,7 +219,8 @@ def find_nvidia_smi(driver_root: str | Path) -> Path | None:
 _session_lock = threading.RLock()
 
 
-def _pynvml() -> ModuleType:
+def _pynvml() -> Any:
+    """The pynvml module (untyped; its library handle is rebound below)."""
     import pynvml
 
     return pynvml

@@ -248,7 +248,7 @@ def test_informer_mirrors_changes_indexes_and_resyncs(raw: RawClient, namespace:
         raw.delete(CM, "pre", namespace)
         wait_for(lambda: "pre" in rec.names("delete"), what="delete of 'pre'")
         assert informer.get(f"{namespace}/pre") is None
-        assert sorted(o["metadata"]["name"] for o in informer.list()) == ["new"]
+        assert sorted(o["metadata"]["name"] for o in informer.objects()) == ["new"]
 
         wait_for(lambda: rec.resyncs >= 2, what="periodic resync")
 
@@ -282,7 +282,7 @@ def test_informer_relists_when_its_resource_version_expires(
         wait_for(lambda: informer.relist_count > relists, what="relist")
         wait_for(lambda: "after" in rec.names("add") and "before" in rec.names("delete"),
                  what="changes across the relist")
-        assert [o["metadata"]["name"] for o in informer.list()] == ["after"]
+        assert [o["metadata"]["name"] for o in informer.objects()] == ["after"]
         assert informer.get(f"{namespace}/after")["kind"] == "Widget"
     finally:
         informer.stop()

@@ -177,7 +177,7 @@ class Controller:
         log.info("controller started (namespace %s, mode %s, %d domains cached)",
                  self.settings.namespace,
                  IMEX_MODE_HOST_MANAGED if self.settings.host_managed
-                 else IMEX_MODE_DRIVER_MANAGED, len(self.caches.domains.list()))
+                 else IMEX_MODE_DRIVER_MANAGED, len(self.caches.domains.objects()))
 
     def stop(self) -> None:
         self._stop.set()
@@ -193,7 +193,7 @@ class Controller:
 
     def domain_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
-        for obj in self.caches.domains.list():
+        for obj in self.caches.domains.objects():
             status = (obj.get("status") or {}).get("status") or ""
             counts[status] = counts.get(status, 0) + 1
         return counts

@@ -156,7 +156,7 @@ class Reconciler:
         return [object_key(o) for o in self.caches.domains.by_index(INDEX_UID, uid)]
 
     def known_uids(self) -> set[str]:
-        return {(o.get("metadata") or {}).get("uid", "") for o in self.caches.domains.list()}
+        return {(o.get("metadata") or {}).get("uid", "") for o in self.caches.domains.objects()}
 
     def generated(self, role: str, uid: str) -> list[dict]:
         """Generated objects of ``role`` labelled for ``uid`` (cache + our recent writes)."""
@@ -469,12 +469,12 @@ class Reconciler:
     def _execute(self, plan: D.DeletionPlan, uid: str, objects: dict[tuple[str, str], dict],
                  cd_obj: dict | None) -> None:
         for step in plan.steps:
-            if step.action is D.Action.DELETE:
-                self._delete(step.target, objects)
+            target = step.target
+            if step.action is D.Action.DELETE and target is not None:
+                self._delete(target, objects)
             elif step.action is D.Action.UNLABEL_NODE:
                 self._unlabel(step.node, uid)
-            elif step.action is D.Action.REMOVE_FINALIZER:
-                target = step.target
+            elif step.action is D.Action.REMOVE_FINALIZER and target is not None:
                 res = DAEMON_SETS if target.role == D.ROLE_DAEMON_SET else TEMPLATES
                 self._without_finalizer(
                     res, objects[(target.role, f"{target.namespace}/{target.name}")])
@@ -526,10 +526,10 @@ class Reconciler:
 
     # --- orphans ------------------------------------------------------------------------
     def labelled_objects(self) -> list[dict]:
-        out = list(self.caches.templates.list())
+        out = list(self.caches.templates.objects())
         for informer in (self.caches.daemon_sets, self.caches.nodes):
             if informer is not None:
-                out.extend(informer.list())
+                out.extend(informer.objects())
         return out
 
     def sweep(self) -> bool:
@@ -542,7 +542,7 @@ class Reconciler:
         for uid in sorted(candidates - live):
             generated, objects = self._state(uid)
             nodes = [(o.get("metadata") or {}).get("name", "")
-                     for o in objects_of(uid, self.caches.nodes.list())] \
+                     for o in objects_of(uid, self.caches.nodes.objects())] \
                 if self.caches.nodes is not None else []
             plan = D.plan_deletion(generated, nodes, domain_exists=False)
             try:

@@ -223,7 +223,7 @@ def desired_status(
     return out
 
 
-def _nodes_key(nodes: list[dict]) -> dict[str, dict]:
+def _nodes_key(nodes: list[dict]) -> dict[str | None, dict]:
     return {n.get("name"): n for n in nodes or []}
 
 

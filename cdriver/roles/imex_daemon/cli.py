@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from typing import Any
 
 import click
 
@@ -64,7 +65,7 @@ def _fail(message: str) -> None:
 @click.option("--kubeconfig", default=None, envvar="KUBECONFIG",
               help="Kubeconfig file (default: the pod's service account).")
 @click.pass_context
-def command(ctx: click.Context, **options: str) -> None:
+def command(ctx: click.Context, **options: Any) -> None:
     """Per-ComputeDomain IMEX daemon: join the clique, run nvidia-imex, report readiness."""
     gates = root_options(ctx).get("feature_gates") or os.environ.get(ENV_FEATURE_GATES, "")
     ctx.obj = RawInputs(feature_gates=gates, **options)

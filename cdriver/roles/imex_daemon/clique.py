@@ -113,9 +113,9 @@ def upsert_entry(entries: list[dict], member: Member, max_nodes: int,
     if mine.get("cliqueID") != member.clique_id:
         mine["cliqueID"] = member.clique_id
         changed = True
-    index = entry_index(mine)
+    current_index = entry_index(mine)
     others = used_indices(out, member.clique_id, member.node_name, key)
-    if index is None or index >= max_nodes or index in others:
+    if current_index is None or current_index >= max_nodes or current_index in others:
         mine["index"] = next_free_index(others, max_nodes)
         changed = True
     if mine.get("ipAddress") != member.ip_address:
@@ -334,9 +334,9 @@ def update_with_retry(store: MembershipStore, mutate: Mutation, *, attempts: int
 
     obj = store.current()
     if obj is None:
-        if not create_missing and store.refresh() is None:
+        obj = store.ensure() if create_missing else store.refresh()
+        if obj is None:
             return None
-        obj = store.current() if not create_missing else store.ensure()
     for attempt in range(1, attempts + 1):
         entries, changed = mutate(store.entries(obj))
         if not changed and not store.needs_write(obj):

@@ -101,7 +101,7 @@ class Sweeper:
             names = [p.name for p in domains.iterdir() if p.is_dir() and not p.is_symlink()]
         except FileNotFoundError:
             return
-        known = {(cd.get("metadata") or {}).get("uid", "") for cd in self.state.cds.list()}
+        known = {(cd.get("metadata") or {}).get("uid", "") for cd in self.state.cds.objects()}
         used = {rec.domain_id for rec in self.state.store.read().claims.values()}
         for name in stale_domain_dirs(names, known, used):
             try:

@@ -166,7 +166,7 @@ class SlicePublisher:
         uid = self.node_uid()
         if not uid:
             raise ApiError(0, "NodeUnknown", f"node {self.node_name} not found; cannot own the ResourceSlice")
-        plan = plan_sync(self.informer.list(), self.node_name, uid, self.devices)
+        plan = plan_sync(self.informer.objects(), self.node_name, uid, self.devices)
         for obj in plan.delete:
             meta = obj.get("metadata") or {}
             try:

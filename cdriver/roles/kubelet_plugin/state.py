@@ -53,11 +53,10 @@ class PluginState:
     metrics: PluginMetrics
     events: BackgroundEvents
     notifier: ChangeNotifier = field(default_factory=ChangeNotifier)
-    labeler: NodeLabeler | None = None
+    labeler: NodeLabeler = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.labeler is None:
-            self.labeler = NodeLabeler(self.raw, self.config.node_name, self.node_object)
+        self.labeler = NodeLabeler(self.raw, self.config.node_name, self.node_object)
 
     # -- cache lookups ---------------------------------------------------------------
     def compute_domain(self, uid: str) -> dict | None:

@@ -20,7 +20,9 @@ import socket
 import stat
 import sys
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 from cdriver.errors import CdriverError
 from cdriver.imex.config import (
@@ -126,8 +128,8 @@ class StandinDaemon:
         if self._stop is not None:
             self._stop.set()
 
-    def _spawn(self, coro: object) -> asyncio.Task[None]:
-        task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
@@ -266,8 +268,8 @@ class StandinDaemon:
     async def _on_peer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         if task is not None:
-            self._tasks.add(task)  # type: ignore[arg-type]
-            task.add_done_callback(self._tasks.discard)  # type: ignore[arg-type]
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         try:
             line = await asyncio.wait_for(reader.readline(), self.timing.peer_timeout)
             node, version, _status = p.parse_hello(p.decode(line))

@@ -135,7 +135,7 @@ def wait_pods_running(raw: Any, namespace: str, names: list[str], timeout: float
         ok = all(p and pod_phase(p) == "Running" and pod_ready(p) for p in pods)
         if ok:
             return Seen(True, pods)
-        state = {}
+        state: dict[str, Any] = {}
         for n, p in zip(names, pods, strict=True):
             if not p:
                 state[n] = "missing"

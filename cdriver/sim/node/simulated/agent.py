@@ -76,7 +76,7 @@ class NodeAgent:
 
     def __init__(self, raw: RawClient | str, name: str, ip: str, root: str | os.PathLike[str], *,
                  labels: dict[str, str] | None = None, capacity: dict[str, str] | None = None,
-                 options: NodeOptions | None = None, topology: str | os.PathLike[str] | None = None,
+                 options: NodeOptions | None = None, topology: str | Path | None = None,
                  driver_root: bool = False, profile: str = "gb200", fabric_state: str = "completed",
                  kubelet_port: int = 10250, pki_dir: str | os.PathLike[str] | None = None) -> None:
         if isinstance(raw, str):
@@ -150,7 +150,7 @@ class NodeAgent:
         host, port = api_address(self.raw.server)
         self._stop.clear()
         if self.pki_dir is not None:
-            self._start_kubelet_server()
+            self._start_kubelet_server(self.pki_dir)
         self._register_node()
         self._delete_slices()
         self.plugins = PluginManager(self.layout, self.log, scan_interval=self.options.plugin_scan_interval,
@@ -236,11 +236,11 @@ class NodeAgent:
             self._log_handler.close()
             self._log_handler = None
 
-    def _start_kubelet_server(self) -> None:
+    def _start_kubelet_server(self, pki_dir: Path) -> None:
         from cdriver.sim.controlplane import pki
         from cdriver.sim.node.simulated.kubelet_server import KubeletServer
 
-        files = pki.PKIFiles(self.pki_dir)
+        files = pki.PKIFiles(pki_dir)
         try:
             cert, key = pki.issue_kubelet_serving_cert(files, self.name, (self.ip,), self.layout.pki_dir)
         except (OSError, ValueError) as exc:

@@ -113,7 +113,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     # -- auth -----------------------------------------------------------------------------
     def _authorized(self) -> bool:
         cert = self.connection.getpeercert() if isinstance(self.connection, ssl.SSLSocket) else None
-        names = dict(x[0] for x in (cert or {}).get("subject", ()))
+        subject: Any = (cert or {}).get("subject", ())
+        names = dict(x[0] for x in subject)
         self.user = names.get("commonName", "")
         if self.user in self.server.allowed_users:
             return True

@@ -399,7 +399,7 @@ class PodWorker:
             if not any(m.target == "/etc/hosts" for m in mounts):
                 mounts.append(BindMount(str(self.rt.layout.pod_hosts_file(self.uid)), "/etc/hosts"))
             ids = container_cdi_ids(container, self.prepared)
-            devices = []
+            devices: list[Any] = []
             if ids:
                 cdi_env, devices, cdi_mounts = launch_edits(self.rt.resolve_cdi(ids), self.rt.layout)
                 env.update(cdi_env)
