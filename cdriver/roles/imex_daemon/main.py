@@ -8,6 +8,8 @@ writes never race each other inside the daemon. Every API write is resourceVersi
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import logging
 import queue
 import socket
@@ -15,21 +17,29 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import IO, Any
+from dataclasses import dataclass
+from typing import IO
 
-from cdriver.api import constants as c
+from cdriver.api import constants
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.errors import CdriverError
 from cdriver.imex import config as imex_config
+from cdriver.imex import ctl
 from cdriver.imex.config import IMEX_DAEMON_BINARY, IMEXD_DIR
+from cdriver.imex.hosts import HostsError
+from cdriver.imex.supervisor import ProcessSupervisor, SupervisorError
+from cdriver.kube.client import load_api_client
+from cdriver.kube.events import EventRecorder
+from cdriver.kube.informer import Informer
+from cdriver.kube.raw import RESOURCES, ApiError, RawClient
 from cdriver.roles.imex_daemon.failures import (
     EVENT_REASON_IMEX_PORT_CONFLICT,
     EVENT_REASON_IMEX_RESTARTED,
     EVENT_REASON_IMEX_START_FAILED,
 )
+from cdriver.roles.startup import install_signal_handlers
 
-from . import clique as cl
-from . import dnsnames, failures, legacy, readiness
+from . import clique, dnsnames, failures, legacy, readiness
 from .inputs import Settings
 
 log = logging.getLogger(__name__)
@@ -37,7 +47,64 @@ log = logging.getLogger(__name__)
 COMPONENT = "compute-domain-daemon"
 RESYNC_SECONDS = 240.0
 REMOVE_DEADLINE = 10.0
-STOP = "stop"
+
+
+# --- events: everything the loop reacts to, posted from other threads -------------------------
+
+@dataclass(frozen=True)
+class Started:
+    """The watchers run: reconcile once even before the first watch event."""
+
+
+@dataclass(frozen=True)
+class MembersChanged:
+    """The membership object (clique, or ComputeDomain in legacy mode) was added or updated."""
+
+    obj: dict
+
+
+@dataclass(frozen=True)
+class MembersDeleted:
+    """The membership object was deleted."""
+
+    obj: dict
+
+
+@dataclass(frozen=True)
+class PodChanged:
+    """This daemon's own Pod was added or updated."""
+
+    pod: dict
+
+
+@dataclass(frozen=True)
+class PodDeleted:
+    """This daemon's own Pod was deleted."""
+
+    pod: dict
+
+
+@dataclass(frozen=True)
+class ImexReady:
+    """nvidia-imex process ``pid`` answered READY to the self-probe."""
+
+    pid: int
+
+
+@dataclass(frozen=True)
+class ImexExited:
+    """nvidia-imex exited with ``returncode``; ``expected`` when the daemon stopped it."""
+
+    returncode: int
+    expected: bool
+
+
+@dataclass(frozen=True)
+class Stop:
+    """SIGTERM or SIGINT: leave the loop and shut down."""
+
+
+Event = Started | MembersChanged | MembersDeleted | PodChanged | PodDeleted | ImexReady | ImexExited | Stop
 
 
 class DaemonError(CdriverError):
@@ -98,9 +165,6 @@ class ImexReadyProbe:
 
 def release_memory() -> None:
     """Collect start-up garbage and hand freed heap pages back to the OS (glibc only)."""
-    import ctypes
-    import gc
-
     gc.collect()
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
@@ -120,13 +184,13 @@ def port_accepts(ip: str, port: int, timeout: float = 0.2) -> bool:
 class Daemon:
     """The long-running daemon of one ComputeDomain on one node."""
 
-    def __init__(self, settings: Settings, raw: Any, *, echo: IO[str] | None = None,
+    def __init__(self, settings: Settings, raw: RawClient, *, echo: IO[str] | None = None,
                  initial_backoff: float = 1.0, probe_timeout: float = 5.0) -> None:
-        self.s = settings
+        self.settings = settings
         self.raw = raw
-        self.q: queue.SimpleQueue = queue.SimpleQueue()  # put() is safe in signal handlers
+        self.inbox: queue.SimpleQueue[Event] = queue.SimpleQueue()  # put() is safe in signal handlers
         self.stopping = threading.Event()
-        self.member = cl.Member(settings.node_name, settings.pod_ip, settings.clique_id)
+        self.member = clique.Member(settings.node_name, settings.pod_ip, settings.clique_id)
         self.pod_ref = {"apiVersion": "v1", "kind": "Pod",
                         "metadata": {"name": settings.pod_name, "namespace": settings.pod_namespace,
                                      "uid": settings.pod_uid}}
@@ -134,11 +198,17 @@ class Daemon:
         self.initial_backoff = initial_backoff
         self.probe_timeout = probe_timeout
         self.pod: dict | None = None
-        self.store: Any = None
-        self.watchers: list[Any] = []
-        self.imex: Any = None
-        self.prober: ImexReadyProbe | None = None
-        self.recorder: Any = None
+        self.store: clique.MembershipStore = self._membership_store()
+        self.recorder = EventRecorder(raw, COMPONENT, host=settings.node_name)
+        self.imex = ProcessSupervisor(
+            [settings.imex_binary, "-c", str(settings.paths.config)], max_backoff=settings.max_backoff,
+            initial_backoff=min(initial_backoff, settings.max_backoff), echo=self.echo,
+            on_exit=lambda rc, expected: self._post(ImexExited(rc, expected)),
+            name=IMEX_DAEMON_BINARY)
+        self.prober = ImexReadyProbe(self._probe_once, lambda: self.imex.pid,
+                                     lambda pid: self._post(ImexReady(pid)),
+                                     port_open=self._command_service_up)
+        self.watchers: list[Informer] = []
         self.ports: list[int] = []
         self.cmd_endpoint: tuple[str, int] | None = None  # where `nvidia-imex-ctl -q` connects
         self.mapping: dict[str, str] | None = None  # DNS mode: last applied name -> IP
@@ -159,24 +229,25 @@ class Daemon:
 
     # --- inputs from other threads ----------------------------------------------------
 
-    def request_stop(self, *_: Any) -> None:
+    def request_stop(self, *_: object) -> None:
         """Begin graceful shutdown (signal handler safe)."""
         self.stopping.set()
-        self.q.put((STOP,))
+        self.inbox.put(Stop())
 
-    def _post(self, *event: Any) -> None:
-        self.q.put(event)
+    def _post(self, event: Event) -> None:
+        self.inbox.put(event)
 
     # --- entry point ------------------------------------------------------------------
 
     def run(self) -> int:
         """Run until SIGTERM; returns the process exit code."""
+        settings = self.settings
         log.info("Starting IMEX daemon for ComputeDomain %s/%s (uid %s) on node %s, pod %s, IP %s, "
-                 "clique %r; feature gates: %s", self.s.cd_namespace, self.s.cd_name, self.s.cd_uid,
-                 self.s.node_name, self.s.pod_key, self.s.pod_ip, self.s.clique_id,
-                 self.s.gates.to_env())
+                 "clique %r; feature gates: %s", settings.cd_namespace, settings.cd_name, settings.cd_uid,
+                 settings.node_name, settings.pod_key, settings.pod_ip, settings.clique_id,
+                 settings.gates.to_env())
         self.label_pod()
-        if not self.s.clique_id:
+        if not settings.clique_id:
             log.info("Clique ID is empty: this node is not NVLink fabric-attached, so no IMEX daemon "
                      "runs here; `check` succeeds as a no-op. Waiting for SIGTERM.")
             self.stopping.wait()
@@ -195,26 +266,24 @@ class Daemon:
 
     def label_pod(self) -> None:
         """Label this pod with its clique ID (empty for non-fabric nodes), as the controller expects."""
-        from cdriver.kube.raw import RESOURCES, ApiError
-
-        patch = {"metadata": {"labels": {c.LABEL_CLIQUE_ID: self.s.clique_id}}}
+        patch = {"metadata": {"labels": {constants.LABEL_CLIQUE_ID: self.settings.clique_id}}}
         for attempt in range(1, 8):
             try:
-                self.raw.patch(RESOURCES["pods"], self.s.pod_name, patch, namespace=self.s.pod_namespace)
+                self.raw.patch(RESOURCES["pods"], self.settings.pod_name, patch, namespace=self.settings.pod_namespace)
                 return
             except ApiError as exc:
                 if not exc.unavailable or attempt == 7:
                     raise DaemonError(
-                        f"cannot label pod {self.s.pod_key} with {c.LABEL_CLIQUE_ID}: {exc}; check that "
+                        f"cannot label pod {self.settings.pod_key} with {constants.LABEL_CLIQUE_ID}: {exc}; check that "
                         "POD_NAME/POD_NAMESPACE name this pod and that the service account may patch pods"
                     ) from None
-                log.info("labelling pod %s: %s (attempt %d)", self.s.pod_key, exc, attempt)
-                if self.stopping.wait(cl.backoff_delay(attempt, base=0.2, cap=3.0)):
+                log.info("labelling pod %s: %s (attempt %d)", self.settings.pod_key, exc, attempt)
+                if self.stopping.wait(clique.backoff_delay(attempt, base=0.2, cap=3.0)):
                     return
 
     def prepare_files(self) -> None:
         """Render imexd.cfg from the template the plugin placed; write the static nodes.cfg."""
-        paths = self.s.paths
+        paths = self.settings.paths
         if not paths.template.is_file():
             raise DaemonError(
                 f"IMEX config template {paths.template} does not exist: the kubelet plugin writes it "
@@ -223,7 +292,7 @@ class Daemon:
             )
         template = imex_config.load_template(paths.template)
         try:
-            text = imex_config.render_config(template, str(paths.nodes_config), self.s.pod_ip,
+            text = imex_config.render_config(template, str(paths.nodes_config), self.settings.pod_ip,
                                              source=str(paths.template))
         except imex_config.ImexConfigError as exc:
             raise DaemonError(f"cannot render the IMEX config: {exc}") from None
@@ -231,55 +300,48 @@ class Daemon:
         values = imex_config.parse_config(text)
         self.ports = failures.imex_ports(values)
         cmd_port = failures.command_port(values)
-        bind_ip = values.get("IMEX_CMD_BIND_INTERFACE_IP") or self.s.pod_ip
+        bind_ip = values.get("IMEX_CMD_BIND_INTERFACE_IP") or self.settings.pod_ip
         self.cmd_endpoint = (bind_ip, cmd_port) if cmd_port else None
-        if self.s.dns_names:
-            imex_config.write_file_atomic(paths.nodes_config, dnsnames.static_nodes_config(self.s.max_nodes))
+        if self.settings.dns_names:
+            imex_config.write_file_atomic(paths.nodes_config, dnsnames.static_nodes_config(self.settings.max_nodes))
         failures.clear_state(paths.state)
-        log.info("Wrote %s (command service on %s) and %s", paths.config, self.s.pod_ip, paths.nodes_config)
+        log.info("Wrote %s (command service on %s) and %s", paths.config, self.settings.pod_ip, paths.nodes_config)
+
+    def _membership_store(self) -> clique.MembershipStore:
+        """Where this node's entry lives: its clique object, or (legacy) the ComputeDomain status."""
+        settings = self.settings
+        if settings.cliques:
+            return clique.CliqueStore(
+                self.raw, settings.pod_namespace, settings.clique_name, settings.cd_uid, settings.clique_id,
+                clique.pod_owner_reference(settings.pod_name, settings.pod_uid))
+        return legacy.DomainStatusStore(self.raw, settings.cd_namespace, settings.cd_name, settings.cd_uid)
 
     def start_watchers(self) -> None:
-        from cdriver.imex.supervisor import ProcessSupervisor
-        from cdriver.kube.events import EventRecorder
-        from cdriver.kube.informer import Informer
-
-        self.recorder = EventRecorder(self.raw, COMPONENT, host=self.s.node_name)
-        if self.s.cliques:
-            self.store = cl.CliqueStore(self.raw, self.s.pod_namespace, self.s.clique_name, self.s.cd_uid,
-                                        self.s.clique_id, cl.pod_owner_reference(self.s.pod_name, self.s.pod_uid))
-            members = Informer(self.raw, COMPUTE_DOMAIN_CLIQUES, namespace=self.s.pod_namespace,
-                               field_selector=f"metadata.name={self.s.clique_name}",
+        settings = self.settings
+        if settings.cliques:
+            members = Informer(self.raw, COMPUTE_DOMAIN_CLIQUES, namespace=settings.pod_namespace,
+                               field_selector=f"metadata.name={settings.clique_name}",
                                resync_seconds=RESYNC_SECONDS)
         else:
-            self.store = legacy.DomainStatusStore(self.raw, self.s.cd_namespace, self.s.cd_name, self.s.cd_uid)
-            members = Informer(self.raw, COMPUTE_DOMAINS, namespace=self.s.cd_namespace,
-                               field_selector=f"metadata.name={self.s.cd_name}", resync_seconds=RESYNC_SECONDS)
-        members.add_handler(on_add=lambda o: self._post("members", o),
-                            on_update=lambda _old, o: self._post("members", o),
-                            on_delete=lambda o: self._post("members-deleted", o))
-        pods = readiness.PodWatcher(self.raw, self.s.pod_namespace, self.s.pod_name,
-                                    lambda p: self._post("pod", p), resync_seconds=RESYNC_SECONDS)
-        pods.informer.add_handler(on_delete=lambda p: self._post("pod-deleted", p))
-        self.imex = ProcessSupervisor(
-            [self.s.imex_binary, "-c", str(self.s.paths.config)], max_backoff=self.s.max_backoff,
-            initial_backoff=min(self.initial_backoff, self.s.max_backoff), echo=self.echo,
-            on_exit=lambda rc, expected: self._post("imex-exit", rc, expected), name=IMEX_DAEMON_BINARY)
-        self.prober = ImexReadyProbe(self._probe_once, lambda: self.imex.pid,
-                                     lambda pid: self._post("imex-ready", pid),
-                                     port_open=self._command_service_up)
+            members = Informer(self.raw, COMPUTE_DOMAINS, namespace=settings.cd_namespace,
+                               field_selector=f"metadata.name={settings.cd_name}", resync_seconds=RESYNC_SECONDS)
+        members.add_handler(on_add=lambda o: self._post(MembersChanged(o)),
+                            on_update=lambda _old, o: self._post(MembersChanged(o)),
+                            on_delete=lambda o: self._post(MembersDeleted(o)))
+        pods = readiness.PodWatcher(self.raw, settings.pod_namespace, settings.pod_name,
+                                    lambda p: self._post(PodChanged(p)), resync_seconds=RESYNC_SECONDS)
+        pods.informer.add_handler(on_delete=lambda p: self._post(PodDeleted(p)))
         self.prober.start()
         self.watchers = [members, pods.informer]
         for informer in self.watchers:
             informer.start()
-        self._post("start")
+        self._post(Started())
 
     def _command_service_up(self) -> bool:
         return self.cmd_endpoint is None or port_accepts(*self.cmd_endpoint)
 
     def _probe_once(self) -> bool:
-        from cdriver.imex import ctl
-
-        result = ctl.probe_ready(self.s.ctl_binary, config_path=str(self.s.paths.config),
+        result = ctl.probe_ready(self.settings.ctl_binary, config_path=str(self.settings.paths.config),
                                  timeout=self.probe_timeout)
         return readiness.probe_passed(result.returncode, result.output)
 
@@ -295,67 +357,71 @@ class Daemon:
     def _waiting_recheck(self) -> bool:
         return bool(self.blocked or self.start_error) and not self.imex.active
 
-    def loop(self) -> None:
+    def _next_events(self) -> list[Event]:
+        """Wait for one event (or the next retry/recheck deadline), then take all queued ones."""
+        try:
+            events = [self.inbox.get(timeout=self._timeout())]
+        except queue.Empty:
+            events = []
         while True:
             try:
-                events = [self.q.get(timeout=self._timeout())]
+                events.append(self.inbox.get_nowait())
             except queue.Empty:
-                events = []
-            while True:
-                try:
-                    events.append(self.q.get_nowait())
-                except queue.Empty:
-                    break
+                return events
+
+    def loop(self) -> None:
+        while True:
+            events = self._next_events()
             for event in events:
-                if event[0] == STOP:
+                if isinstance(event, Stop):
                     return
                 try:
                     self.apply(event)
                 except Exception:  # a bug must not take the node out of its domain
-                    log.exception("handling %s failed", event[0])
+                    log.exception("handling %s failed", type(event).__name__)
             now = time.monotonic()
             if events or (self.retry_at is not None and now >= self.retry_at) or \
                     (self._waiting_recheck() and now >= self.recheck_at):
                 self.reconcile_safely()
 
-    def apply(self, event: tuple) -> None:
-        kind = event[0]
-        if kind == "members":
-            self.store.observe(event[1])
-        elif kind == "members-deleted":
-            self.store.forget()
-            if self.domain_ending():
-                self.domain_ended = True
-                log.info("%s was deleted with its ComputeDomain; not joining again", self.store.description)
-            else:
-                log.info("%s was deleted; joining again", self.store.description)
-        elif kind == "pod":
-            self.pod = event[1]
-        elif kind == "pod-deleted":
-            self.pod = None
-        elif kind == "imex-ready":
-            if event[1] == self.imex.pid and self.ready_pid != event[1]:
-                self.ready_pid = event[1]
-                log.info("nvidia-imex (pid %d) answers READY", event[1])
-                if self.reload_pending:
-                    self.reload_pending = False
-                    self._reload()
-        elif kind == "imex-exit":
-            self.on_imex_exit(event[1], event[2])
+    def apply(self, event: Event) -> None:
+        """Record what an event says; `reconcile` acts on it."""
+        match event:
+            case MembersChanged(obj=obj):
+                self.store.observe(obj)
+            case MembersDeleted():
+                self.store.forget()
+                if self.domain_ending():
+                    self.domain_ended = True
+                    log.info("%s was deleted with its ComputeDomain; not joining again", self.store.description)
+                else:
+                    log.info("%s was deleted; joining again", self.store.description)
+            case PodChanged(pod=pod):
+                self.pod = pod
+            case PodDeleted():
+                self.pod = None
+            case ImexReady(pid=pid):
+                if pid == self.imex.pid and self.ready_pid != pid:
+                    self.ready_pid = pid
+                    log.info("nvidia-imex (pid %d) answers READY", pid)
+                    if self.reload_pending:
+                        self.reload_pending = False
+                        self._reload()
+            case ImexExited(returncode=returncode, expected=expected):
+                self.on_imex_exit(returncode, expected)
+            case Started() | Stop():
+                pass
 
     def reconcile_safely(self) -> None:
-        from cdriver.imex.hosts import HostsError
-        from cdriver.kube.raw import ApiError
-
         try:
             self.reconcile()
         except Exception as exc:
-            expected = (ApiError, cl.RetriesExhausted, cl.IndexExhausted, legacy.DomainMissing, HostsError,
+            expected = (ApiError, clique.RetriesExhausted, clique.IndexExhausted, legacy.DomainMissing, HostsError,
                         imex_config.ImexConfigError, OSError)
             if not isinstance(exc, expected):
                 log.exception("unexpected reconcile failure")
             self.failures += 1
-            delay = cl.backoff_delay(self.failures, base=0.05, cap=6.0)
+            delay = clique.backoff_delay(self.failures, base=0.05, cap=6.0)
             self.retry_at = time.monotonic() + delay
             message = str(exc)
             level = logging.WARNING if message != self.last_error else logging.INFO
@@ -368,26 +434,27 @@ class Daemon:
 
     def domain_ending(self) -> bool:
         """True when this daemon's ComputeDomain is gone, replaced, or being deleted."""
-        from cdriver.kube.raw import ApiError
-
         try:
-            cd = self.raw.get_or_none(COMPUTE_DOMAINS, self.s.cd_name, namespace=self.s.cd_namespace)
+            cd = self.raw.get_or_none(COMPUTE_DOMAINS, self.settings.cd_name,
+                                      namespace=self.settings.cd_namespace)
         except ApiError as exc:
-            log.info("cannot read ComputeDomain %s/%s (%s); assuming it still exists", self.s.cd_namespace,
-                     self.s.cd_name, exc)
+            log.info("cannot read ComputeDomain %s/%s (%s); assuming it still exists", self.settings.cd_namespace,
+                     self.settings.cd_name, exc)
             return False
         meta = (cd or {}).get("metadata") or {}
-        return cd is None or meta.get("uid") != self.s.cd_uid or bool(meta.get("deletionTimestamp"))
+        return cd is None or meta.get("uid") != self.settings.cd_uid or bool(meta.get("deletionTimestamp"))
 
     def reconcile(self) -> None:
         if self.domain_ended:
             return
         key = self.store.key
-        obj = cl.update_with_retry(
-            self.store, lambda entries: cl.upsert_entry(entries, self.member, self.s.max_nodes, key),
+        obj = clique.update_with_retry(
+            self.store, lambda entries: clique.upsert_entry(entries, self.member, self.settings.max_nodes, key),
             sleep=self.stopping.wait, what="join")
+        if obj is None:  # joining creates a missing object, so this does not happen
+            return
         entries = self.store.entries(obj)
-        if self.s.dns_names:
+        if self.settings.dns_names:
             self.sync_names(entries)
         else:
             self.sync_ips(obj, entries)
@@ -397,14 +464,14 @@ class Daemon:
 
     def sync_names(self, entries: list[dict]) -> None:
         """DNS-name mode: hosts block for this clique's members; SIGUSR1 on change."""
-        mapping, problems = dnsnames.dns_mapping(entries, self.s.clique_id, self.s.max_nodes)
+        mapping, problems = dnsnames.dns_mapping(entries, self.settings.clique_id, self.settings.max_nodes)
         if problems != self.last_problems:
             for problem in problems:
-                log.warning("clique %s: %s; that member gets no name", self.s.clique_name, problem)
+                log.warning("clique %s: %s; that member gets no name", self.settings.clique_name, problem)
             self.last_problems = problems
         if mapping != self.mapping:
-            dnsnames.update_hosts_file(self.s.paths.hosts_file, mapping)
-            log.info("Peer names in %s: %s", self.s.paths.hosts_file, dnsnames.describe_mapping(mapping))
+            dnsnames.update_hosts_file(self.settings.paths.hosts_file, mapping)
+            log.info("Peer names in %s: %s", self.settings.paths.hosts_file, dnsnames.describe_mapping(mapping))
             self.mapping = mapping
             if self.imex_ready():
                 self._reload()
@@ -412,12 +479,10 @@ class Daemon:
                 # Still starting: it may have read the hosts file already, and a signal
                 # before its handler is installed would kill it. Signal once it is READY.
                 self.reload_pending = True
-        if self.s.pod_ip in mapping.values() and not self.imex.active:
+        if self.settings.pod_ip in mapping.values() and not self.imex.active:
             self.start_imex()
 
     def _reload(self) -> None:
-        from cdriver.imex.supervisor import SupervisorError
-
         try:
             self.imex.reload()
             self.reloads += 1
@@ -434,31 +499,29 @@ class Daemon:
                 log.info("Waiting for all nodes of the ComputeDomain to join (%s)", line)
                 self.last_wait_log = line
             return
-        ips = legacy.peer_ips(entries, self.s.clique_id)
+        ips = legacy.peer_ips(entries, self.settings.clique_id)
         if ips != self.ip_peers:
-            imex_config.write_file_atomic(self.s.paths.nodes_config, legacy.ip_nodes_config(ips))
-            log.info("Wrote %s: %s", self.s.paths.nodes_config, ", ".join(ips) or "empty")
+            imex_config.write_file_atomic(self.settings.paths.nodes_config, legacy.ip_nodes_config(ips))
+            log.info("Wrote %s: %s", self.settings.paths.nodes_config, ", ".join(ips) or "empty")
             self.ip_peers = ips
             if self.imex.active:
                 log.info("Restarting nvidia-imex for the new peer list")
-                self.imex.restart(self.s.stop_grace)
+                self.imex.restart(self.settings.stop_grace)
                 self.ready_pid = None
                 self.prober.arm()
-        if self.s.pod_ip in ips and not self.imex.active:
+        if self.settings.pod_ip in ips and not self.imex.active:
             self.start_imex()
 
     # --- nvidia-imex -----------------------------------------------------------------------
 
     def start_imex(self) -> None:
         """Start nvidia-imex unless another process holds its port (then say who and how to fix)."""
-        from cdriver.imex.supervisor import SupervisorError
-
         now = time.monotonic()
         if (self.blocked or self.start_error) and now < self.recheck_at:
             return
-        holder = failures.find_port_holder(self.s.pod_ip, self.ports)
+        holder = failures.find_port_holder(self.settings.pod_ip, self.ports)
         if holder is not None:
-            self.block(failures.port_conflict_message(self.s.pod_ip, holder))
+            self.block(failures.port_conflict_message(self.settings.pod_ip, holder))
             return
         self.unblock()
         try:
@@ -469,7 +532,7 @@ class Daemon:
                 log.error("%s", message)
                 self.recorder.warning(self.pod_ref, EVENT_REASON_IMEX_START_FAILED, message)
             self.start_error = message
-            self.recheck_at = now + self.s.recheck_seconds
+            self.recheck_at = now + self.settings.recheck_seconds
             return
         self.start_error = None
         self.ready_pid = None
@@ -482,17 +545,17 @@ class Daemon:
             log.error("%s", message)
             self.recorder.warning(self.pod_ref, EVENT_REASON_IMEX_PORT_CONFLICT,
                                   failures.truncate_event_message(message))
-            failures.write_state(self.s.paths.state, failures.PHASE_PORT_CONFLICT, message)
+            failures.write_state(self.settings.paths.state, failures.PHASE_PORT_CONFLICT, message)
         self.blocked = message
-        self.recheck_at = time.monotonic() + self.s.recheck_seconds
+        self.recheck_at = time.monotonic() + self.settings.recheck_seconds
         if self.imex.active:
-            self.imex.stop(self.s.stop_grace)
+            self.imex.stop(self.settings.stop_grace)
         self.ready_pid = None
 
     def unblock(self) -> None:
         if self.blocked:
-            log.info("IMEX ports on %s are free now; starting nvidia-imex", self.s.pod_ip)
-            failures.clear_state(self.s.paths.state)
+            log.info("IMEX ports on %s are free now; starting nvidia-imex", self.settings.pod_ip)
+            failures.clear_state(self.settings.paths.state)
             self.blocked = None
 
     def on_imex_exit(self, rc: int, expected: bool) -> None:
@@ -504,9 +567,9 @@ class Daemon:
         lines = self.imex.last_output_lines(10)
         restarts = self.imex.restart_count
         if not was_ready:
-            holder = failures.find_port_holder(self.s.pod_ip, self.ports)
+            holder = failures.find_port_holder(self.settings.pod_ip, self.ports)
             if holder is not None:
-                self.block(failures.port_conflict_message(self.s.pod_ip, holder))
+                self.block(failures.port_conflict_message(self.settings.pod_ip, holder))
                 return
             message = failures.startup_failure_message(rc, restarts, lines)
             reason = EVENT_REASON_IMEX_START_FAILED
@@ -524,20 +587,21 @@ class Daemon:
 
     def sync_status(self) -> None:
         key = self.store.key
-        mine = cl.find_entry(self.store.entries(self.store.current()), self.s.node_name, key)
+        mine = clique.find_entry(self.store.entries(self.store.current()), self.settings.node_name, key)
         if mine is None:
             return
         want = readiness.desired_status(readiness.pod_is_ready(self.pod), self.imex_ready(), bool(self.blocked))
-        if cl.entry_status(mine) == want:
+        if clique.entry_status(mine) == want:
             return
         # While stopping (often because the domain is being deleted), never recreate the object.
-        out = cl.update_with_retry(self.store, lambda e: cl.set_entry_status(e, self.s.node_name, want, key),
-                                   sleep=self.stopping.wait, what="status update",
-                                   create_missing=not (self.stopping.is_set() or self.domain_ended))
+        node_name = self.settings.node_name
+        out = clique.update_with_retry(self.store, lambda e: clique.set_entry_status(e, node_name, want, key),
+                                       sleep=self.stopping.wait, what="status update",
+                                       create_missing=not (self.stopping.is_set() or self.domain_ended))
         if out is None:
             return
-        log.info("Entry of node %s in %s is now %s", self.s.node_name, self.store.description, want)
-        if want == c.STATUS_READY and not self.trimmed:
+        log.info("Entry of node %s in %s is now %s", self.settings.node_name, self.store.description, want)
+        if want == constants.STATUS_READY and not self.trimmed:
             self.trimmed = True
             release_memory()  # start-up is over: drop its garbage once
 
@@ -545,43 +609,38 @@ class Daemon:
 
     def shutdown(self) -> None:
         """Stop nvidia-imex, leave the clique (by node name), stop watching."""
-        if self.prober is not None:
-            self.prober.stop()
-        if self.imex is not None:
-            self.imex.stop(self.s.stop_grace)
-        if self.store is not None:
-            self.leave()
+        self.prober.stop()
+        self.imex.stop(self.settings.stop_grace)
+        self.leave()
         for informer in self.watchers:
             informer.stop()
-        failures.clear_state(self.s.paths.state)
+        failures.clear_state(self.settings.paths.state)
 
     def leave(self) -> None:
-        from cdriver.kube.raw import ApiError
-
         deadline = time.monotonic() + REMOVE_DEADLINE
 
         def sleep(delay: float) -> None:
             if time.monotonic() + delay > deadline:
-                raise cl.RetriesExhausted(f"removal did not finish within {REMOVE_DEADLINE:g}s")
+                raise clique.RetriesExhausted(f"removal did not finish within {REMOVE_DEADLINE:g}s")
             time.sleep(delay)
 
         key = self.store.key
         try:
             if self.store.current() is None and self.store.refresh() is None:
                 return
-            if cl.find_entry(self.store.entries(self.store.current()), self.s.node_name, key) is None:
+            if clique.find_entry(self.store.entries(self.store.current()), self.settings.node_name, key) is None:
                 return
             # The domain may be deleted already (the controller removes its cliques): then there
             # is nothing to leave, and the object must not be created again.
-            cl.update_with_retry(self.store, lambda e: cl.remove_entry(e, self.s.node_name, key),
+            clique.update_with_retry(self.store, lambda e: clique.remove_entry(e, self.settings.node_name, key),
                                  sleep=sleep, what="leave", create_missing=False)
-        except (ApiError, cl.RetriesExhausted, legacy.DomainMissing) as exc:
+        except (ApiError, clique.RetriesExhausted, legacy.DomainMissing) as exc:
             log.warning("could not remove node %s from %s: %s; the controller drops stale entries",
-                        self.s.node_name, self.store.description, exc)
+                        self.settings.node_name, self.store.description, exc)
             return
         log.info("Successfully removed daemon of node %s (IP %s) from %s (from ComputeDomain %s/%s)",
-                 self.s.node_name, self.s.pod_ip, self.store.description, self.s.cd_namespace,
-                 self.s.cd_name or self.s.cd_uid)
+                 self.settings.node_name, self.settings.pod_ip, self.store.description, self.settings.cd_namespace,
+                 self.settings.cd_name or self.settings.cd_uid)
 
 
 #: (connect, read) timeout of API requests: short enough that leaving the clique fits into
@@ -591,10 +650,6 @@ API_TIMEOUT = (5.0, 15.0)
 
 def run(settings: Settings) -> int:
     """Build the API client and run the daemon until SIGTERM."""
-    from cdriver.kube.client import load_api_client
-    from cdriver.kube.raw import RawClient
-    from cdriver.roles.startup import install_signal_handlers
-
     raw = RawClient(load_api_client(settings.kubeconfig), timeout=API_TIMEOUT)
     daemon = Daemon(settings, raw)
     install_signal_handlers(daemon.request_stop)  # SIGTERM (kubelet) or SIGINT stop gracefully
