@@ -13,6 +13,7 @@ from typing import Any
 
 from cdriver.api import constants as C
 from cdriver.errors import CdriverError
+from cdriver.kube.objects import meta_of
 
 #: Longest domainID accepted: the limit of a Kubernetes label value.
 MAX_DOMAIN_ID_LEN = 63
@@ -243,7 +244,7 @@ class ComputeDomain:
 
     @property
     def metadata(self) -> dict:
-        return self.raw.get("metadata") or {}
+        return meta_of(self.raw)
 
     @property
     def deleting(self) -> bool:
@@ -336,7 +337,7 @@ class ComputeDomainClique:
 
     @property
     def metadata(self) -> dict:
-        return self.raw.get("metadata") or {}
+        return meta_of(self.raw)
 
     def daemon(self, node_name: str) -> CliqueDaemon | None:
         for d in self.daemons:

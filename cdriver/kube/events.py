@@ -8,6 +8,7 @@ import threading
 import time
 import uuid
 
+from cdriver.kube.objects import meta_of
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ def truncate(message: str, limit: int = MAX_MESSAGE_LEN) -> str:
 
 def involved_object(obj: dict) -> dict:
     """The ObjectReference of ``obj`` for an Event."""
-    meta = obj.get("metadata") or {}
+    meta = meta_of(obj)
     ref = {
         "apiVersion": obj.get("apiVersion", ""),
         "kind": obj.get("kind", ""),

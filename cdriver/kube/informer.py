@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from cdriver.kube.objects import labels_of, meta_of, namespace_of, resource_version_of, uid_of
 from cdriver.kube.raw import ApiError, Resource, object_key
 
 log = logging.getLogger(__name__)
@@ -53,13 +54,13 @@ class _Handlers:
 
 def uid_index(obj: dict) -> list[str]:
     """Index function: the object's metadata.uid."""
-    uid = (obj.get("metadata") or {}).get("uid")
+    uid = uid_of(obj)
     return [uid] if uid else []
 
 
 def namespace_index(obj: dict) -> list[str]:
     """Index function: the object's namespace."""
-    ns = (obj.get("metadata") or {}).get("namespace")
+    ns = namespace_of(obj)
     return [ns] if ns else []
 
 
@@ -67,7 +68,7 @@ def label_index(label: str) -> IndexFunc:
     """Index function factory: the value of label ``label`` (objects without it skipped)."""
 
     def index(obj: dict) -> list[str]:
-        value = ((obj.get("metadata") or {}).get("labels") or {}).get(label)
+        value = labels_of(obj).get(label)
         return [value] if value is not None else []
 
     return index
@@ -261,7 +262,7 @@ class Informer:
                 self._emit("add", obj)
             elif _rv(old) != _rv(obj):
                 self._emit("update", obj, old)
-        self._resource_version = str((result.get("metadata") or {}).get("resourceVersion", ""))
+        self._resource_version = str(meta_of(result).get("resourceVersion", ""))
         self.relist_count += 1
         if not self._synced.is_set():
             self._events.put(("synced", None, None, None))
@@ -371,4 +372,4 @@ class Informer:
 
 
 def _rv(obj: dict) -> str:
-    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+    return resource_version_of(obj)

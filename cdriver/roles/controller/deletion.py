@@ -14,6 +14,7 @@ import enum
 from dataclasses import dataclass, field
 
 from cdriver.api import constants as C
+from cdriver.kube.objects import meta_of
 
 ROLE_WORKLOAD_TEMPLATE = "workload-template"
 ROLE_DAEMON_TEMPLATE = "daemon-template"
@@ -68,7 +69,7 @@ class DeletionPlan:
 
 def generated_from(obj: dict, role: str) -> Generated:
     """Describe a cached object for the planner."""
-    meta = obj.get("metadata") or {}
+    meta = meta_of(obj)
     return Generated(
         role=role,
         namespace=str(meta.get("namespace") or ""),

@@ -19,6 +19,7 @@ import yaml
 
 from cdriver.api import constants as C
 from cdriver.featuregates import ENV_FEATURE_GATES
+from cdriver.kube.objects import being_deleted, finalizers_of, labels_of
 from cdriver.roles.controller.settings import ControllerSettings
 
 DAEMON_CONTAINER_NAME = "compute-domain-daemon"
@@ -204,10 +205,6 @@ def desired_objects(cd: DomainLike, settings: ControllerSettings) -> DesiredObje
 
 # --- ownership ---------------------------------------------------------------------------
 
-def labels_of(obj: dict) -> dict:
-    return (obj.get("metadata") or {}).get("labels") or {}
-
-
 def domain_uid_of(obj: dict) -> str:
     """The ComputeDomain UID an object is labelled with ("" if none)."""
     return str(labels_of(obj).get(C.LABEL_COMPUTE_DOMAIN) or "")
@@ -219,8 +216,8 @@ def owned_by(obj: dict, uid: str) -> bool:
 
 
 def has_finalizer(obj: dict) -> bool:
-    return C.FINALIZER in ((obj.get("metadata") or {}).get("finalizers") or [])
+    return C.FINALIZER in finalizers_of(obj)
 
 
 def is_terminating(obj: dict) -> bool:
-    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+    return being_deleted(obj)

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 
 from cdriver.api import constants as C
+from cdriver.kube.objects import labels_of, meta_of
 from cdriver.kube.raw import object_key
 
 #: Entries older than this are dropped: the informer has long caught up (or relisted).
@@ -21,13 +22,13 @@ DEFAULT_TTL = 120.0
 
 def _rv(obj: dict | None) -> int:
     try:
-        return int(((obj or {}).get("metadata") or {}).get("resourceVersion") or 0)
+        return int(meta_of(obj).get("resourceVersion") or 0)
     except (TypeError, ValueError):
         return 0
 
 
 def _uid_label(obj: dict | None) -> str:
-    return str((((obj or {}).get("metadata") or {}).get("labels") or {}).get(
+    return str(labels_of(obj).get(
         C.LABEL_COMPUTE_DOMAIN) or "")
 
 

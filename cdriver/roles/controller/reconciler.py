@@ -18,6 +18,7 @@ from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.api.types import ComputeDomain, ValidationError
 from cdriver.kube.events import EventRecorder
 from cdriver.kube.informer import Informer
+from cdriver.kube.objects import being_deleted, finalizers_of, generation_of, meta_of, name_of, uid_of
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient, object_key
 from cdriver.kube.workqueue import RequeueAfter
 from cdriver.roles.controller import deletion as D
@@ -85,7 +86,7 @@ def domain_index(obj: dict) -> list[str]:
     if uid:
         return [uid]
     if obj.get("kind") == C.KIND_COMPUTE_DOMAIN_CLIQUE:
-        name = (obj.get("metadata") or {}).get("name") or ""
+        name = name_of(obj)
         return [name.split(".", 1)[0]] if "." in name else []
     return []
 
@@ -156,7 +157,7 @@ class Reconciler:
         return [object_key(o) for o in self.caches.domains.by_index(INDEX_UID, uid)]
 
     def known_uids(self) -> set[str]:
-        return {(o.get("metadata") or {}).get("uid", "") for o in self.caches.domains.objects()}
+        return {uid_of(o) for o in self.caches.domains.objects()}
 
     def generated(self, role: str, uid: str) -> list[dict]:
         """Generated objects of ``role`` labelled for ``uid`` (cache + our recent writes)."""
@@ -175,7 +176,7 @@ class Reconciler:
         found = [o for o in self.overlay.merge(plural, cached, uid)
                  if role == D.ROLE_DAEMON_SET or W.labels_of(o).get(C.LABEL_TARGET) == target]
         if role == D.ROLE_DAEMON_TEMPLATE:  # only the driver namespace holds daemon templates
-            found = [o for o in found if (o.get("metadata") or {}).get("namespace")
+            found = [o for o in found if meta_of(o).get("namespace")
                      == self.settings.namespace]
         return sorted(found, key=object_key)
 
@@ -183,7 +184,7 @@ class Reconciler:
         if self.caches.nodes is None:
             return []
         nodes = self.overlay.merge(NODES.plural, self.caches.nodes.by_index(INDEX_DOMAIN, uid))
-        return sorted((o.get("metadata") or {}).get("name", "") for o in nodes
+        return sorted(name_of(o) for o in nodes
                       if W.domain_uid_of(o) == uid)
 
     def pods(self, uid: str) -> list[dict]:
@@ -236,11 +237,11 @@ class Reconciler:
         return self.raw.update(res, current)
 
     def _with_finalizer(self, res, obj: dict) -> dict:
-        finalizers = list((obj.get("metadata") or {}).get("finalizers") or []) + [C.FINALIZER]
+        finalizers = list(finalizers_of(obj)) + [C.FINALIZER]
         return self._record("patch", res.plural, self._patch_finalizers(res, obj, finalizers))
 
     def _without_finalizer(self, res, obj: dict) -> None:
-        finalizers = [f for f in (obj.get("metadata") or {}).get("finalizers") or []
+        finalizers = [f for f in finalizers_of(obj)
                       if f != C.FINALIZER]
         try:
             result = self._patch_finalizers(res, obj, finalizers)
@@ -255,7 +256,7 @@ class Reconciler:
     def _record_result(self, verb: str, res, result: dict, key: str) -> None:
         """Record a write that may have removed the object (last finalizer released)."""
         self.metrics.write(verb, res.plural)
-        meta = result.get("metadata") or {}
+        meta = meta_of(result)
         terminating = bool(meta.get("deletionTimestamp"))
         if verb == "delete":
             exists = terminating and bool(meta.get("finalizers"))
@@ -272,7 +273,7 @@ class Reconciler:
         obj = self.domain(key)
         if obj is None:
             return
-        if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        if being_deleted(obj):
             self.finalize(obj)
             return
         try:
@@ -280,7 +281,7 @@ class Reconciler:
         except ValidationError as exc:
             self._invalid(obj, exc)
             return
-        if C.FINALIZER not in ((obj.get("metadata") or {}).get("finalizers") or []):
+        if C.FINALIZER not in finalizers_of(obj):
             obj = self._with_finalizer(CDS, obj)
         problem: S.Problem | None = None
         complete = True
@@ -313,7 +314,7 @@ class Reconciler:
             raise RequeueAfter(self.timing.wait_retry_seconds, f"{key}: incomplete")
 
     def _invalid(self, obj: dict, exc: ValidationError) -> None:
-        meta = obj.get("metadata") or {}
+        meta = meta_of(obj)
         uid, rv = meta.get("uid", ""), meta.get("resourceVersion", "")
         log.warning("%s: %s", object_key(obj), exc)
         if self._invalid_seen.get(uid) != rv:
@@ -326,7 +327,7 @@ class Reconciler:
         """Create (from ``build()``) or adopt one generated object; never overwrite someone
         else's. Objects are found by the domain's label, preferring ``namespace/name``."""
         res = DAEMON_SETS if role == D.ROLE_DAEMON_SET else TEMPLATES
-        uid = (cd_obj.get("metadata") or {})["uid"]
+        uid = meta_of(cd_obj)["uid"]
         existing = [o for o in self.generated(role, uid)
                     if o["metadata"].get("namespace") == namespace]
         if existing:
@@ -426,7 +427,7 @@ class Reconciler:
         current = obj.get("status") or {}
         want = S.desired_status(
             current, cd.num_nodes, nodes, cd.channel_template_name, self.settings.host_managed,
-            problem, int((obj.get("metadata") or {}).get("generation") or 0), self.clock(),
+            problem, generation_of(obj), self.clock(),
             forced_single=W.allocation_mode_forced(cd.allocation_mode,
                                                    self.settings.host_managed))
         if not S.status_differs(current, want):
@@ -453,7 +454,7 @@ class Reconciler:
 
     def finalize(self, cd_obj: dict) -> None:
         """Tear a deleted domain down, step by step, then release its finalizer."""
-        if C.FINALIZER not in ((cd_obj.get("metadata") or {}).get("finalizers") or []):
+        if C.FINALIZER not in finalizers_of(cd_obj):
             return
         uid = cd_obj["metadata"]["uid"]
         generated, objects = self._state(uid)
@@ -502,7 +503,7 @@ class Reconciler:
         domain is not fully gone until they are.
         """
         for clique in self.cliques(uid):
-            meta = clique.get("metadata") or {}
+            meta = meta_of(clique)
             try:
                 result = self.raw.delete(CLIQUES, meta["name"], meta.get("namespace"))
             except ApiError as exc:
@@ -537,11 +538,11 @@ class Reconciler:
         candidates = orphan_domains(self.known_uids(), self.labelled_objects())
         if not candidates:
             return True
-        live = {(o.get("metadata") or {}).get("uid") for o in self.raw.list(CDS)["items"]}
+        live = {meta_of(o).get("uid") for o in self.raw.list(CDS)["items"]}
         done = True
         for uid in sorted(candidates - live):
             generated, objects = self._state(uid)
-            nodes = [(o.get("metadata") or {}).get("name", "")
+            nodes = [name_of(o)
                      for o in objects_of(uid, self.caches.nodes.objects())] \
                 if self.caches.nodes is not None else []
             plan = D.plan_deletion(generated, nodes, domain_exists=False)

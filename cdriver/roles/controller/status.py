@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cdriver.api import constants as C
+from cdriver.kube.objects import labels_of
 
 CONDITION_READY = "Ready"
 
@@ -64,7 +65,7 @@ def pod_ready(pod: dict) -> bool:
 
 def is_non_fabric(pod: dict) -> bool:
     """The daemon labelled its pod with an empty clique ID: the node has no NVLink fabric."""
-    labels = (pod.get("metadata") or {}).get("labels") or {}
+    labels = labels_of(pod)
     return C.LABEL_CLIQUE_ID in labels and labels[C.LABEL_CLIQUE_ID] == ""
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+from cdriver.kube.objects import meta_of
+
 Trim = Callable[[dict], dict]
 
 _META_KEYS = ("name", "namespace", "uid", "resourceVersion", "generation", "labels",
@@ -27,7 +29,7 @@ def without_managed_fields(obj: dict) -> dict:
 
 
 def _meta(obj: dict) -> dict:
-    meta = obj.get("metadata") or {}
+    meta = meta_of(obj)
     return {k: meta[k] for k in _META_KEYS if k in meta}
 
 

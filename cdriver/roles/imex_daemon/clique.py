@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from cdriver.api import constants as c
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES
 from cdriver.errors import CdriverError
+from cdriver.kube.objects import owner_references_of
 
 log = logging.getLogger(__name__)
 
@@ -293,7 +294,7 @@ class CliqueStore(LatestObject):
 
     def needs_write(self, obj: dict) -> bool:
         """True when this pod is not yet an owner (a new pod of the same node)."""
-        refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+        refs = owner_references_of(obj)
         return not any(ref.get("uid") == self.owner["uid"] for ref in refs)
 
     def write(self, obj: dict) -> dict:

@@ -16,6 +16,7 @@ from cdriver.api import constants as c
 from cdriver.api.resources import COMPUTE_DOMAINS
 from cdriver.errors import CdriverError
 from cdriver.imex import config as imex_config
+from cdriver.kube.objects import meta_of
 
 from .clique import KEY_CD_STATUS, LatestObject, entry_index
 
@@ -80,7 +81,7 @@ class DomainStatusStore(LatestObject):
 
     def accepts(self, obj: dict) -> bool:
         """This ComputeDomain only: a same-named one with another uid is a different domain."""
-        meta = obj.get("metadata") or {}
+        meta = meta_of(obj)
         if meta.get("name") != self.name:
             return False
         if meta.get("uid") != self.uid:

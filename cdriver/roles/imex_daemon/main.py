@@ -31,6 +31,7 @@ from cdriver.imex.supervisor import ProcessSupervisor, SupervisorError
 from cdriver.kube.client import load_api_client
 from cdriver.kube.events import EventRecorder
 from cdriver.kube.informer import Informer
+from cdriver.kube.objects import meta_of
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
 from cdriver.roles.imex_daemon.failures import (
     EVENT_REASON_IMEX_PORT_CONFLICT,
@@ -441,7 +442,7 @@ class Daemon:
             log.info("cannot read ComputeDomain %s/%s (%s); assuming it still exists", self.settings.cd_namespace,
                      self.settings.cd_name, exc)
             return False
-        meta = (cd or {}).get("metadata") or {}
+        meta = meta_of(cd)
         return cd is None or meta.get("uid") != self.settings.cd_uid or bool(meta.get("deletionTimestamp"))
 
     def reconcile(self) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from cdriver.api import constants as c
 from cdriver.imex.ctl import IMEX_READY_OUTPUT
+from cdriver.kube.objects import being_deleted
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ def desired_status(pod_ready: bool, imex_running: bool, blocked: bool) -> str:
 
 def pod_being_deleted(pod: dict | None) -> bool:
     """True when the pod has a deletion timestamp (it will not come back)."""
-    return bool(pod and (pod.get("metadata") or {}).get("deletionTimestamp"))
+    return being_deleted(pod)
 
 
 class PodWatcher:

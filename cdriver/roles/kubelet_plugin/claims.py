@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from cdriver.api import constants as C
 from cdriver.api.types import ChannelConfig, DaemonConfig, ValidationError, decode_opaque_config
+from cdriver.kube.objects import meta_of, name_of, namespace_of, uid_of
 from cdriver.roles.kubelet_plugin.devices import DeviceRef, parse_device
 from cdriver.roles.kubelet_plugin.errors import ClaimError, permanent, retryable
 
@@ -71,7 +72,7 @@ class HeldDevice:
 
 
 def claim_label(claim: dict) -> str:
-    meta = claim.get("metadata") or {}
+    meta = meta_of(claim)
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}:{meta.get('uid', '')}"
 
 
@@ -147,7 +148,7 @@ def config_for(
 
 def plan_claim(claim: dict, node_name: str, driver: str = C.DRIVER_NAME) -> ClaimPlan:
     """Decode and validate an allocated claim into a ClaimPlan (raises ClaimError)."""
-    meta = claim.get("metadata") or {}
+    meta = meta_of(claim)
     label = claim_label(claim)
     allocation = (claim.get("status") or {}).get("allocation")
     if not allocation:
@@ -259,8 +260,8 @@ def check_domain_namespace(plan: ClaimPlan, cd: Mapping | None) -> None:
             f"claim {plan.label}: ComputeDomain with UID {plan.domain_id} not found; it was "
             "deleted, or the claim was not created from its ResourceClaimTemplate"
         )
-    cd_ns = (cd.get("metadata") or {}).get("namespace", "")
-    cd_name = (cd.get("metadata") or {}).get("name", "")
+    cd_ns = namespace_of(cd)
+    cd_name = name_of(cd)
     if cd_ns != plan.namespace:
         raise permanent(
             f"claim {plan.label}: the ResourceClaim's namespace {plan.namespace!r} is different than the "
@@ -271,7 +272,7 @@ def check_domain_namespace(plan: ClaimPlan, cd: Mapping | None) -> None:
 
 def check_claim_identity(claim: dict, uid: str) -> None:
     """The claim fetched from the API must be the one kubelet asked for."""
-    got = (claim.get("metadata") or {}).get("uid", "")
+    got = uid_of(claim)
     if got != uid:
         raise permanent(
             f"claim {claim_label(claim)}: kubelet asked for UID {uid}, but the API has UID "

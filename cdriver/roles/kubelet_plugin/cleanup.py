@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from cdriver.checkpoint import ClaimState
 from cdriver.dra.node_service import ClaimRef
+from cdriver.kube.objects import meta_of, uid_of
 from cdriver.kube.raw import RESOURCES, ApiError
 from cdriver.roles.kubelet_plugin.errors import ClaimError
 from cdriver.roles.kubelet_plugin.state import PluginState
@@ -80,7 +81,7 @@ class Sweeper:
                 continue
             try:
                 claim = self.state.raw.get(CLAIMS, rec.name, rec.namespace)
-                if (claim.get("metadata") or {}).get("uid") == uid:
+                if meta_of(claim).get("uid") == uid:
                     continue  # still wanted: kubelet will retry Prepare
             except ApiError as exc:
                 if not exc.not_found:
@@ -101,7 +102,7 @@ class Sweeper:
             names = [p.name for p in domains.iterdir() if p.is_dir() and not p.is_symlink()]
         except FileNotFoundError:
             return
-        known = {(cd.get("metadata") or {}).get("uid", "") for cd in self.state.cds.objects()}
+        known = {uid_of(cd) for cd in self.state.cds.objects()}
         used = {rec.domain_id for rec in self.state.store.read().claims.values()}
         for name in stale_domain_dirs(names, known, used):
             try:

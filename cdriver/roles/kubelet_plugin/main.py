@@ -25,6 +25,7 @@ from cdriver.httpserve import HttpServer
 from cdriver.kube.client import load_api_client
 from cdriver.kube.events import EventRecorder
 from cdriver.kube.informer import Informer, uid_index
+from cdriver.kube.objects import uid_of
 from cdriver.kube.raw import RESOURCES, RawClient
 from cdriver.roles.kubelet_plugin import cdi_edits
 from cdriver.roles.kubelet_plugin.cleanup import Sweeper
@@ -149,7 +150,7 @@ class Plugin:
             raw,
             slices,
             cfg.node_name,
-            lambda: str(((state.node_object() or {}).get("metadata") or {}).get("uid") or ""),
+            lambda: uid_of(state.node_object()),
             published_devices(cfg.host_managed),
         )
         self._slices.start()

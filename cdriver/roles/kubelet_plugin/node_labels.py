@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 
 from cdriver.api import constants as C
+from cdriver.kube.objects import labels_of, resource_version_of
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
 from cdriver.roles.kubelet_plugin.errors import retryable
 
@@ -23,11 +24,11 @@ MAX_ATTEMPTS = 5
 
 
 def _labels(node: dict | None) -> dict:
-    return ((node or {}).get("metadata") or {}).get("labels") or {}
+    return labels_of(node)
 
 
 def _rv(node: dict | None) -> str:
-    return str(((node or {}).get("metadata") or {}).get("resourceVersion") or "")
+    return resource_version_of(node)
 
 
 def _rv_int(node: dict | None) -> int:

@@ -31,6 +31,7 @@ from cdriver.dra.node_service import ClaimRef, PreparedDevice
 from cdriver.errors import CdriverError
 from cdriver.imex.config import IMEXD_TEMPLATE_NAME, load_template
 from cdriver.kube.events import NORMAL, WARNING
+from cdriver.kube.objects import meta_of, name_of
 from cdriver.kube.raw import RESOURCES, ApiError
 from cdriver.roles.kubelet_plugin import cdi_edits, claims
 from cdriver.roles.kubelet_plugin.claims import KIND_DAEMON, ClaimPlan
@@ -221,7 +222,7 @@ class Preparer:
 
         started = time.monotonic()
         if st.notifier.wait_for(check, deadline) is None:
-            cd_name = ((cd or {}).get("metadata") or {}).get("name", "")
+            cd_name = name_of(cd)
             msg = (
                 f"claim {plan.label}: ComputeDomain {plan.namespace}/{cd_name} (UID {plan.domain_id}) is not "
                 f"ready on node {self.config.node_name} after {time.monotonic() - started:.1f}s: {why[0]}; "
@@ -259,7 +260,7 @@ class Preparer:
                 fabric = fabric_mgmt_device(self.config.read_root)
             except DiscoveryError as exc:
                 raise retryable(f"claim {plan.label}: {exc}") from None
-        meta = cd.get("metadata") or {}
+        meta = meta_of(cd)
         return cdi_edits.daemon_edits(
             clique_id=self.state.discovery.clique_id,
             cd_uid=str(meta.get("uid", "")),

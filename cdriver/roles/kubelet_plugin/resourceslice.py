@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from cdriver.api import constants as C
 from cdriver.kube.informer import Informer
+from cdriver.kube.objects import meta_of, name_of, owner_references_of
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
 from cdriver.roles.kubelet_plugin.devices import DeviceRef, slice_device
 
@@ -52,7 +53,7 @@ def slice_matches(obj: dict, node_name: str, node_uid: str, devices: list[Device
     """Does an existing slice publish exactly what we want (any generation)?"""
     spec = obj.get("spec") or {}
     pool = spec.get("pool") or {}
-    owners = (obj.get("metadata") or {}).get("ownerReferences") or []
+    owners = owner_references_of(obj)
     want = desired_spec(node_name, devices, 0)
     return (
         pool.get("name") == node_name
@@ -86,8 +87,8 @@ def plan_sync(
             if (s.get("spec") or {}).get("driver") == driver and (s.get("spec") or {}).get("nodeName") == node_name
         ),
         key=lambda s: (
-            (s.get("metadata") or {}).get("creationTimestamp") or "",
-            (s.get("metadata") or {}).get("name") or "",
+            meta_of(s).get("creationTimestamp") or "",
+            name_of(s),
         ),
     )
     generation = 1 + max(
@@ -168,7 +169,7 @@ class SlicePublisher:
             raise ApiError(0, "NodeUnknown", f"node {self.node_name} not found; cannot own the ResourceSlice")
         plan = plan_sync(self.informer.objects(), self.node_name, uid, self.devices)
         for obj in plan.delete:
-            meta = obj.get("metadata") or {}
+            meta = meta_of(obj)
             try:
                 self.raw.delete(
                     SLICES,
@@ -185,7 +186,7 @@ class SlicePublisher:
             self._await_cache(got)
             log.info(
                 "updated ResourceSlice %s (generation %s)",
-                (got.get("metadata") or {}).get("name"),
+                name_of(got),
                 plan.update["spec"]["pool"]["generation"],
             )
         if plan.create is not None:
@@ -193,7 +194,7 @@ class SlicePublisher:
             self._await_cache(got)
             log.info(
                 "published ResourceSlice %s with %s",
-                (got.get("metadata") or {}).get("name"),
+                name_of(got),
                 ", ".join(d.name for d in self.devices),
             )
         self.syncs += 1
@@ -201,12 +202,12 @@ class SlicePublisher:
 
     def _await_cache(self, obj: dict, timeout: float = 5.0) -> None:
         """Wait until the informer has seen our write, so the next sync does not repeat it."""
-        meta = obj.get("metadata") or {}
+        meta = meta_of(obj)
         name, rv = meta.get("name", ""), int(meta.get("resourceVersion") or 0)
 
         def seen() -> bool:
             cached = self.informer.get(name)
-            return cached is not None and int((cached.get("metadata") or {}).get("resourceVersion") or 0) >= rv
+            return cached is not None and int(meta_of(cached).get("resourceVersion") or 0) >= rv
 
         with self._cache_changed:
             self._cache_changed.wait_for(lambda: self._stop.is_set() or seen(), timeout)
