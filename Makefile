@@ -4,11 +4,11 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: venv control-plane test unit lint binary demo bench clean
+.PHONY: venv control-plane test unit integration e2e lint typecheck protos binary demo bench clean
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: setup.cfg pyproject.toml
+$(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip
 	$(BIN)/pip install -q -e '.[dev]'
@@ -17,17 +17,30 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 control-plane:
 	hack/kube/build.sh all
 
-test: venv control-plane
-	$(BIN)/ruff check .
+test: lint control-plane
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 unit: venv
 	$(BIN)/pytest -q -m unit $(PYTEST_ARGS)
 
-# ruff, then the layering rules in .importlinter (roles and sim independent, sim layered, kube below api).
+integration: venv control-plane
+	$(BIN)/pytest -q -m integration $(PYTEST_ARGS)
+
+e2e: venv control-plane
+	$(BIN)/pytest -q -m e2e $(PYTEST_ARGS)
+
+# ruff, the layering rules in .importlinter (roles and sim independent, sim layered, kube below api),
+# then the type check.
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
+
+typecheck: venv
+	$(BIN)/mypy
+
+protos: venv
+	$(BIN)/python hack/codegen.py
 
 binary: venv
 	PYINSTALLER=$(BIN)/pyinstaller packaging/build.sh

@@ -1,1 +1,1 @@
-"""Generated gRPC stubs; regenerate with `python -m cdriver.dra.codegen`."""
+"""Generated gRPC stubs; regenerate with `make protos`."""

@@ -5,7 +5,8 @@ has a distinct file name (``dra/v1/api.proto``, ``dra/v1beta1/api.proto``, ...) 
 all be imported into one process. protoc writes imports relative to the include root; they
 are rewritten to absolute ``cdriver.dra.gen...`` imports so the stubs work as a package.
 
-Run: ``python -m cdriver.dra.codegen`` (needs grpcio-tools, a development dependency).
+Run: ``make protos`` (``python hack/codegen.py``; needs grpcio-tools, a development dependency).
+Development only: not part of the installed package.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from pathlib import Path
 
 from cdriver.errors import CdriverError
 
-PROTO_ROOT = Path(__file__).resolve().parent / "protos"
-GEN_ROOT = Path(__file__).resolve().parent / "gen"
+DRA_PACKAGE_DIR = Path(__file__).resolve().parents[1] / "cdriver" / "dra"
+PROTO_ROOT = DRA_PACKAGE_DIR / "protos"
+GEN_ROOT = DRA_PACKAGE_DIR / "gen"
 GEN_PACKAGE = "cdriver.dra.gen"
 
-_INIT_DOC = '"""Generated gRPC stubs; regenerate with `python -m cdriver.dra.codegen`."""\n'
+_INIT_DOC = '"""Generated gRPC stubs; regenerate with `make protos`."""\n'
 _IMPORT_RE = re.compile(r"^from ((?:[a-z_][a-z0-9_]*\.)*[a-z_][a-z0-9_]*) import (\w+_pb2) as", re.MULTILINE)
 
 
@@ -50,7 +52,7 @@ def rewrite_imports(text: str, top_level: set[str]) -> str:
 def regenerate(proto_root: Path = PROTO_ROOT, out_dir: Path = GEN_ROOT) -> list[Path]:
     """Compile all protos into out_dir (replacing its content); return the written files."""
     try:
-        from grpc_tools import protoc  # type: ignore[import-not-found]
+        from grpc_tools import protoc
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise CdriverError(
             "grpcio-tools is not installed; install the development extras (pip install -e '.[dev]')"
@@ -94,7 +96,7 @@ def regenerate(proto_root: Path = PROTO_ROOT, out_dir: Path = GEN_ROOT) -> list[
 
 
 def main() -> int:
-    """Entry point for ``python -m cdriver.dra.codegen``."""
+    """Entry point for ``python hack/codegen.py``."""
     try:
         files = regenerate()
     except CdriverError as exc:
