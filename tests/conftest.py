@@ -29,6 +29,18 @@ def _needs_cluster(item: pytest.Item) -> bool:
     return bool(CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())))
 
 
+TEST_KINDS = ("unit", "integration", "e2e")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test says its kind, so `make unit`, `make integration` and `make e2e` cover all."""
+    unmarked = [item.nodeid for item in items if not any(item.get_closest_marker(k) for k in TEST_KINDS)]
+    if unmarked:
+        raise pytest.UsageError(
+            f"{len(unmarked)} test(s) carry none of the markers {', '.join(TEST_KINDS)}, e.g. {unmarked[0]}; "
+            "add `pytestmark = pytest.mark.<kind>` to the test file")
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Build or locate the control-plane binaries if a selected test needs the cluster."""
     if session.config.option.collectonly or not any(_needs_cluster(i) for i in session.items):

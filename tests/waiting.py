@@ -11,8 +11,8 @@ import pytest
 T = TypeVar("T")
 
 
-def wait_for(fn: Callable[[], T | None], timeout: float, what: str | Callable[[], str],
-             interval: float = 0.05) -> T:
+def wait_for(fn: Callable[[], T | None], timeout: float = 20.0,
+             what: str | Callable[[], str] = "the condition", interval: float = 0.05) -> T:
     """Poll `fn` until it returns a truthy value and return it; at the deadline fail naming
     `what` (text, or a callable rendering it then, e.g. with a log tail)."""
     deadline = time.monotonic() + timeout

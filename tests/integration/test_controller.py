@@ -28,6 +28,7 @@ from cdriver.roles.controller.main import Controller, ControllerConfig
 from cdriver.roles.controller.metrics import HttpServer
 from cdriver.roles.controller.reconciler import Timing
 from cdriver.roles.controller.settings import DEFAULT_DAEMON_PRIORITY_CLASS, ControllerSettings
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -41,19 +42,6 @@ EVENTS = RESOURCES["events"]
 LEASES = RESOURCES["leases"]
 CRDS = RESOURCES["customresourcedefinitions"]
 HOLD = "test.cdriver/hold"
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "",
-             detail: Callable[[], Any] | None = None) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            extra = f"\n{detail()}" if detail else ""
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what or predicate}{extra}")
-        time.sleep(0.05)
 
 
 def get(raw: RawClient, res, name: str, ns: str | None = None) -> dict | None:

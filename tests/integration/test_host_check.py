@@ -36,6 +36,8 @@ from cdriver.sim.imex.protocol import (
     ENV_SIM_IMEX_RETRY_MAX,
 )
 
+pytestmark = pytest.mark.integration
+
 NODE = "worker-1"
 NODE_IP = "127.0.3.1"
 PEER_IP = "127.0.3.2"

@@ -14,10 +14,8 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -33,6 +31,9 @@ from cdriver.sim.imex.protocol import (
     ENV_SIM_IMEX_RETRY_INITIAL,
     ENV_SIM_IMEX_RETRY_MAX,
 )
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.integration
 
 A_IP, B_IP = "127.0.1.1", "127.0.1.2"
 #: short heartbeats and retries so the domain converges in well under a second
@@ -60,18 +61,6 @@ def free_ports(ips: list[str]) -> tuple[int, int]:
         if ok:
             return base, base + 5
     raise RuntimeError("no free port pair found")
-
-
-def wait_until(fn: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        last = fn()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
-        time.sleep(0.05)
 
 
 class World:
@@ -127,7 +116,7 @@ class World:
         return self.domain(cfg)["status"]
 
     def wait_ready(self, cfg: Path) -> ctl.ProbeResult:
-        return wait_until(lambda: (r := self.probe(cfg)).ready and r, 15, f"{cfg.name} daemon to answer -q")
+        return wait_for(lambda: (r := self.probe(cfg)).ready and r, 15, f"{cfg.name} daemon to answer -q")
 
     def cleanup(self) -> None:
         for proc in self.procs:
@@ -158,7 +147,7 @@ def test_scenario_two_daemons_up_then_degraded(world: World) -> None:
     # 2c/2d: B joins; A sees the domain UP with two READY NO_GPU nodes
     proc_b = world.start(cfg_b)
     world.wait_ready(cfg_b)
-    wait_until(lambda: world.status(cfg_a) == "UP", 15, "A to report UP")
+    wait_for(lambda: world.status(cfg_a) == "UP", 15, "A to report UP")
     nodes = world.domain(cfg_a)["nodes"]
     assert sorted(nodes) == ["0", "1"]
     assert [n["status"] for n in nodes.values()] == ["READY", "READY"]
@@ -170,14 +159,14 @@ def test_scenario_two_daemons_up_then_degraded(world: World) -> None:
     # 2e: B is SIGKILLed; A degrades within 5 s and stays READY locally
     proc_b.send_signal(signal.SIGKILL)
     proc_b.wait()
-    wait_until(lambda: world.status(cfg_a) == "DEGRADED", 5, "A to report DEGRADED")
+    wait_for(lambda: world.status(cfg_a) == "DEGRADED", 5, "A to report DEGRADED")
     assert world.domain(cfg_a)["nodes"]["1"]["status"] == "UNAVAILABLE"
     assert world.probe(cfg_a).ready
 
     # B comes back: A reconnects and the domain is UP again
     world.start(cfg_b)
     world.wait_ready(cfg_b)
-    wait_until(lambda: world.status(cfg_a) == "UP", 15, "A to report UP after B restarted")
+    wait_for(lambda: world.status(cfg_a) == "UP", 15, "A to report UP after B restarted")
 
     # 2f: SIGTERM is a clean shutdown
     proc_a = world.procs[0]
@@ -194,13 +183,13 @@ def test_hung_peer_is_detected_by_missing_heartbeats(world: World) -> None:
     proc_b = world.start(cfg_b)
     world.wait_ready(cfg_a)
     world.wait_ready(cfg_b)
-    wait_until(lambda: world.status(cfg_a) == "UP", 15, "A to report UP")
+    wait_for(lambda: world.status(cfg_a) == "UP", 15, "A to report UP")
     proc_b.send_signal(signal.SIGSTOP)  # sockets stay open: only the heartbeats stop
     try:
-        wait_until(lambda: world.status(cfg_a) == "DEGRADED", 5, "A to notice the silent peer")
+        wait_for(lambda: world.status(cfg_a) == "DEGRADED", 5, "A to notice the silent peer")
     finally:
         proc_b.send_signal(signal.SIGCONT)
-    wait_until(lambda: world.status(cfg_a) == "UP", 15, "A to report UP after B resumed")
+    wait_for(lambda: world.status(cfg_a) == "UP", 15, "A to report UP after B resumed")
     assert "no heartbeat for 1s" in world.log(cfg_a)
 
 
@@ -220,14 +209,14 @@ def test_sigusr1_rereads_peer_names_from_hosts_file(world: World) -> None:
     world.start(cfg_b, env_b)
     world.wait_ready(cfg_a)
     world.wait_ready(cfg_b)
-    wait_until(lambda: world.status(cfg_b) == "UP", 15, "B to see both names connected")
+    wait_for(lambda: world.status(cfg_b) == "UP", 15, "B to see both names connected")
     # A resolves only its own name; the new mapping takes effect on SIGUSR1, not before
     rewrite_hosts_file(hosts_a, {names[0]: A_IP, names[1]: B_IP})
     assert list(world.domain(cfg_a)["nodes"]) == ["0"]
 
     proc_a.send_signal(signal.SIGUSR1)
-    wait_until(lambda: len(world.domain(cfg_a)["nodes"]) == 2, 10, "A to re-read its peers")
-    wait_until(lambda: world.status(cfg_a) == "UP", 10, "A to report UP")
+    wait_for(lambda: len(world.domain(cfg_a)["nodes"]) == 2, 10, "A to re-read its peers")
+    wait_for(lambda: world.status(cfg_a) == "UP", 10, "A to report UP")
     out = subprocess.run([str(world.ctl), "-c", str(cfg_a), "-N", "-H"], env=world.env,
                          capture_output=True, text=True, timeout=10)
     assert out.returncode == 0
@@ -239,7 +228,7 @@ def test_unix_socket_probe_in_host_managed_form(world: World) -> None:
     sock = world.dir / "run" / "imex_ctrl.sock"
     cfg = world.config("host", A_IP, [A_IP], unix_socket=str(sock))
     proc = world.start(cfg)
-    result = wait_until(
+    result = wait_for(
         lambda: (r := ctl.probe_ready(str(world.ctl), unix_socket=str(sock), timeout=10, env=world.env)).ready
         and r,
         15, "the Unix socket probe",
@@ -335,12 +324,12 @@ def test_standin_under_the_supervisor_restarts_and_reloads(world: World) -> None
         sup.start()
         world.wait_ready(cfg)
         sup.reload()
-        wait_until(lambda: any("SIGUSR1: re-read" in line for line in sup.last_output_lines(50)), 10,
+        wait_for(lambda: any("SIGUSR1: re-read" in line for line in sup.last_output_lines(50)), 10,
                    "the reload to be logged")
         first = sup.pid
         assert first is not None
         os.kill(first, signal.SIGKILL)
-        wait_until(lambda: sup.restart_count == 1 and sup.pid not in (None, first), 10, "a restart")
+        wait_for(lambda: sup.restart_count == 1 and sup.pid not in (None, first), 10, "a restart")
         world.wait_ready(cfg)
         assert exits == [(-signal.SIGKILL, False)]
     finally:

@@ -5,15 +5,15 @@ from __future__ import annotations
 import logging
 import signal
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
 
 from cdriver.imex.supervisor import ProcessSupervisor, SupervisorError
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.integration
 
 
 def child(code: str) -> list[str]:
@@ -38,17 +38,6 @@ while True:
 """
 
 
-def wait_until(fn: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 def serving(sup: ProcessSupervisor) -> bool:
     return "serving" in sup.last_output_lines(5)
 
@@ -61,7 +50,7 @@ def test_crashing_child_is_restarted_with_logged_count_and_output(tmp_path: Path
                             on_exit=lambda rc, expected: exits.append((rc, expected)), name="crasher")
     sup.start()
     try:
-        wait_until(lambda: sup.restart_count >= 3, 20, "three restarts")
+        wait_for(lambda: sup.restart_count >= 3, 20, "three restarts")
     finally:
         sup.stop(grace=2)
     assert exits[:3] == [(3, False)] * 3
@@ -77,7 +66,7 @@ def test_stop_sends_sigterm_first(tmp_path: Path) -> None:
     exits: list[tuple[int, bool]] = []
     sup = ProcessSupervisor(child(SERVER), on_exit=lambda rc, expected: exits.append((rc, expected)))
     sup.start()
-    wait_until(lambda: serving(sup), 10, "the child to serve")
+    wait_for(lambda: serving(sup), 10, "the child to serve")
     assert sup.stop(grace=5) == -signal.SIGTERM
     assert exits == [(-signal.SIGTERM, True)]
     assert sup.restart_count == 0
@@ -88,7 +77,7 @@ def test_stop_escalates_to_sigkill_after_grace(caplog) -> None:
     caplog.set_level(logging.WARNING, logger="cdriver.imex.supervisor")
     sup = ProcessSupervisor(child(STUBBORN), name="stubborn")
     sup.start()
-    wait_until(lambda: serving(sup), 10, "the child to serve")
+    wait_for(lambda: serving(sup), 10, "the child to serve")
     pid = sup.pid
     assert sup.stop(grace=0.3) == -signal.SIGKILL
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
@@ -101,10 +90,10 @@ def test_reload_sends_sigusr1() -> None:
         sup.reload()
     sup.start()
     try:
-        wait_until(lambda: serving(sup), 10, "the child to serve")
+        wait_for(lambda: serving(sup), 10, "the child to serve")
         pid = sup.pid
         sup.reload()
-        wait_until(lambda: "reloaded" in sup.last_output_lines(5), 10, "the reload")
+        wait_for(lambda: "reloaded" in sup.last_output_lines(5), 10, "the reload")
         assert sup.pid == pid
         assert sup.restart_count == 0
     finally:
@@ -118,7 +107,7 @@ def test_restart_replaces_the_child_and_ensure_started_is_idempotent() -> None:
     assert sup.ensure_started() is True
     try:
         assert sup.ensure_started() is False
-        wait_until(lambda: serving(sup), 10, "the child to serve")
+        wait_for(lambda: serving(sup), 10, "the child to serve")
         first = sup.pid
         with pytest.raises(SupervisorError):
             sup.start()

@@ -14,21 +14,13 @@ from cdriver.kube.informer import Informer, label_index
 from cdriver.kube.leader import LeaderElector
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient, Resource
 from cdriver.kube.workqueue import WorkQueue
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
 CM = RESOURCES["configmaps"]
 CLAIMS = RESOURCES["resourceclaims"]
 LEASES = RESOURCES["leases"]
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 20.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what or predicate}")
 
 
 def configmap(name: str, labels: dict | None = None, data: dict | None = None) -> dict:

@@ -18,8 +18,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -38,6 +37,9 @@ from cdriver.sim.imex.protocol import (
     IMEX_DOMAIN_UP,
     IMEX_NODE_READY,
 )
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.integration
 
 IP_A, IP_B = "127.0.3.11", "127.0.3.12"
 FAST = {
@@ -68,17 +70,6 @@ def free_ports(ips: list[str]) -> tuple[int, int]:
             continue
         return base, base + 5
     raise RuntimeError("no free port pair found")
-
-
-def wait_for(fn: Callable[[], object], timeout: float, what: str) -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {value!r}")
-        time.sleep(0.05)
 
 
 @pytest.fixture
