@@ -18,6 +18,7 @@ import urllib3
 
 from cdriver.errors import CdriverError
 from cdriver.kube.connection import as_connection
+from cdriver.kube.objects import meta_of
 
 log = logging.getLogger(__name__)
 
@@ -389,7 +390,7 @@ class RawClient:
     def _ns(res: Resource, namespace: str | None, body: dict | None = None) -> str | None:
         if not res.namespaced:
             return None
-        ns = namespace or ((body or {}).get("metadata") or {}).get("namespace")
+        ns = namespace or meta_of(body).get("namespace")
         return ns or None
 
     @staticmethod
@@ -399,7 +400,7 @@ class RawClient:
 
     @staticmethod
     def _name_of(body: dict) -> str:
-        name = (body.get("metadata") or {}).get("name")
+        name = meta_of(body).get("name")
         if not name:
             raise ValueError("object has no metadata.name")
         return str(name)
@@ -439,11 +440,11 @@ class RawClient:
         if result["items"] is None:
             result["items"] = []
         if limit is None:
-            while (result.get("metadata") or {}).get("continue"):
+            while meta_of(result).get("continue"):
                 query["continue"] = result["metadata"]["continue"]
                 page = self._json("GET", res.path(ns), query)
                 result["items"].extend(page.get("items") or [])
-                result["metadata"] = page.get("metadata") or {}
+                result["metadata"] = meta_of(page)
         return result
 
     def create(self, res: Resource, body: dict, namespace: str | None = None,
@@ -583,6 +584,6 @@ class RawClient:
 
 def object_key(obj: dict) -> str:
     """Cache key ``namespace/name`` (just ``name`` for cluster-scoped objects)."""
-    meta = obj.get("metadata") or {}
+    meta = meta_of(obj)
     ns = meta.get("namespace")
     return f"{ns}/{meta.get('name', '')}" if ns else str(meta.get("name", ""))

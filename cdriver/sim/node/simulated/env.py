@@ -19,6 +19,7 @@ from typing import Any
 from kubernetes.utils.quantity import parse_quantity
 
 from cdriver.errors import CdriverError
+from cdriver.kube.objects import meta_of, name_of
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -90,7 +91,7 @@ def _quote(value: str) -> str:
 
 def field_value(pod: dict[str, Any], path: str, host_ip: str, pod_ip: str) -> str:
     """The value of a downward-API `fieldRef.fieldPath` for `pod`."""
-    meta = pod.get("metadata") or {}
+    meta = meta_of(pod)
     spec = pod.get("spec") or {}
     match = _SUBSCRIPT.match(path)
     if match:
@@ -188,7 +189,7 @@ def service_env(services: list[dict[str, Any]], api_host: str, api_port: int) ->
     """`<NAME>_SERVICE_HOST/_PORT` and docker-link style variables; the `kubernetes` Service is
     the real API server address (its cluster IP is not routable on a simulated node)."""
     env: dict[str, str] = {}
-    for svc in sorted(services, key=lambda s: (s.get("metadata") or {}).get("name", "")):
+    for svc in sorted(services, key=name_of):
         spec = svc.get("spec") or {}
         ip = spec.get("clusterIP")
         ports = spec.get("ports") or []
@@ -223,7 +224,7 @@ def _add_service(env: dict[str, str], prefix: str, ip: str, ports: list[dict[str
 def container_env(pod: dict[str, Any], container: dict[str, Any], ctx: EnvContext) -> dict[str, str]:
     """The environment of `container`: kubelet's order (envFrom, then env with expansion,
     then service links where not set), plus PATH/HOSTNAME/HOME defaults."""
-    meta = pod.get("metadata") or {}
+    meta = meta_of(pod)
     spec = pod.get("spec") or {}
     namespace = meta.get("namespace", "default")
     services = ctx.services if spec.get("enableServiceLinks", True) else []

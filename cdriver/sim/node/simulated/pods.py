@@ -26,6 +26,7 @@ from typing import Any
 from cdriver.dra.client import DRAError
 from cdriver.dra.node_service import ClaimRef, PreparedDevice
 from cdriver.errors import CdriverError
+from cdriver.kube.objects import being_deleted, meta_of
 from cdriver.kube.raw import RESOURCES, ApiError
 from cdriver.sim.node.simulated import env as envmod
 from cdriver.sim.node.simulated import probes as probemod
@@ -263,7 +264,7 @@ class PodWorker:
             if self._deleted:
                 self._terminate(grace=min(self._grace(), 2.0), delete_object=False)
                 return
-            if (self._pod().get("metadata") or {}).get("deletionTimestamp"):
+            if being_deleted(self._pod()):
                 self._terminate(grace=self._grace(), delete_object=True)
                 return
             self._drain_probe_events()
@@ -274,7 +275,7 @@ class PodWorker:
 
     def _grace(self) -> float:
         pod = self._pod()
-        meta = pod.get("metadata") or {}
+        meta = meta_of(pod)
         grace = meta.get("deletionGracePeriodSeconds")
         if grace is None:
             grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds", DEFAULT_GRACE)
