@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import socket
 import sys
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -30,6 +31,10 @@ from cdriver.roles.startup import (
     resolve_imex,
     root_options,
 )
+
+if TYPE_CHECKING:
+    from cdriver.roles.controller.main import Runner
+    from cdriver.roles.controller.metrics import HttpServer
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +105,7 @@ def _fail(message: str, code: int = 2) -> None:
 @click.option("--leader-election-retry-period", "retry_period", default="2s",
               envvar="LEADER_ELECTION_RETRY_PERIOD", show_default=True, show_envvar=True)
 @click.pass_context
-def command(ctx: click.Context, **opts) -> None:
+def command(ctx: click.Context, **opts: Any) -> None:
     """Reconcile ComputeDomains: finalizer, claim templates, daemon DaemonSet, status, cleanup."""
     try:
         runner, http = _build(opts, root_options(ctx))
@@ -121,7 +126,7 @@ def command(ctx: click.Context, **opts) -> None:
     sys.exit(code)
 
 
-def _build(opts: dict, root: dict):
+def _build(opts: dict, root: dict) -> tuple[Runner, HttpServer | None]:
     from cdriver import featuregates as fg
     from cdriver.kube.raw import RawClient
     from cdriver.roles.controller.main import ControllerConfig, LeaderConfig, Runner

@@ -12,7 +12,7 @@ from cdriver.api.imex_mode import IMEX_MODE_DRIVER_MANAGED, IMEX_MODE_HOST_MANAG
 from cdriver.kube.events import EventRecorder
 from cdriver.kube.informer import Informer, uid_index
 from cdriver.kube.leader import LeaderElector
-from cdriver.kube.raw import RawClient, object_key
+from cdriver.kube.raw import RawClient, Resource, object_key
 from cdriver.kube.workqueue import RequeueAfter, WorkQueue
 from cdriver.roles.controller import reconciler as R
 from cdriver.roles.controller.desired import domain_uid_of
@@ -68,7 +68,7 @@ class Controller:
         self._periodic: threading.Thread | None = None
 
     # --- construction -------------------------------------------------------------------
-    def _informer(self, res, namespace=None, selector=None) -> Informer:
+    def _informer(self, res: Resource, namespace: str | None = None, selector: str | None = None) -> Informer:
         client = TrimmingClient(self.raw, R.TRIMS.get(res.plural, without_managed_fields))
         return Informer(client, res, namespace=namespace, label_selector=selector,
                         resync_seconds=self.config.resync_seconds)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cdriver.api import constants as C
@@ -43,7 +44,7 @@ class _Entry:
 class Overlay:
     """Objects this process wrote, per resource plural and ``ns/name`` key."""
 
-    def __init__(self, ttl: float = DEFAULT_TTL, clock=time.monotonic) -> None:
+    def __init__(self, ttl: float = DEFAULT_TTL, clock: Callable[[], float] = time.monotonic) -> None:
         self._ttl = ttl
         self._clock = clock
         self._lock = threading.Lock()

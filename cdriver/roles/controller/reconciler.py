@@ -19,7 +19,7 @@ from cdriver.api.types import ComputeDomain, ValidationError
 from cdriver.kube.events import EventRecorder
 from cdriver.kube.informer import Informer
 from cdriver.kube.objects import being_deleted, finalizers_of, generation_of, meta_of, name_of, uid_of
-from cdriver.kube.raw import RESOURCES, ApiError, RawClient, object_key
+from cdriver.kube.raw import RESOURCES, ApiError, RawClient, Resource, object_key
 from cdriver.kube.workqueue import RequeueAfter
 from cdriver.roles.controller import deletion as D
 from cdriver.roles.controller import desired as W
@@ -205,10 +205,10 @@ class Reconciler:
             self.overlay.record(plural, self.trims.get(plural, without_managed_fields)(obj))
         return obj
 
-    def _update(self, res, body: dict) -> dict:
+    def _update(self, res: Resource, body: dict) -> dict:
         return self._record("update", res.plural, self.raw.update(res, body))
 
-    def _create(self, res, obj: dict) -> dict:
+    def _create(self, res: Resource, obj: dict) -> dict:
         """Create with compact JSON. Opaque device parameters are stored byte for byte: sent
         with spaces they would differ from the server's own re-encoding, and every later patch
         of the claim template (even a label) would fail as a change of its immutable spec."""
@@ -217,7 +217,7 @@ class Reconciler:
                                   content_type="application/json")
         return result if isinstance(result, dict) else {}
 
-    def _patch_finalizers(self, res, obj: dict, finalizers: list[str]) -> dict:
+    def _patch_finalizers(self, res: Resource, obj: dict, finalizers: list[str]) -> dict:
         """Set the finalizers with an optimistic-concurrency merge patch (the cached copy may
         be trimmed, so never a full update)."""
         meta = obj["metadata"]
@@ -236,11 +236,11 @@ class Reconciler:
         current["metadata"]["finalizers"] = finalizers
         return self.raw.update(res, current)
 
-    def _with_finalizer(self, res, obj: dict) -> dict:
+    def _with_finalizer(self, res: Resource, obj: dict) -> dict:
         finalizers = list(finalizers_of(obj)) + [C.FINALIZER]
         return self._record("patch", res.plural, self._patch_finalizers(res, obj, finalizers))
 
-    def _without_finalizer(self, res, obj: dict) -> None:
+    def _without_finalizer(self, res: Resource, obj: dict) -> None:
         finalizers = [f for f in finalizers_of(obj)
                       if f != C.FINALIZER]
         try:
@@ -253,7 +253,7 @@ class Reconciler:
         self._record_result("patch", res, result, object_key(obj))
         log.debug("released finalizer of %s %s", res.kind, object_key(obj))
 
-    def _record_result(self, verb: str, res, result: dict, key: str) -> None:
+    def _record_result(self, verb: str, res: Resource, result: dict, key: str) -> None:
         """Record a write that may have removed the object (last finalizer released)."""
         self.metrics.write(verb, res.plural)
         meta = meta_of(result)
@@ -347,7 +347,7 @@ class Reconciler:
             self._note_forced_mode(cd_obj)
         return created, None
 
-    def _adopt(self, res, role: str, obj: dict) -> tuple[dict | None, S.Problem | None]:
+    def _adopt(self, res: Resource, role: str, obj: dict) -> tuple[dict | None, S.Problem | None]:
         if W.is_terminating(obj):
             # Someone deleted it while the domain lives: let it go, recreate it afterwards.
             if W.has_finalizer(obj):
@@ -361,7 +361,7 @@ class Reconciler:
             obj = self._with_finalizer(res, obj)
         return obj, None
 
-    def _create_failed(self, cd_obj: dict, res, role: str, want: dict, uid: str,
+    def _create_failed(self, cd_obj: dict, res: Resource, role: str, want: dict, uid: str,
                        exc: ApiError) -> tuple[dict | None, S.Problem | None]:
         kind = _kind(role)
         meta = want["metadata"]

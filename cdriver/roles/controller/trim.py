@@ -9,8 +9,10 @@ without the field leaves unchanged on the server.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from cdriver.kube.objects import meta_of
+from cdriver.kube.raw import RawClient, Resource, WatchStream
 
 Trim = Callable[[dict], dict]
 
@@ -53,24 +55,24 @@ def pod_summary(obj: dict) -> dict:
 class TrimmingClient:
     """A `RawClient` stand-in for informers: ``list`` and ``watch`` results pass ``trim``."""
 
-    def __init__(self, raw, trim: Trim) -> None:
+    def __init__(self, raw: RawClient, trim: Trim) -> None:
         self._raw = raw
         self._trim = trim
 
-    def list(self, res, *args, **kwargs) -> dict:
+    def list(self, res: Resource, *args: Any, **kwargs: Any) -> dict:
         result = self._raw.list(res, *args, **kwargs)
         result["items"] = [self._trim(obj) for obj in result.get("items") or []]
         return result
 
-    def watch(self, res, *args, **kwargs) -> _TrimmedStream:
+    def watch(self, res: Resource, *args: Any, **kwargs: Any) -> _TrimmedStream:
         return _TrimmedStream(self._raw.watch(res, *args, **kwargs), self._trim)
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._raw, name)
 
 
 class _TrimmedStream:
-    def __init__(self, stream, trim: Trim) -> None:
+    def __init__(self, stream: WatchStream, trim: Trim) -> None:
         self._stream = stream
         self._trim = trim
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -31,10 +33,13 @@ ENV_IMEX_HOST_SOCKET_PATH = "IMEX_HOST_SOCKET_PATH"
 ENV_GPU_CLIQUE_LABEL_ENABLED = ("GPU_CLIQUE_LABEL_ENABLED", "OWN_CLIQUE_LABEL")
 ENV_PREPARE_TIMEOUT = "PREPARE_TIMEOUT"
 
+if TYPE_CHECKING:
+    from cdriver.roles.kubelet_plugin.config import PluginConfig
+
 log = logging.getLogger(__name__)
 
 
-def _opt(*names: str, **kw):
+def _opt(*names: str, **kw: Any) -> Callable[[Any], Any]:
     kw.setdefault("show_envvar", True)
     return click.option(*names, **kw)
 
@@ -152,7 +157,7 @@ def _opt(*names: str, **kw):
     help="Pause between host nvidia-imex probes while a Prepare waits (hostManaged).",
 )
 @click.pass_context
-def command(ctx: click.Context, **opts) -> None:
+def command(ctx: click.Context, **opts: Any) -> None:
     """Serve the DRA node API for IMEX channels and daemons on this node."""
     try:
         config = build_config(opts, root_options(ctx).get("feature_gates", ""))
@@ -170,7 +175,7 @@ def command(ctx: click.Context, **opts) -> None:
         sys.exit(1)
 
 
-def build_config(opts: dict, feature_gates: str):
+def build_config(opts: dict, feature_gates: str) -> PluginConfig:
     """Validate options (IMEX mode, isolation, gates, durations) into a PluginConfig."""
     from cdriver.roles.kubelet_plugin.config import PluginConfig
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
+import urllib3
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
@@ -96,7 +98,8 @@ class CountingRawClient(RawClient):
         super().__init__(api_client)
         self._counter = metrics.api_requests
 
-    def _send(self, method, path, query, body, content_type, timeout, stream=False):  # noqa: ANN001
+    def _send(self, method: str, path: str, query: dict[str, str] | None, body: Any,
+              content_type: str | None, timeout: Any, stream: bool = False) -> urllib3.BaseHTTPResponse:
         verb = "watch" if (query or {}).get("watch") == "true" else method.lower()
         self._counter.labels(verb).inc()
         return super()._send(method, path, query, body, content_type, timeout, stream)
