@@ -52,4 +52,4 @@ bench: venv control-plane
 	@for b in $(filter-out bench/report.py,$(wildcard bench/*.py)); do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf build dist .pytest_cache .ruff_cache *.egg-info
+	rm -rf build dist .pytest_cache .ruff_cache .mypy_cache *.egg-info
