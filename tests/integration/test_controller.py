@@ -245,13 +245,14 @@ def test_daemon_pod_scheduled_on_labelled_node(raw, namespace, driver_ns, start_
     try:
         assert labelled(raw, PODS, uid, driver_ns) == []  # no labelled node yet
         raw.patch(NODES, node, {"metadata": {"labels": {C.LABEL_COMPUTE_DOMAIN: uid}}})
+        def pods_and_events() -> str:
+            pods = [(p["metadata"]["name"], p.get("status")) for p in labelled(raw, PODS, uid, driver_ns)]
+            events = [(e["reason"], e["message"]) for e in raw.list(EVENTS, driver_ns)["items"]]
+            return f"daemon pod bound to the labelled node\n{(pods, events)}"
+
         pod = wait_for(lambda: next((p for p in labelled(raw, PODS, uid, driver_ns)
                                      if p["spec"].get("nodeName") == node), None),
-                       30, "daemon pod bound to the labelled node",
-                       lambda: ([(p["metadata"]["name"], p.get("status"))
-                                 for p in labelled(raw, PODS, uid, driver_ns)],
-                                [(e["reason"], e["message"])
-                                 for e in raw.list(EVENTS, driver_ns)["items"]]))
+                       30, pods_and_events)
         assert pod["spec"]["priorityClassName"] == DEFAULT_DAEMON_PRIORITY_CLASS
         assert pod["status"]["qosClass"] == "Guaranteed"
         claim_status = pod["status"].get("resourceClaimStatuses") or []
