@@ -40,10 +40,10 @@ import psutil
 import yaml
 from report import print_rows  # bench/report.py (scripts run from bench/)
 
-from cdriver.api import constants as C
+from cdriver.api import constants
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
-from cdriver.roles.controller import desired as W
+from cdriver.roles.controller import desired
 from cdriver.roles.controller.reconciler import parse_domain
 from cdriver.roles.controller.settings import ControllerSettings
 from cdriver.sim.controlplane.binaries import control_plane_binaries
@@ -74,7 +74,7 @@ def install_crds(raw: RawClient) -> None:
 
 
 def domain(name: str) -> dict:
-    return {"apiVersion": C.API_VERSION, "kind": C.KIND_COMPUTE_DOMAIN,
+    return {"apiVersion": constants.API_VERSION, "kind": constants.KIND_COMPUTE_DOMAIN,
             "metadata": {"name": name},
             "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{name}-ch"}}}}
 
@@ -97,13 +97,13 @@ def raw_floor(cluster: LocalCluster, n: int, workers: int) -> float:
         cd = raw.create(CDS, domain(f"cd-{i}"), ns)
         cd["metadata"]["finalizers"] = ["bench.cdriver/floor"]
         cd = raw.update(CDS, cd)
-        objects = W.desired_objects(parse_domain(cd), settings)
+        objects = desired.desired_objects(parse_domain(cd), settings)
         for obj in (objects.daemon_template, objects.daemon_set, objects.workload_template):
             obj = copy.deepcopy(obj)
             obj["metadata"].pop("finalizers")
             obj["metadata"]["labels"] = {"bench": "floor"}  # invisible to the controller
             raw.create(DS if obj["kind"] == "DaemonSet" else RCTS, obj)
-        cd["status"] = {"status": C.STATUS_READY}
+        cd["status"] = {"status": constants.STATUS_READY}
         raw.update_status(CDS, cd)
 
     t0 = time.perf_counter()
@@ -207,9 +207,9 @@ def controller_phase(cluster: LocalCluster, n: int, workers: int, log: Path) -> 
         rss = psutil.Process(proc.pid).memory_info().rss / 2**20
 
         uids = {cd["metadata"]["uid"] for cd in raw.list(CDS, ns)["items"]
-                if (cd.get("status") or {}).get("status") == C.STATUS_READY
-                and C.FINALIZER in cd["metadata"].get("finalizers", [])}
-        selector = C.LABEL_COMPUTE_DOMAIN
+                if (cd.get("status") or {}).get("status") == constants.STATUS_READY
+                and constants.FINALIZER in cd["metadata"].get("finalizers", [])}
+        selector = constants.LABEL_COMPUTE_DOMAIN
         rct_uids = [t["metadata"]["labels"][selector]
                     for t in raw.list(RCTS, label_selector=selector)["items"]]
         ds_uids = [d["metadata"]["labels"][selector]

@@ -45,7 +45,22 @@ import psutil
 import yaml
 from report import print_rows  # bench/report.py (scripts run from bench/)
 
-from cdriver.api import constants as c
+from cdriver.api.constants import (
+    API_VERSION,
+    ENV_CD_NAME,
+    ENV_CD_NAMESPACE,
+    ENV_CD_UUID,
+    ENV_CLIQUE_ID,
+    ENV_MAX_NODES,
+    ENV_NODE_NAME,
+    ENV_POD_IP,
+    ENV_POD_NAME,
+    ENV_POD_NAMESPACE,
+    ENV_POD_UID,
+    KIND_COMPUTE_DOMAIN_CLIQUE,
+    STATUS_READY,
+    clique_object_name,
+)
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES
 from cdriver.imex import config as imex_config
 from cdriver.imex.config import IMEX_CMD_PORT, IMEX_CTL_BINARY, IMEX_DAEMON_BINARY, IMEXD_TEMPLATE_NAME
@@ -97,7 +112,7 @@ class Watcher(threading.Thread):
                     continue
                 if self.joined is None:
                     self.joined = now
-                if entry.get("status") == c.STATUS_READY and self.ready is None:
+                if entry.get("status") == STATUS_READY and self.ready is None:
                     self.ready = now
                     self.done.set()
                     self.stream.close()
@@ -119,9 +134,9 @@ def make_pod(raw, node: str, ip: str) -> dict:
 def daemon_env(cluster, bin_dir: Path, home: Path, pod: dict, node: str, ip: str, cd_uid: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update({
-        c.ENV_CLIQUE_ID: CLIQUE, c.ENV_CD_UUID: cd_uid, c.ENV_CD_NAME: "bench", c.ENV_CD_NAMESPACE: NS,
-        c.ENV_NODE_NAME: node, c.ENV_POD_IP: ip, c.ENV_POD_NAME: pod["metadata"]["name"],
-        c.ENV_POD_NAMESPACE: NS, c.ENV_POD_UID: pod["metadata"]["uid"], c.ENV_MAX_NODES: "18",
+        ENV_CLIQUE_ID: CLIQUE, ENV_CD_UUID: cd_uid, ENV_CD_NAME: "bench", ENV_CD_NAMESPACE: NS,
+        ENV_NODE_NAME: node, ENV_POD_IP: ip, ENV_POD_NAME: pod["metadata"]["name"],
+        ENV_POD_NAMESPACE: NS, ENV_POD_UID: pod["metadata"]["uid"], ENV_MAX_NODES: "18",
         ENV_IMEXD_DIR: str(home / "imexd"), ENV_IMEX_HOSTS_FILE: str(home / "hosts"),
         ENV_SIM_HOSTS_FILE: str(home / "hosts"), "KUBECONFIG": str(cluster.kubeconfig),
         "PATH": f"{bin_dir}:{env.get('PATH', '')}",
@@ -136,7 +151,7 @@ def one_run(cluster, raw, bin_dir: Path, tmp: Path, node: str, ip: str) -> dict:
     (home / "imexd" / IMEXD_TEMPLATE_NAME).write_text(imex_config.load_template())
     (home / "hosts").write_text("127.0.0.1\tlocalhost\n")
     pod = make_pod(raw, node, ip)
-    watcher = Watcher(raw, c.clique_object_name(cd_uid, CLIQUE), node)
+    watcher = Watcher(raw, clique_object_name(cd_uid, CLIQUE), node)
     watcher.start()
     env = daemon_env(cluster, bin_dir, home, pod, node, ip, cd_uid)
     log = open(home / "daemon.log", "w")
@@ -192,12 +207,12 @@ def raw_baseline(raw, n: int = 20) -> float:
     """Median seconds of create + update of a clique with a plain client."""
     times = []
     for _ in range(n):
-        body = {"apiVersion": c.API_VERSION, "kind": c.KIND_COMPUTE_DOMAIN_CLIQUE,
+        body = {"apiVersion": API_VERSION, "kind": KIND_COMPUTE_DOMAIN_CLIQUE,
                 "metadata": {"name": f"baseline-{uuid.uuid4().hex[:8]}.{CLIQUE}"}}
         t0 = time.perf_counter()
         obj = raw.create(CLIQUES, body, NS)
         obj["daemons"] = [{"nodeName": "n", "ipAddress": "127.0.0.1", "cliqueID": CLIQUE, "index": 0,
-                           "status": c.STATUS_READY}]
+                           "status": STATUS_READY}]
         raw.update(CLIQUES, obj, NS)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)

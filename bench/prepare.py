@@ -37,7 +37,16 @@ import grpc
 import psutil
 import yaml
 
-from cdriver.api import constants as C
+from cdriver.api.constants import (
+    API_VERSION,
+    DEVICE_CLASS_DEFAULT_CHANNEL,
+    DRIVER_NAME,
+    KIND_CHANNEL_CONFIG,
+    KIND_COMPUTE_DOMAIN,
+    KIND_COMPUTE_DOMAIN_CLIQUE,
+    LABEL_COMPUTE_DOMAIN,
+    clique_object_name,
+)
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.dra.gen.dra.v1 import api_pb2 as dra_pb2
 from cdriver.dra.gen.dra.v1 import api_pb2_grpc as dra_grpc
@@ -104,7 +113,7 @@ class Bench:
         self.root = create_driver_root(self.work / "root", self.node, topology, channel_count=4)
         self.registered = register_node(self.raw, self.node)
         self.metrics_port = free_port()
-        self.plugin_dir = self.work / "plugins" / C.DRIVER_NAME
+        self.plugin_dir = self.work / "plugins" / DRIVER_NAME
         self.reg_socket = self.work / "registry" / REGISTRATION_SOCKET_NAME
         argv = [sys.executable, "-m", "cdriver", "kubelet-plugin", "--node-name", self.node,
                 "--namespace", self.driver_ns, "--kubeconfig", str(self.cluster.kubeconfig),
@@ -152,16 +161,16 @@ class Bench:
     def make_cd(self) -> dict:
         name = f"cd-{uuid.uuid4().hex[:6]}"
         return self.raw.create(CDS, {
-            "apiVersion": C.API_VERSION, "kind": C.KIND_COMPUTE_DOMAIN,
+            "apiVersion": API_VERSION, "kind": KIND_COMPUTE_DOMAIN,
             "metadata": {"name": name, "namespace": self.ns},
             "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": name}}}}, self.ns)
 
     def set_clique(self, cd: dict, status: str) -> None:
-        name = C.clique_object_name(cd["metadata"]["uid"], CLIQUE)
+        name = clique_object_name(cd["metadata"]["uid"], CLIQUE)
         daemons = [{"nodeName": self.node, "ipAddress": "127.0.0.1", "cliqueID": CLIQUE, "index": 0, "status": status}]
         existing = self.raw.get_or_none(CLIQUES, name, self.driver_ns)
         if existing is None:
-            self.raw.create(CLIQUES, {"apiVersion": C.API_VERSION, "kind": C.KIND_COMPUTE_DOMAIN_CLIQUE,
+            self.raw.create(CLIQUES, {"apiVersion": API_VERSION, "kind": KIND_COMPUTE_DOMAIN_CLIQUE,
                                       "metadata": {"name": name, "namespace": self.driver_ns}, "daemons": daemons},
                             self.driver_ns)
         else:
@@ -169,15 +178,15 @@ class Bench:
             self.raw.update(CLIQUES, existing, self.driver_ns)
 
     def make_claim(self, cd: dict) -> dict:
-        params = {"apiVersion": C.API_VERSION, "kind": C.KIND_CHANNEL_CONFIG, "domainID": cd["metadata"]["uid"],
+        params = {"apiVersion": API_VERSION, "kind": KIND_CHANNEL_CONFIG, "domainID": cd["metadata"]["uid"],
                   "allocationMode": "Single"}
-        config = [{"requests": ["channel"], "opaque": {"driver": C.DRIVER_NAME, "parameters": params}}]
+        config = [{"requests": ["channel"], "opaque": {"driver": DRIVER_NAME, "parameters": params}}]
         claim = self.raw.create(CLAIMS, {
             "metadata": {"name": f"c-{uuid.uuid4().hex[:8]}", "namespace": self.ns},
             "spec": {"devices": {"requests": [{"name": "channel", "exactly": {
-                "deviceClassName": C.DEVICE_CLASS_DEFAULT_CHANNEL}}], "config": config}}}, self.ns)
+                "deviceClassName": DEVICE_CLASS_DEFAULT_CHANNEL}}], "config": config}}}, self.ns)
         claim["status"] = {"allocation": {"devices": {
-            "results": [{"request": "channel", "driver": C.DRIVER_NAME, "pool": self.node, "device": "channel-0"}],
+            "results": [{"request": "channel", "driver": DRIVER_NAME, "pool": self.node, "device": "channel-0"}],
             "config": [{"source": "FromClaim", **config[0]}]}}}
         return self.raw.update_status(CLAIMS, claim, self.ns)
 
@@ -207,7 +216,7 @@ class Bench:
 
     # -- measurements ---------------------------------------------------------------------------
     def label_node(self, cd: dict) -> None:
-        self.raw.patch(NODES, self.node, {"metadata": {"labels": {C.LABEL_COMPUTE_DOMAIN: cd["metadata"]["uid"]}}})
+        self.raw.patch(NODES, self.node, {"metadata": {"labels": {LABEL_COMPUTE_DOMAIN: cd["metadata"]["uid"]}}})
 
     def cycle(self, claim: dict) -> tuple[float, float, float, float]:
         """Prepare + Unprepare one claim: (prepare s, unprepare s, API requests of each)."""

@@ -19,9 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from cdriver.api import constants as c
+from cdriver.api import constants
 from cdriver.nvml.discover import channel_device_path
-from cdriver.sim.world import scenario as s
+from cdriver.sim.world import scenario
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld, WorldSettings
 
 POLL = 0.05
@@ -33,11 +33,11 @@ def one_round(world: SimWorld, ns: str, i: int) -> dict[str, float]:
     raw = world.raw
     clique = sorted({n.clique for n in world.nodes if n.clique})[0]
     t0 = time.monotonic()
-    cd = raw.create(s.CDS, s.compute_domain(f"cd{i}", ns, f"t{i}"), ns)
+    cd = raw.create(scenario.CDS, scenario.compute_domain(f"cd{i}", ns, f"t{i}"), ns)
     uid = cd["metadata"]["uid"]
     names = [f"r{i}-w0", f"r{i}-w1"]
     for name in names:
-        raw.create(s.PODS, s.workload_pod(name, ns, f"t{i}", clique=clique, group=f"r{i}"), ns)
+        raw.create(scenario.PODS, scenario.workload_pod(name, ns, f"t{i}", clique=clique, group=f"r{i}"), ns)
     marks: dict[str, float] = {}
 
     def mark(phase: str, cond: bool) -> None:
@@ -47,25 +47,25 @@ def one_round(world: SimWorld, ns: str, i: int) -> dict[str, float]:
     while "channel visible" not in marks:
         if time.monotonic() - t0 > 180:
             raise SystemExit(f"round {i} stuck after {marks}")
-        mark("template", raw.get_or_none(s.RCTS, f"t{i}", ns) is not None)
-        pods = [raw.get_or_none(s.PODS, n, ns) for n in names]
+        mark("template", raw.get_or_none(scenario.RCTS, f"t{i}", ns) is not None)
+        pods = [raw.get_or_none(scenario.PODS, n, ns) for n in names]
         mark("scheduled", all(p and p["spec"].get("nodeName") for p in pods))
-        mark("node labelled", len(s.nodes_labelled(raw, uid)) == 2)
-        daemons = s.daemon_pods(raw, DRIVER_NAMESPACE, uid)
-        mark("daemons running", len(daemons) == 2 and all(s.pod_phase(p) == "Running" for p in daemons))
-        entries = s.clique_entries(raw, DRIVER_NAMESPACE, uid).get(c.clique_object_name(uid, clique), [])
-        mark("clique ready", len(entries) == 2 and all(e.get("status") == c.STATUS_READY for e in entries))
-        running = all(p and s.pod_phase(p) == "Running" for p in pods)
+        mark("node labelled", len(scenario.nodes_labelled(raw, uid)) == 2)
+        daemons = scenario.daemon_pods(raw, DRIVER_NAMESPACE, uid)
+        mark("daemons running", len(daemons) == 2 and all(scenario.pod_phase(p) == "Running" for p in daemons))
+        entries = scenario.clique_entries(raw, DRIVER_NAMESPACE, uid).get(constants.clique_object_name(uid, clique), [])
+        mark("clique ready", len(entries) == 2 and all(e.get("status") == constants.STATUS_READY for e in entries))
+        running = all(p and scenario.pod_phase(p) == "Running" for p in pods)
         mark("workload running", running)
         if running and all(world.exec(ns, n, ["test", "-c", channel_device_path(0)]).returncode == 0
                            for n in names):
             mark("channel visible", True)
         time.sleep(POLL)
     for name in names:
-        raw.delete(s.PODS, name, ns)
-    raw.delete(s.CDS, f"cd{i}", ns)
-    s.wait_for("cleanup", lambda: not any(s.generated_objects(raw, DRIVER_NAMESPACE, uid).values())
-               and raw.get_or_none(s.CDS, f"cd{i}", ns) is None, 120)
+        raw.delete(scenario.PODS, name, ns)
+    raw.delete(scenario.CDS, f"cd{i}", ns)
+    scenario.wait_for("cleanup", lambda: not any(scenario.generated_objects(raw, DRIVER_NAMESPACE, uid).values())
+                      and raw.get_or_none(scenario.CDS, f"cd{i}", ns) is None, 120)
     return marks
 
 
@@ -76,7 +76,7 @@ def main() -> None:
     base = Path(tempfile.mkdtemp(prefix="cdb", dir="/tmp"))
     try:
         with SimWorld(WorldSettings(base_dir=base, nodes=2), progress=lambda m: None) as world:
-            s.ensure_namespace(world.raw, "bench")
+            scenario.ensure_namespace(world.raw, "bench")
             rounds = [one_round(world, "bench", i) for i in range(args.runs)]
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -11,14 +11,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdriver.api import constants as C
+from cdriver.api import constants
 from cdriver.errors import CdriverError
 from cdriver.kube.objects import meta_of
 
 #: Longest domainID accepted: the limit of a Kubernetes label value.
 MAX_DOMAIN_ID_LEN = 63
 _LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-_STATUSES = (C.STATUS_READY, C.STATUS_NOT_READY)
+_STATUSES = (constants.STATUS_READY, constants.STATUS_NOT_READY)
 _OBJECT_KEYS = ("apiVersion", "kind", "metadata")
 
 
@@ -128,8 +128,8 @@ def _where(kind: str, obj: Any) -> str:
 
 def _check_type_meta(r: _Reader, kind: str) -> None:
     api_version = r.string("apiVersion")
-    if api_version and api_version != C.API_VERSION:
-        r.fail("apiVersion", f"must be {C.API_VERSION}, got {_short(api_version)}")
+    if api_version and api_version != constants.API_VERSION:
+        r.fail("apiVersion", f"must be {constants.API_VERSION}, got {_short(api_version)}")
     got_kind = r.string("kind")
     if got_kind and got_kind != kind:
         r.fail("kind", f"must be {kind}, got {_short(got_kind)}")
@@ -176,7 +176,7 @@ class NodeStatus:
     ip_address: str
     clique_id: str
     index: int = 0
-    status: str = C.STATUS_NOT_READY
+    status: str = constants.STATUS_NOT_READY
 
     _FIELDS = ("name", "ipAddress", "cliqueID", "index", "status")
 
@@ -188,7 +188,7 @@ class NodeStatus:
             clique_id=r.string("cliqueID"),
             # -1: a node without NVLink fabric (no clique, no IMEX index).
             index=r.integer("index", minimum=-1),
-            status=r.enum("status", _STATUSES, C.STATUS_NOT_READY),
+            status=r.enum("status", _STATUSES, constants.STATUS_NOT_READY),
         )
 
     @classmethod
@@ -216,9 +216,9 @@ class ComputeDomain:
 
     @classmethod
     def from_dict(cls, obj: Any) -> ComputeDomain:
-        where = _where(C.KIND_COMPUTE_DOMAIN, obj)
+        where = _where(constants.KIND_COMPUTE_DOMAIN, obj)
         r = _Reader(where, obj, "", (*_OBJECT_KEYS, "spec", "status"))
-        _check_type_meta(r, C.KIND_COMPUTE_DOMAIN)
+        _check_type_meta(r, constants.KIND_COMPUTE_DOMAIN)
         meta = r.meta()
         spec = r.obj_at("spec", ("numNodes", "channel"), required=True)
         channel = spec.obj_at("channel", ("resourceClaimTemplate", "allocationMode"),
@@ -235,8 +235,8 @@ class ComputeDomain:
             uid=str(meta.get("uid") or ""),
             num_nodes=spec.integer("numNodes", minimum=0),
             channel_template_name=template.string("name", required=True),
-            allocation_mode=channel.enum("allocationMode", C.ALLOCATION_MODES,
-                                         C.ALLOCATION_MODE_SINGLE),
+            allocation_mode=channel.enum("allocationMode", constants.ALLOCATION_MODES,
+                                         constants.ALLOCATION_MODE_SINGLE),
             status=status.enum("status", _STATUSES, "") if status.obj.get("status") else "",
             nodes=nodes,
             raw=obj,
@@ -260,7 +260,7 @@ class ComputeDomain:
 
     def status_dict(self) -> dict:
         """The ``status`` object as it should be written back."""
-        out: dict[str, Any] = {"status": self.status or C.STATUS_NOT_READY}
+        out: dict[str, Any] = {"status": self.status or constants.STATUS_NOT_READY}
         if self.nodes:
             out["nodes"] = [n.to_dict() for n in self.nodes]
         # Fields the controller owns are carried through unchanged.
@@ -286,7 +286,7 @@ class CliqueDaemon:
     ip_address: str
     clique_id: str
     index: int = 0
-    status: str = C.STATUS_NOT_READY
+    status: str = constants.STATUS_NOT_READY
 
     _FIELDS = ("nodeName", "ipAddress", "cliqueID", "index", "status")
 
@@ -297,7 +297,7 @@ class CliqueDaemon:
             ip_address=r.string("ipAddress"),
             clique_id=r.string("cliqueID"),
             index=r.integer("index", minimum=0),
-            status=r.enum("status", _STATUSES, C.STATUS_NOT_READY),
+            status=r.enum("status", _STATUSES, constants.STATUS_NOT_READY),
         )
 
     @classmethod
@@ -320,9 +320,9 @@ class ComputeDomainClique:
 
     @classmethod
     def from_dict(cls, obj: Any) -> ComputeDomainClique:
-        where = _where(C.KIND_COMPUTE_DOMAIN_CLIQUE, obj)
+        where = _where(constants.KIND_COMPUTE_DOMAIN_CLIQUE, obj)
         r = _Reader(where, obj, "", (*_OBJECT_KEYS, "daemons"))
-        _check_type_meta(r, C.KIND_COMPUTE_DOMAIN_CLIQUE)
+        _check_type_meta(r, constants.KIND_COMPUTE_DOMAIN_CLIQUE)
         meta = r.meta()
         daemons = [
             CliqueDaemon._read(_Reader(where, entry, f"daemons[{i}]", CliqueDaemon._FIELDS))
@@ -348,8 +348,8 @@ class ComputeDomainClique:
     def to_dict(self) -> dict:
         """The original object with ``daemons`` replaced by the current entries."""
         obj = copy.deepcopy(self.raw)
-        obj.setdefault("apiVersion", C.API_VERSION)
-        obj.setdefault("kind", C.KIND_COMPUTE_DOMAIN_CLIQUE)
+        obj.setdefault("apiVersion", constants.API_VERSION)
+        obj.setdefault("kind", constants.KIND_COMPUTE_DOMAIN_CLIQUE)
         if self.daemons:
             obj["daemons"] = [d.to_dict() for d in self.daemons]
         else:
@@ -363,14 +363,14 @@ class ChannelConfig:
     """``ComputeDomainChannelConfig``: the workload side of a domain."""
 
     domain_id: str
-    allocation_mode: str = C.ALLOCATION_MODE_SINGLE
+    allocation_mode: str = constants.ALLOCATION_MODE_SINGLE
 
     @property
     def all_channels(self) -> bool:
-        return self.allocation_mode == C.ALLOCATION_MODE_ALL
+        return self.allocation_mode == constants.ALLOCATION_MODE_ALL
 
     def to_dict(self) -> dict:
-        return {"apiVersion": C.API_VERSION, "kind": C.KIND_CHANNEL_CONFIG,
+        return {"apiVersion": constants.API_VERSION, "kind": constants.KIND_CHANNEL_CONFIG,
                 "domainID": self.domain_id, "allocationMode": self.allocation_mode}
 
 
@@ -381,7 +381,7 @@ class DaemonConfig:
     domain_id: str
 
     def to_dict(self) -> dict:
-        return {"apiVersion": C.API_VERSION, "kind": C.KIND_DAEMON_CONFIG,
+        return {"apiVersion": constants.API_VERSION, "kind": constants.KIND_DAEMON_CONFIG,
                 "domainID": self.domain_id}
 
 
@@ -394,27 +394,27 @@ def decode_opaque_config(params: Any) -> ChannelConfig | DaemonConfig:
             f"{_type_name(params)} {_short(params)}"
         )
     kind = params.get("kind")
-    kinds = (C.KIND_CHANNEL_CONFIG, C.KIND_DAEMON_CONFIG)
+    kinds = (constants.KIND_CHANNEL_CONFIG, constants.KIND_DAEMON_CONFIG)
     if kind not in kinds:
         raise ValidationError(
             f"{where}: field kind: must be one of {', '.join(kinds)}, got {_short(kind)}"
         )
     where = f"{kind}"
-    if kind == C.KIND_CHANNEL_CONFIG:
+    if kind == constants.KIND_CHANNEL_CONFIG:
         r = _Reader(where, params, "", ("apiVersion", "kind", "domainID", "allocationMode"))
     else:
         r = _Reader(where, params, "", ("apiVersion", "kind", "domainID"))
     api_version = r.string("apiVersion", required=True)
-    if api_version != C.API_VERSION:
-        r.fail("apiVersion", f"must be {C.API_VERSION}, got {_short(api_version)}")
+    if api_version != constants.API_VERSION:
+        r.fail("apiVersion", f"must be {constants.API_VERSION}, got {_short(api_version)}")
     domain_id = r.string("domainID", required=True)
     try:
         validate_domain_id(domain_id)
     except ValidationError as exc:
         raise ValidationError(f"{where}: {exc}") from None
-    if kind == C.KIND_DAEMON_CONFIG:
+    if kind == constants.KIND_DAEMON_CONFIG:
         return DaemonConfig(domain_id=domain_id)
     return ChannelConfig(
         domain_id=domain_id,
-        allocation_mode=r.enum("allocationMode", C.ALLOCATION_MODES, C.ALLOCATION_MODE_SINGLE),
+        allocation_mode=r.enum("allocationMode", constants.ALLOCATION_MODES, constants.ALLOCATION_MODE_SINGLE),
     )

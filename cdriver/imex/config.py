@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cdriver.api import constants as c
+from cdriver.api import constants
 from cdriver.errors import CdriverError
 from cdriver.imex.hosts import dns_name
 
@@ -323,7 +323,7 @@ def dns_nodes_config(max_nodes: int) -> str:
     """The static DNS-name nodes config: compute-domain-daemon-0000 .. <max_nodes-1>."""
     if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or not 1 <= max_nodes <= 9999:
         raise ImexConfigError(
-            f"{c.ENV_MAX_NODES}={max_nodes!r}: must be an integer from 1 to 9999 "
+            f"{constants.ENV_MAX_NODES}={max_nodes!r}: must be an integer from 1 to 9999 "
             f"(the controller's default is {DEFAULT_MAX_NODES_PER_IMEX_DOMAIN})"
         )
     return render_nodes_config(dns_name(i) for i in range(max_nodes))

@@ -16,11 +16,11 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from cdriver.api import constants as c
+from cdriver.api import constants
 from cdriver.imex.config import IMEX_CTL_BINARY, IMEX_DAEMON_BINARY, IMEXD_CONFIG
 from cdriver.imex.hosts import HOSTS_BLOCK_HEADER
 from cdriver.nvml.discover import IMEX_CHANNELS_DEV_DIR, channel_device_path
-from cdriver.sim.world import scenario as s
+from cdriver.sim.world import scenario
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
 from tests.e2e.conftest import exec_in, start_world, text
 
@@ -42,11 +42,11 @@ def clique_nodes(world: SimWorld, clique: str) -> list[str]:
     return sorted(n.name for n in world.nodes if n.clique == clique)
 
 
-def create_domain(world: SimWorld, ns: str, name: str, mode: str = c.ALLOCATION_MODE_SINGLE) -> str:
-    s.ensure_namespace(world.raw, ns)
-    cd = world.raw.create(s.CDS, s.compute_domain(name, ns, f"{name}-channel", mode), ns)
-    s.wait_for(f"workload template {ns}/{name}-channel",
-               lambda: world.raw.get_or_none(s.RCTS, f"{name}-channel", ns), 60)
+def create_domain(world: SimWorld, ns: str, name: str, mode: str = constants.ALLOCATION_MODE_SINGLE) -> str:
+    scenario.ensure_namespace(world.raw, ns)
+    cd = world.raw.create(scenario.CDS, scenario.compute_domain(name, ns, f"{name}-channel", mode), ns)
+    scenario.wait_for(f"workload template {ns}/{name}-channel",
+                      lambda: world.raw.get_or_none(scenario.RCTS, f"{name}-channel", ns), 60)
     return cd["metadata"]["uid"]
 
 
@@ -54,18 +54,18 @@ def delete_all(world: SimWorld, ns: str, pods: list[str], cd_name: str, uid: str
     """Delete pods and CD; assert that nothing the driver generated remains."""
     for pod in pods:
         try:
-            world.raw.delete(s.PODS, pod, ns)
+            world.raw.delete(scenario.PODS, pod, ns)
         except Exception:  # already gone
             pass
-    world.raw.delete(s.CDS, cd_name, ns)
+    world.raw.delete(scenario.CDS, cd_name, ns)
 
-    def gone() -> s.Seen:
-        left = s.generated_objects(world.raw, DRIVER_NAMESPACE, uid)
-        left["pods"] = [p for p in pods if world.raw.get_or_none(s.PODS, p, ns)]
-        left["cd"] = [cd_name] if world.raw.get_or_none(s.CDS, cd_name, ns) else []
-        return s.Seen(not any(left.values()), left, json.dumps(left))
+    def gone() -> scenario.Seen:
+        left = scenario.generated_objects(world.raw, DRIVER_NAMESPACE, uid)
+        left["pods"] = [p for p in pods if world.raw.get_or_none(scenario.PODS, p, ns)]
+        left["cd"] = [cd_name] if world.raw.get_or_none(scenario.CDS, cd_name, ns) else []
+        return scenario.Seen(not any(left.values()), left, json.dumps(left))
 
-    s.wait_for("every object of the domain to be deleted", gone, 120)
+    scenario.wait_for("every object of the domain to be deleted", gone, 120)
 
 
 def is_char_device(world: SimWorld, ns: str, pod: dict, path: str) -> bool:
@@ -73,40 +73,40 @@ def is_char_device(world: SimWorld, ns: str, pod: dict, path: str) -> bool:
     return out.returncode == 0
 
 
-@pytest.mark.parametrize("mode", [c.ALLOCATION_MODE_SINGLE, c.ALLOCATION_MODE_ALL])
+@pytest.mark.parametrize("mode", [constants.ALLOCATION_MODE_SINGLE, constants.ALLOCATION_MODE_ALL])
 def test_bootstrap_loop_injects_the_channel(world: SimWorld, e2e_namespace: str, mode: str) -> None:
     """Seed steps 1-10: CD → templates → allocation → node label → daemons → Ready → CDI → device."""
     ns, raw = e2e_namespace, world.raw
     clique = cliques(world)[0]
     want_nodes = clique_nodes(world, clique)
     uid = create_domain(world, ns, "cd", mode)
-    rct = raw.get(s.RCTS, "cd-channel", ns)
+    rct = raw.get(scenario.RCTS, "cd-channel", ns)
     params = rct["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]
-    assert params["domainID"] == uid and params["kind"] == c.KIND_CHANNEL_CONFIG
-    assert params.get("allocationMode", c.ALLOCATION_MODE_SINGLE) == mode
+    assert params["domainID"] == uid and params["kind"] == constants.KIND_CHANNEL_CONFIG
+    assert params.get("allocationMode", constants.ALLOCATION_MODE_SINGLE) == mode
     names = [f"w{i}" for i in range(len(want_nodes))]
     for name in names:
-        raw.create(s.PODS, s.workload_pod(name, ns, "cd-channel", clique=clique, group=ns), ns)
-    pods = s.wait_pods_running(raw, ns, names, 150)
+        raw.create(scenario.PODS, scenario.workload_pod(name, ns, "cd-channel", clique=clique, group=ns), ns)
+    pods = scenario.wait_pods_running(raw, ns, names, 150)
     assert sorted(p["spec"]["nodeName"] for p in pods) == want_nodes
     for pod in pods:
-        results = s.allocation(s.claim_of(raw, pod))
+        results = scenario.allocation(scenario.claim_of(raw, pod))
         assert [(r["driver"], r["pool"], r["device"]) for r in results] == [
-            (c.DRIVER_NAME, pod["spec"]["nodeName"], c.DEVICE_CHANNEL_0)]
-    assert s.nodes_labelled(raw, uid) == want_nodes
-    entries = s.clique_entries(raw, DRIVER_NAMESPACE, uid)[c.clique_object_name(uid, clique)]
-    assert sorted((e["nodeName"], e["status"]) for e in entries) == [(n, c.STATUS_READY) for n in want_nodes]
+            (constants.DRIVER_NAME, pod["spec"]["nodeName"], constants.DEVICE_CHANNEL_0)]
+    assert scenario.nodes_labelled(raw, uid) == want_nodes
+    entries = scenario.clique_entries(raw, DRIVER_NAMESPACE, uid)[constants.clique_object_name(uid, clique)]
+    assert sorted((e["nodeName"], e["status"]) for e in entries) == [(n, constants.STATUS_READY) for n in want_nodes]
     assert sorted(e["index"] for e in entries) == list(range(len(want_nodes)))
-    daemon_nodes = sorted(p["spec"]["nodeName"] for p in s.daemon_pods(raw, DRIVER_NAMESPACE, uid))
+    daemon_nodes = sorted(p["spec"]["nodeName"] for p in scenario.daemon_pods(raw, DRIVER_NAMESPACE, uid))
     assert daemon_nodes == want_nodes
-    cd = raw.get(s.CDS, "cd", ns)
-    assert cd["status"]["status"] == c.STATUS_READY
+    cd = raw.get(scenario.CDS, "cd", ns)
+    assert cd["status"]["status"] == constants.STATUS_READY
     for pod in pods:
         assert is_char_device(world, ns, pod, channel_device_path(0))
         # Single hands out channel 0 only; All hands out every channel.
-        assert is_char_device(world, ns, pod, channel_device_path(1)) == (mode == c.ALLOCATION_MODE_ALL)
+        assert is_char_device(world, ns, pod, channel_device_path(1)) == (mode == constants.ALLOCATION_MODE_ALL)
         env = text(exec_in(world, ns, pod, ["ls", IMEX_CHANNELS_DEV_DIR]).stdout).split()
-        assert ("channel1" in env) == (mode == c.ALLOCATION_MODE_ALL)
+        assert ("channel1" in env) == (mode == constants.ALLOCATION_MODE_ALL)
     delete_all(world, ns, names, "cd", uid)
 
 
@@ -116,32 +116,32 @@ def test_domain_spanning_both_cliques_peers_within_each_clique(world: SimWorld, 
     all_nodes = sorted(n.name for n in world.nodes if n.clique)
     names = [f"w{i}" for i in range(len(all_nodes))]
     for name in names:
-        pod = s.workload_pod(name, ns, "wide-channel", group=ns)
+        pod = scenario.workload_pod(name, ns, "wide-channel", group=ns)
         pod["spec"]["affinity"]["nodeAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [{"matchExpressions": [
-                {"key": c.LABEL_NODE_CLIQUE, "operator": "In", "values": cliques(world)}]}]}}
-        raw.create(s.PODS, pod, ns)
-    s.wait_pods_running(raw, ns, names, 150)
-    objects = s.clique_entries(raw, DRIVER_NAMESPACE, uid)
-    assert sorted(objects) == sorted(c.clique_object_name(uid, q) for q in cliques(world))
-    daemons = {p["spec"]["nodeName"]: p for p in s.daemon_pods(raw, DRIVER_NAMESPACE, uid)}
+                {"key": constants.LABEL_NODE_CLIQUE, "operator": "In", "values": cliques(world)}]}]}}
+        raw.create(scenario.PODS, pod, ns)
+    scenario.wait_pods_running(raw, ns, names, 150)
+    objects = scenario.clique_entries(raw, DRIVER_NAMESPACE, uid)
+    assert sorted(objects) == sorted(constants.clique_object_name(uid, q) for q in cliques(world))
+    daemons = {p["spec"]["nodeName"]: p for p in scenario.daemon_pods(raw, DRIVER_NAMESPACE, uid)}
     for clique in cliques(world):
         members = clique_nodes(world, clique)
-        entries = objects[c.clique_object_name(uid, clique)]
+        entries = objects[constants.clique_object_name(uid, clique)]
         assert sorted(e["nodeName"] for e in entries) == members
         member_ips = sorted(world.node(n).ip for n in members)
         for node_name in members:
             daemon = daemons[node_name]
 
-            def domain(pod: dict = daemon) -> s.Seen:
+            def domain(pod: dict = daemon) -> scenario.Seen:
                 out = exec_in(world, DRIVER_NAMESPACE, pod, [IMEX_CTL_BINARY, "-c", IMEXD_CONFIG, "-N", "-j"])
                 try:
                     doc = json.loads(text(out.stdout))
                 except json.JSONDecodeError:
-                    return s.Seen(False, None, text(out.stdout) + text(out.stderr))
-                return s.Seen(doc.get("status") == "UP", doc, json.dumps(doc)[:400])
+                    return scenario.Seen(False, None, text(out.stdout) + text(out.stderr))
+                return scenario.Seen(doc.get("status") == "UP", doc, json.dumps(doc)[:400])
 
-            doc = s.wait_for(f"IMEX domain UP on {node_name}", domain, 60)
+            doc = scenario.wait_for(f"IMEX domain UP on {node_name}", domain, 60)
             hosts = sorted(n["host"] for n in doc["nodes"].values())
             assert hosts == member_ips, f"{node_name} peers {hosts}, want its clique {member_ips}"
             hosts_file = text(exec_in(world, DRIVER_NAMESPACE, daemon, ["cat", "/etc/hosts"]).stdout)
@@ -156,9 +156,9 @@ def test_imex_domain_ready_alone_then_up_then_degraded(world: SimWorld, e2e_name
     clique = cliques(world)[0]
     node_a, node_b = clique_nodes(world, clique)
     uid = create_domain(world, ns, "imex")
-    raw.create(s.PODS, s.workload_pod("a", ns, "imex-channel", node=node_a), ns)
-    s.wait_pods_running(raw, ns, ["a"], 120)
-    daemon_a = next(p for p in s.daemon_pods(raw, DRIVER_NAMESPACE, uid) if p["spec"]["nodeName"] == node_a)
+    raw.create(scenario.PODS, scenario.workload_pod("a", ns, "imex-channel", node=node_a), ns)
+    scenario.wait_pods_running(raw, ns, ["a"], 120)
+    daemon_a = next(p for p in scenario.daemon_pods(raw, DRIVER_NAMESPACE, uid) if p["spec"]["nodeName"] == node_a)
 
     def query(pod: dict) -> dict:
         out = exec_in(world, DRIVER_NAMESPACE, pod, [IMEX_CTL_BINARY, "-c", IMEXD_CONFIG, "-N", "-j"])
@@ -169,14 +169,14 @@ def test_imex_domain_ready_alone_then_up_then_degraded(world: SimWorld, e2e_name
     alone = query(daemon_a)
     assert len(alone["nodes"]) == 1
 
-    raw.create(s.PODS, s.workload_pod("b", ns, "imex-channel", node=node_b), ns)
-    s.wait_pods_running(raw, ns, ["b"], 120)
-    up = s.wait_for("domain UP with both daemons", lambda: s.Seen(
+    raw.create(scenario.PODS, scenario.workload_pod("b", ns, "imex-channel", node=node_b), ns)
+    scenario.wait_pods_running(raw, ns, ["b"], 120)
+    up = scenario.wait_for("domain UP with both daemons", lambda: scenario.Seen(
         (d := query(daemon_a))["status"] == "UP" and len(d["nodes"]) == 2, d, json.dumps(d)), 60)
     assert all(n["status"] == "READY" and n["version"] == "NO_GPU" for n in up["nodes"].values())
 
     # B's IMEX daemon dies and stays dead: freeze B's daemon role so it cannot restart it.
-    daemon_b = next(p for p in s.daemon_pods(raw, DRIVER_NAMESPACE, uid) if p["spec"]["nodeName"] == node_b)
+    daemon_b = next(p for p in scenario.daemon_pods(raw, DRIVER_NAMESPACE, uid) if p["spec"]["nodeName"] == node_b)
     pid = world.node(node_b).agent.container_pid(DRIVER_NAMESPACE, daemon_b["metadata"]["name"],
                                                  daemon_b["spec"]["containers"][0]["name"])
     role = psutil.Process(pid)
@@ -187,14 +187,14 @@ def test_imex_domain_ready_alone_then_up_then_degraded(world: SimWorld, e2e_name
         for proc in imex:
             os.kill(proc.pid, signal.SIGKILL)
         started = time.monotonic()
-        degraded = s.wait_for("domain DEGRADED on A", lambda: s.Seen(
+        degraded = scenario.wait_for("domain DEGRADED on A", lambda: scenario.Seen(
             (d := query(daemon_a))["status"] == "DEGRADED", d, json.dumps(d)), 10)
         assert time.monotonic() - started < 10
         assert sum(n["status"] == "READY" for n in degraded["nodes"].values()) == 1
     finally:
         role.resume()
-    s.wait_for("domain UP again after B's daemon restarts nvidia-imex",
-               lambda: query(daemon_a)["status"] == "UP", 60)
+    scenario.wait_for("domain UP again after B's daemon restarts nvidia-imex",
+                      lambda: query(daemon_a)["status"] == "UP", 60)
     delete_all(world, ns, ["a", "b"], "imex", uid)
 
 
@@ -202,16 +202,16 @@ def test_non_fabric_node_gets_no_channel(world: SimWorld, e2e_namespace: str) ->
     """A workload on a GPU node without NVLink fabric starts, but has no channel device."""
     ns, raw = e2e_namespace, world.raw
     uid = create_domain(world, ns, "nofab")
-    raw.create(s.PODS, s.workload_pod("w", ns, "nofab-channel", node=NON_FABRIC_NODE), ns)
-    (pod,) = s.wait_pods_running(raw, ns, ["w"], 120)
+    raw.create(scenario.PODS, scenario.workload_pod("w", ns, "nofab-channel", node=NON_FABRIC_NODE), ns)
+    (pod,) = scenario.wait_pods_running(raw, ns, ["w"], 120)
     assert pod["spec"]["nodeName"] == NON_FABRIC_NODE
     assert not is_char_device(world, ns, pod, channel_device_path(0))
     assert exec_in(world, ns, pod, ["test", "-e", channel_device_path(0)]).returncode == 1
-    claim = s.claim_of(raw, pod)
-    events = s.events_for(raw, ns, claim["metadata"]["name"])
+    claim = scenario.claim_of(raw, pod)
+    events = scenario.events_for(raw, ns, claim["metadata"]["name"])
     assert any("fabric" in e.get("message", "").lower() for e in events), [e.get("message") for e in events]
-    assert s.daemon_pods(raw, DRIVER_NAMESPACE, uid) == [] or all(
-        p["spec"]["nodeName"] == NON_FABRIC_NODE for p in s.daemon_pods(raw, DRIVER_NAMESPACE, uid))
+    assert scenario.daemon_pods(raw, DRIVER_NAMESPACE, uid) == [] or all(
+        p["spec"]["nodeName"] == NON_FABRIC_NODE for p in scenario.daemon_pods(raw, DRIVER_NAMESPACE, uid))
     delete_all(world, ns, ["w"], "nofab", uid)
 
 
@@ -221,9 +221,9 @@ def test_deleting_the_domain_while_workloads_start_leaves_nothing(world: SimWorl
     uid = create_domain(world, ns, "early")
     names = ["w0", "w1"]
     for name in names:
-        raw.create(s.PODS, s.workload_pod(name, ns, "early-channel", clique=clique, group=ns), ns)
-    s.wait_for("a node labelled for the domain (workloads are starting)",
-               lambda: s.nodes_labelled(raw, uid), 60)
+        raw.create(scenario.PODS, scenario.workload_pod(name, ns, "early-channel", clique=clique, group=ns), ns)
+    scenario.wait_for("a node labelled for the domain (workloads are starting)",
+                      lambda: scenario.nodes_labelled(raw, uid), 60)
     delete_all(world, ns, names, "early", uid)
-    assert s.generated_objects(raw, DRIVER_NAMESPACE, uid) == {
+    assert scenario.generated_objects(raw, DRIVER_NAMESPACE, uid) == {
         "resourceclaimtemplates": [], "daemonsets": [], "daemon pods": [], "node labels": [], "cliques": []}

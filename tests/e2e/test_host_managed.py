@@ -7,11 +7,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from cdriver.api import constants as c
+from cdriver.api import constants
 from cdriver.api.imex_mode import IMEX_MODE_HOST_MANAGED
 from cdriver.nvml.discover import channel_device_path
 from cdriver.sim.imex.host_service import HostImexService
-from cdriver.sim.world import scenario as s
+from cdriver.sim.world import scenario
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
 from tests.e2e.conftest import exec_in, start_world
 
@@ -41,44 +41,47 @@ def test_host_managed_workload_waits_for_the_host_service(world: SimWorld, servi
     ns, raw = e2e_namespace, world.raw
     up_node, down_node = (n.name for n in world.nodes)
     services[down_node].stop()
-    s.ensure_namespace(raw, ns)
+    scenario.ensure_namespace(raw, ns)
     # All is not available with a host service: the controller admits the CD as Single and says so.
-    cd = raw.create(s.CDS, s.compute_domain("host", ns, "host-channel", c.ALLOCATION_MODE_ALL), ns)
+    cd = raw.create(scenario.CDS,
+                    scenario.compute_domain("host", ns, "host-channel", constants.ALLOCATION_MODE_ALL), ns)
     uid = cd["metadata"]["uid"]
-    rct = s.wait_for("workload template", lambda: raw.get_or_none(s.RCTS, "host-channel", ns), 60)
+    rct = scenario.wait_for("workload template", lambda: raw.get_or_none(scenario.RCTS, "host-channel", ns), 60)
     params = rct["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]
-    assert params["allocationMode"] == c.ALLOCATION_MODE_SINGLE
-    s.wait_for("an Event about allocationMode All", lambda: any(
-        "All" in e.get("message", "") for e in s.events_for(raw, ns, "host")), 30)
+    assert params["allocationMode"] == constants.ALLOCATION_MODE_SINGLE
+    scenario.wait_for("an Event about allocationMode All", lambda: any(
+        "All" in e.get("message", "") for e in scenario.events_for(raw, ns, "host")), 30)
     # No daemon objects in host-managed mode.
-    assert raw.list(s.DAEMONSETS, namespace=DRIVER_NAMESPACE,
-                    label_selector=f"{c.LABEL_COMPUTE_DOMAIN}={uid}")["items"] == []
+    assert raw.list(scenario.DAEMONSETS, namespace=DRIVER_NAMESPACE,
+                    label_selector=f"{constants.LABEL_COMPUTE_DOMAIN}={uid}")["items"] == []
 
-    raw.create(s.PODS, s.workload_pod("ok", ns, "host-channel", node=up_node), ns)
-    raw.create(s.PODS, s.workload_pod("waits", ns, "host-channel", node=down_node), ns)
-    (ok,) = s.wait_pods_running(raw, ns, ["ok"], 120)
+    raw.create(scenario.PODS, scenario.workload_pod("ok", ns, "host-channel", node=up_node), ns)
+    raw.create(scenario.PODS, scenario.workload_pod("waits", ns, "host-channel", node=down_node), ns)
+    (ok,) = scenario.wait_pods_running(raw, ns, ["ok"], 120)
     assert exec_in(world, ns, ok, ["test", "-c", channel_device_path(0)]).returncode == 0
     assert exec_in(world, ns, ok, ["test", "-e", channel_device_path(1)]).returncode == 1
 
-    def stuck_with_reason() -> s.Seen:
-        pod = raw.get(s.PODS, "waits", ns)
-        events = [e.get("message", "") for e in s.events_for(raw, ns, "waits")
+    def stuck_with_reason() -> scenario.Seen:
+        pod = raw.get(scenario.PODS, "waits", ns)
+        events = [e.get("message", "") for e in scenario.events_for(raw, ns, "waits")
                   if e.get("reason") == "FailedPrepareDynamicResources"]
-        ok_ = s.pod_waiting_reason(pod) == "ContainerCreating" and any("imex_ctrl.sock" in m for m in events)
-        return s.Seen(ok_, events, f"{s.pod_waiting_reason(pod)} {events}")
+        ok_ = scenario.pod_waiting_reason(pod) == "ContainerCreating" and any("imex_ctrl.sock" in m for m in events)
+        return scenario.Seen(ok_, events, f"{scenario.pod_waiting_reason(pod)} {events}")
 
-    events = s.wait_for("the workload on the node without host service to wait with an Event", stuck_with_reason, 90)
+    events = scenario.wait_for("the workload on the node without host service to wait with an Event",
+                               stuck_with_reason, 90)
     assert any("READY" in m or "not ready" in m.lower() or "nvidia-imex-ctl" in m for m in events), events
-    assert s.nodes_labelled(raw, uid) == []  # host mode never labels nodes
+    assert scenario.nodes_labelled(raw, uid) == []  # host mode never labels nodes
 
     services[down_node].start()
-    (waited,) = s.wait_pods_running(raw, ns, ["waits"], 120)
+    (waited,) = scenario.wait_pods_running(raw, ns, ["waits"], 120)
     assert exec_in(world, ns, waited, ["test", "-c", channel_device_path(0)]).returncode == 0
 
     for pod in ("ok", "waits"):
-        raw.delete(s.PODS, pod, ns)
-    raw.delete(s.CDS, "host", ns)
-    s.wait_for("the ComputeDomain and its template to be gone", lambda: (
-        raw.get_or_none(s.CDS, "host", ns) is None and raw.get_or_none(s.RCTS, "host-channel", ns) is None), 60)
+        raw.delete(scenario.PODS, pod, ns)
+    raw.delete(scenario.CDS, "host", ns)
+    scenario.wait_for("the ComputeDomain and its template to be gone", lambda: (
+        raw.get_or_none(scenario.CDS, "host", ns) is None
+        and raw.get_or_none(scenario.RCTS, "host-channel", ns) is None), 60)
     # Deleting the domain leaves the host services alone.
     assert all(svc.is_running() for svc in services.values())

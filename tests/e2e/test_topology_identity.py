@@ -13,7 +13,7 @@ import yaml
 
 from cdriver.sim.gpu.driver_root import rerender_driver_root
 from cdriver.sim.gpu.topology import demo_topology_path, load_topology
-from cdriver.sim.world import scenario as s
+from cdriver.sim.world import scenario
 from cdriver.sim.world.world import SIM_DRIVER_ROOT, SimWorld
 from tests.e2e.conftest import start_world
 
@@ -43,13 +43,13 @@ def read_identities(world: SimWorld, ns: str, round_: str) -> dict[str, list[tup
     """Run one fabric pod per node; return node -> [(clusterUuid, cliqueId)] per GPU."""
     names = {n.name: f"fabric-{round_}-{n.name}" for n in world.nodes}
     for node, pod in names.items():
-        world.raw.create(s.PODS, fabric_pod(pod, node), ns)
+        world.raw.create(scenario.PODS, fabric_pod(pod, node), ns)
     found: dict[str, list[tuple[str, int]]] = {}
     for node, pod in names.items():
-        done = s.wait_for(f"pod {pod} to finish", lambda p=pod: s.Seen(
-            s.pod_phase(obj := world.raw.get(s.PODS, p, ns)) in ("Succeeded", "Failed"), obj,
-            s.pod_phase(obj)), 60)
-        assert s.pod_phase(done) == "Succeeded", done.get("status")
+        done = scenario.wait_for(f"pod {pod} to finish", lambda p=pod: scenario.Seen(
+            scenario.pod_phase(obj := world.raw.get(scenario.PODS, p, ns)) in ("Succeeded", "Failed"), obj,
+            scenario.pod_phase(obj)), 60)
+        assert scenario.pod_phase(done) == "Succeeded", done.get("status")
         logs = world.kubectl_cmd("logs", "-n", ns, pod)
         assert logs.returncode == 0, logs.stderr
         text = logs.stdout
@@ -59,14 +59,14 @@ def read_identities(world: SimWorld, ns: str, round_: str) -> dict[str, list[tup
         count = int(re.search(r"Discovered (\d+) GPU", text).group(1))
         assert len(uuids) == len(cliques) == count > 0, text
         found[node] = list(zip(uuids, cliques, strict=True))
-        world.raw.delete(s.PODS, pod, ns)
+        world.raw.delete(scenario.PODS, pod, ns)
     return found
 
 
 def test_every_node_reports_its_topology_identity_then_rebinds(world: SimWorld, e2e_namespace: str,
                                                                 tmp_path: Path) -> None:
     ns = e2e_namespace
-    s.ensure_namespace(world.raw, ns)
+    scenario.ensure_namespace(world.raw, ns)
     topology = load_topology(demo_topology_path())
     identities = read_identities(world, ns, "a")
     for node, gpus in identities.items():

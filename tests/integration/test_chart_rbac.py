@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cdriver.api import constants as c
+from cdriver.api.constants import (
+    API_VERSION,
+    DAEMON_SERVICE_ACCOUNT,
+    GROUP,
+    KIND_COMPUTE_DOMAIN,
+    KIND_COMPUTE_DOMAIN_CLIQUE,
+)
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.kube.raw import RESOURCES, ApiError
 
@@ -26,32 +32,32 @@ RELEASE = "proof"
 ACCOUNTS = {
     "controller": f"{RELEASE}-cdriver-controller",
     "plugin": f"{RELEASE}-cdriver-kubeletplugin",
-    "daemon": c.DAEMON_SERVICE_ACCOUNT,
+    "daemon": DAEMON_SERVICE_ACCOUNT,
 }
 
 # (verb, group, resource, subresource, namespaced-in-driver-ns) each role's code uses.
 USES = {
     "controller": [
-        ("watch", c.GROUP, "computedomains", "", False), ("update", c.GROUP, "computedomains", "", False),
-        ("update", c.GROUP, "computedomains", "status", False),
+        ("watch", GROUP, "computedomains", "", False), ("update", GROUP, "computedomains", "", False),
+        ("update", GROUP, "computedomains", "status", False),
         ("create", "resource.k8s.io", "resourceclaimtemplates", "", False),
         ("delete", "resource.k8s.io", "resourceclaimtemplates", "", False),
         ("create", "apps", "daemonsets", "", True), ("delete", "apps", "daemonsets", "", True),
-        ("watch", c.GROUP, "computedomaincliques", "", True), ("update", c.GROUP, "computedomaincliques", "", True),
+        ("watch", GROUP, "computedomaincliques", "", True), ("update", GROUP, "computedomaincliques", "", True),
         ("patch", "", "nodes", "", False), ("watch", "", "pods", "", False), ("create", "", "events", "", False),
         ("update", "coordination.k8s.io", "leases", "", True),
     ],
     "plugin": [
-        ("get", c.GROUP, "computedomains", "", False), ("watch", c.GROUP, "computedomaincliques", "", True),
+        ("get", GROUP, "computedomains", "", False), ("watch", GROUP, "computedomaincliques", "", True),
         ("get", "resource.k8s.io", "resourceclaims", "", False),
         ("create", "resource.k8s.io", "resourceslices", "", False),
         ("delete", "resource.k8s.io", "resourceslices", "", False),
         ("patch", "", "nodes", "", False), ("create", "", "events", "", False),
     ],
     "daemon": [
-        ("create", c.GROUP, "computedomaincliques", "", True), ("update", c.GROUP, "computedomaincliques", "", True),
-        ("watch", "", "pods", "", True), ("patch", "", "pods", "", True), ("get", c.GROUP, "computedomains", "", False),
-        ("update", c.GROUP, "computedomains", "status", False), ("create", "", "events", "", True),
+        ("create", GROUP, "computedomaincliques", "", True), ("update", GROUP, "computedomaincliques", "", True),
+        ("watch", "", "pods", "", True), ("patch", "", "pods", "", True), ("get", GROUP, "computedomains", "", False),
+        ("update", GROUP, "computedomains", "status", False), ("create", "", "events", "", True),
     ],
 }
 
@@ -133,7 +139,7 @@ def test_plugin_can_read_domains_but_cannot_delete_daemonsets(tokens) -> None:
 
 def test_daemon_cannot_change_a_domain_spec(raw, namespace, tokens) -> None:
     cd = raw.create(COMPUTE_DOMAINS, {
-        "apiVersion": c.API_VERSION, "kind": c.KIND_COMPUTE_DOMAIN, "metadata": {"name": "cd"},
+        "apiVersion": API_VERSION, "kind": KIND_COMPUTE_DOMAIN, "metadata": {"name": "cd"},
         "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": "t"}}}}, namespace=namespace)
     daemon = client(tokens["daemon"])
     assert daemon.get(COMPUTE_DOMAINS, "cd", namespace)["metadata"]["uid"] == cd["metadata"]["uid"]
@@ -147,7 +153,7 @@ def test_controller_cannot_create_cliques_or_delete_nodes(tokens) -> None:
     controller = client(tokens["controller"])
     with pytest.raises(ApiError) as err:
         controller.create(COMPUTE_DOMAIN_CLIQUES, {
-            "apiVersion": c.API_VERSION, "kind": c.KIND_COMPUTE_DOMAIN_CLIQUE,
+            "apiVersion": API_VERSION, "kind": KIND_COMPUTE_DOMAIN_CLIQUE,
             "metadata": {"name": "x.y"}, "daemons": []}, namespace=NS)
     assert err.value.forbidden
     with pytest.raises(ApiError) as err:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from cdriver import featuregates as fg
-from cdriver.api import constants as C
+from cdriver.api import constants
 from cdriver.api.imex_mode import IMEX_MODE_HOST_MANAGED
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
@@ -49,7 +49,7 @@ def get(raw: RawClient, res, name: str, ns: str | None = None) -> dict | None:
 
 
 def labelled(raw: RawClient, res, uid: str, ns: str | None = None) -> list[dict]:
-    return raw.list(res, ns, label_selector=f"{C.LABEL_COMPUTE_DOMAIN}={uid}")["items"]
+    return raw.list(res, ns, label_selector=f"{constants.LABEL_COMPUTE_DOMAIN}={uid}")["items"]
 
 
 def events_for(raw: RawClient, obj: dict) -> list[dict]:
@@ -68,7 +68,7 @@ def compute_domain(name: str, template: str, mode: str | None = None,
     channel: dict = {"resourceClaimTemplate": {"name": template}}
     if mode:
         channel["allocationMode"] = mode
-    return {"apiVersion": C.API_VERSION, "kind": C.KIND_COMPUTE_DOMAIN,
+    return {"apiVersion": constants.API_VERSION, "kind": constants.KIND_COMPUTE_DOMAIN,
             "metadata": {"name": name}, "spec": {"numNodes": num_nodes, "channel": channel}}
 
 
@@ -95,7 +95,7 @@ def driver_ns(cluster: Any, raw: RawClient, namespace: str) -> Iterator[str]:
     cluster.create_namespace(name)
     # What the chart installs for daemon pods in the driver namespace.
     raw.create(RESOURCES["serviceaccounts"],
-               {"metadata": {"name": C.DAEMON_SERVICE_ACCOUNT, "namespace": name}})
+               {"metadata": {"name": constants.DAEMON_SERVICE_ACCOUNT, "namespace": name}})
     yield name
     for ns in (namespace, name):
         for res in (CDS, RCTS):
@@ -184,28 +184,28 @@ def test_creates_exactly_the_expected_objects(raw, namespace, driver_ns, start_c
     wait_generated(raw, cd, driver_ns)
 
     cd = raw.get(CDS, "cd1", namespace)
-    assert cd["metadata"]["finalizers"] == [C.FINALIZER]
+    assert cd["metadata"]["finalizers"] == [constants.FINALIZER]
     templates = {(t["metadata"]["namespace"], t["metadata"]["name"]): t
                  for t in labelled(raw, RCTS, uid)}
     daemon_name = f"computedomain-daemon-{uid}"
     assert set(templates) == {(namespace, "imex-channel-0"), (driver_ns, daemon_name)}
     workload = templates[(namespace, "imex-channel-0")]
-    assert workload["metadata"]["labels"] == {C.LABEL_COMPUTE_DOMAIN: uid,
-                                              C.LABEL_TARGET: C.TARGET_WORKLOAD}
-    assert workload["metadata"]["finalizers"] == [C.FINALIZER]
+    assert workload["metadata"]["labels"] == {constants.LABEL_COMPUTE_DOMAIN: uid,
+                                              constants.LABEL_TARGET: constants.TARGET_WORKLOAD}
+    assert workload["metadata"]["finalizers"] == [constants.FINALIZER]
     (config,) = workload["spec"]["spec"]["devices"]["config"]
-    assert config["opaque"] == {"driver": C.DRIVER_NAME, "parameters": {
-        "apiVersion": C.API_VERSION, "kind": C.KIND_CHANNEL_CONFIG, "domainID": uid,
+    assert config["opaque"] == {"driver": constants.DRIVER_NAME, "parameters": {
+        "apiVersion": constants.API_VERSION, "kind": constants.KIND_CHANNEL_CONFIG, "domainID": uid,
         "allocationMode": "All"}}
     daemon_template = templates[(driver_ns, daemon_name)]
-    assert daemon_template["metadata"]["labels"][C.LABEL_TARGET] == C.TARGET_DAEMON
+    assert daemon_template["metadata"]["labels"][constants.LABEL_TARGET] == constants.TARGET_DAEMON
     assert daemon_template["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"][
-        "kind"] == C.KIND_DAEMON_CONFIG
+        "kind"] == constants.KIND_DAEMON_CONFIG
     (ds,) = labelled(raw, DS, uid, driver_ns)
     assert ds["metadata"]["name"] == daemon_name
-    assert ds["spec"]["selector"] == {"matchLabels": {C.LABEL_COMPUTE_DOMAIN: uid}}
+    assert ds["spec"]["selector"] == {"matchLabels": {constants.LABEL_COMPUTE_DOMAIN: uid}}
     pod_spec = ds["spec"]["template"]["spec"]
-    assert pod_spec["nodeSelector"] == {C.LABEL_COMPUTE_DOMAIN: uid}
+    assert pod_spec["nodeSelector"] == {constants.LABEL_COMPUTE_DOMAIN: uid}
     assert pod_spec["resourceClaims"][0]["resourceClaimTemplateName"] == daemon_name
     assert pod_spec["priorityClassName"] == DEFAULT_DAEMON_PRIORITY_CLASS
     # Nothing else carries the domain's label, in any namespace.
@@ -213,7 +213,7 @@ def test_creates_exactly_the_expected_objects(raw, namespace, driver_ns, start_c
 
     cd = wait_for(lambda: (c := raw.get(CDS, "cd1", namespace)).get("status") and c,
                   what="status")
-    assert cd["status"]["status"] == C.STATUS_READY  # numNodes 0
+    assert cd["status"]["status"] == constants.STATUS_READY  # numNodes 0
     assert ready_condition(cd)["reason"] == "AwaitingWorkloads"
     assert cd["status"]["readyNodes"] == "0/0"
 
@@ -232,19 +232,19 @@ def test_daemon_pod_scheduled_on_labelled_node(raw, namespace, driver_ns, start_
     node = nodes()
     with contextlib.suppress(ApiError):
         raw.create(RESOURCES["deviceclasses"], {
-            "metadata": {"name": C.DEVICE_CLASS_DAEMON},
+            "metadata": {"name": constants.DEVICE_CLASS_DAEMON},
             "spec": {"selectors": [{"cel": {"expression": (
-                f"device.driver == '{C.DRIVER_NAME}' && "
-                f"device.attributes['{C.DRIVER_NAME}'].type == 'daemon'")}}]}})
+                f"device.driver == '{constants.DRIVER_NAME}' && "
+                f"device.attributes['{constants.DRIVER_NAME}'].type == 'daemon'")}}]}})
     raw.create(RESOURCES["resourceslices"], {
         "metadata": {"name": f"{node}-cd"},
-        "spec": {"driver": C.DRIVER_NAME, "nodeName": node,
+        "spec": {"driver": constants.DRIVER_NAME, "nodeName": node,
                  "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                 "devices": [{"name": C.DEVICE_DAEMON_0, "attributes": {
+                 "devices": [{"name": constants.DEVICE_DAEMON_0, "attributes": {
                      "type": {"string": "daemon"}, "id": {"int": 0}}}]}})
     try:
         assert labelled(raw, PODS, uid, driver_ns) == []  # no labelled node yet
-        raw.patch(NODES, node, {"metadata": {"labels": {C.LABEL_COMPUTE_DOMAIN: uid}}})
+        raw.patch(NODES, node, {"metadata": {"labels": {constants.LABEL_COMPUTE_DOMAIN: uid}}})
         def pods_and_events() -> str:
             pods = [(p["metadata"]["name"], p.get("status")) for p in labelled(raw, PODS, uid, driver_ns)]
             events = [(e["reason"], e["message"]) for e in raw.list(EVENTS, driver_ns)["items"]]
@@ -267,13 +267,13 @@ def test_status_follows_cliques_and_prunes_entries(raw, namespace, driver_ns, st
     cd = raw.create(CDS, compute_domain("cd1", "chan", num_nodes=2), namespace)
     uid = cd["metadata"]["uid"]
     wait_generated(raw, cd, driver_ns)
-    n1, n2 = nodes({C.LABEL_COMPUTE_DOMAIN: uid}), nodes({C.LABEL_COMPUTE_DOMAIN: uid})
+    n1, n2 = nodes({constants.LABEL_COMPUTE_DOMAIN: uid}), nodes({constants.LABEL_COMPUTE_DOMAIN: uid})
     # The DaemonSet controller creates one daemon pod per labelled node.
     wait_for(lambda: len(labelled(raw, PODS, uid, driver_ns)) == 2, 30, "two daemon pods")
     clique_id = "11111111-2222-3333-4444-555555555555.0"
     clique = raw.create(CLIQUES, {
         "metadata": {"name": f"{uid}.{clique_id}", "labels": {
-            C.LABEL_COMPUTE_DOMAIN: uid, C.LABEL_CLIQUE_ID: clique_id}},
+            constants.LABEL_COMPUTE_DOMAIN: uid, constants.LABEL_CLIQUE_ID: clique_id}},
         "daemons": [
             {"nodeName": n1, "ipAddress": "10.1.0.1", "cliqueID": clique_id, "index": 0,
              "status": "Ready"},
@@ -285,25 +285,25 @@ def test_status_follows_cliques_and_prunes_entries(raw, namespace, driver_ns, st
 
     wait_for(lambda: len(status().get("nodes") or []) == 2, what="two node entries")
     st = status()
-    assert st["status"] == C.STATUS_NOT_READY and st["readyNodes"] == "1/2"
+    assert st["status"] == constants.STATUS_NOT_READY and st["readyNodes"] == "1/2"
     assert {n["name"]: n["status"] for n in st["nodes"]} == {n1: "Ready", n2: "NotReady"}
     assert ready_condition(raw.get(CDS, "cd1", namespace))["reason"] == "NodesNotReady"
 
     clique = raw.get(CLIQUES, clique["metadata"]["name"], driver_ns)
     clique["daemons"][1]["status"] = "Ready"
     raw.update(CLIQUES, clique)
-    wait_for(lambda: status().get("status") == C.STATUS_READY, what="Ready")
+    wait_for(lambda: status().get("status") == constants.STATUS_READY, what="Ready")
     assert status()["readyNodes"] == "2/2"
 
     # n2 leaves the domain: its daemon pod goes, so does its clique entry, then numNodes=2
     # is no longer met.
-    raw.patch(NODES, n2, {"metadata": {"labels": {C.LABEL_COMPUTE_DOMAIN: None}}})
+    raw.patch(NODES, n2, {"metadata": {"labels": {constants.LABEL_COMPUTE_DOMAIN: None}}})
     wait_for(lambda: [d["nodeName"] for d in
                       raw.get(CLIQUES, clique["metadata"]["name"], driver_ns)["daemons"]]
              == [n1], 30, "pruned clique entry")
     wait_for(lambda: [n["name"] for n in status().get("nodes") or []] == [n1],
              what="node list without n2")
-    assert status()["status"] == C.STATUS_NOT_READY
+    assert status()["status"] == constants.STATUS_NOT_READY
     assert ready_condition(raw.get(CDS, "cd1", namespace))["reason"] == "WaitingForNodes"
 
 
@@ -313,12 +313,12 @@ def test_deleting_removes_everything_then_the_domain(raw, namespace, driver_ns,
     cd = raw.create(CDS, compute_domain("cd1", "chan"), namespace)
     uid = cd["metadata"]["uid"]
     wait_generated(raw, cd, driver_ns)
-    node = nodes({C.LABEL_COMPUTE_DOMAIN: uid, "keep": "me"})
+    node = nodes({constants.LABEL_COMPUTE_DOMAIN: uid, "keep": "me"})
     raw.delete(CDS, "cd1", namespace)
     wait_for(lambda: get(raw, CDS, "cd1", namespace) is None, 30, "domain gone")
     assert labelled(raw, RCTS, uid) == [] and labelled(raw, DS, uid) == []
     labels = raw.get(NODES, node)["metadata"]["labels"]
-    assert C.LABEL_COMPUTE_DOMAIN not in labels and labels["keep"] == "me"
+    assert constants.LABEL_COMPUTE_DOMAIN not in labels and labels["keep"] == "me"
 
 
 def test_deletion_resumes_after_the_controller_is_killed(raw, cluster, namespace, driver_ns,
@@ -328,7 +328,7 @@ def test_deletion_resumes_after_the_controller_is_killed(raw, cluster, namespace
         cd = raw.create(CDS, compute_domain("cd1", "chan"), namespace)
         uid = cd["metadata"]["uid"]
         wait_generated(raw, cd, driver_ns, 60)
-        node = nodes({C.LABEL_COMPUTE_DOMAIN: uid})
+        node = nodes({constants.LABEL_COMPUTE_DOMAIN: uid})
         # A finalizer of our own holds the DaemonSet, so deletion stops half-way.
         (ds,) = labelled(raw, DS, uid, driver_ns)
         ds["metadata"]["finalizers"].append(HOLD)
@@ -342,14 +342,14 @@ def test_deletion_resumes_after_the_controller_is_killed(raw, cluster, namespace
         proc.wait()
     # Half-way: workload template and labels gone, the domain still held by its finalizer.
     assert [t["metadata"]["namespace"] for t in labelled(raw, RCTS, uid)] in ([], [driver_ns])
-    assert C.LABEL_COMPUTE_DOMAIN not in raw.get(NODES, node)["metadata"]["labels"]
+    assert constants.LABEL_COMPUTE_DOMAIN not in raw.get(NODES, node)["metadata"]["labels"]
     raw.patch(DS, ds["metadata"]["name"], {"metadata": {"finalizers": None}}, driver_ns)
     # Put a label back (a late node-plugin Prepare) while no controller runs.
-    raw.patch(NODES, node, {"metadata": {"labels": {C.LABEL_COMPUTE_DOMAIN: uid}}})
+    raw.patch(NODES, node, {"metadata": {"labels": {constants.LABEL_COMPUTE_DOMAIN: uid}}})
     proc = controller_process(cluster, driver_ns, log=tmp_path / "c2.log")
     try:
         wait_for(lambda: get(raw, CDS, "cd1", namespace) is None, 60, "domain released")
-        wait_for(lambda: C.LABEL_COMPUTE_DOMAIN not in
+        wait_for(lambda: constants.LABEL_COMPUTE_DOMAIN not in
                  raw.get(NODES, node)["metadata"]["labels"], 10, "label removed")
         assert labelled(raw, RCTS, uid) == [] and labelled(raw, DS, uid) == []
         proc.send_signal(signal.SIGTERM)
@@ -363,15 +363,15 @@ def test_deletion_resumes_after_the_controller_is_killed(raw, cluster, namespace
 def test_daemon_template_without_daemon_set_does_not_block_deletion(raw, namespace, driver_ns,
                                                                      start_controller):
     # The state a crash between creating the daemon template and the DaemonSet leaves behind.
-    from cdriver.roles.controller import desired as W
+    from cdriver.roles.controller import desired
     from cdriver.roles.controller.reconciler import parse_domain
 
     cd = raw.create(CDS, compute_domain("cd1", "chan"), namespace)
     uid = cd["metadata"]["uid"]
-    cd["metadata"]["finalizers"] = [C.FINALIZER]
+    cd["metadata"]["finalizers"] = [constants.FINALIZER]
     cd = raw.update(CDS, cd)
     settings = settings_for(driver_ns)
-    raw.create(RCTS, W.daemon_claim_template(parse_domain(cd), settings))
+    raw.create(RCTS, desired.daemon_claim_template(parse_domain(cd), settings))
     raw.delete(CDS, "cd1", namespace)
     start_controller(settings)
     wait_for(lambda: get(raw, CDS, "cd1", namespace) is None, 30, "domain released")
@@ -380,24 +380,24 @@ def test_daemon_template_without_daemon_set_does_not_block_deletion(raw, namespa
 
 def test_orphans_of_vanished_domains_are_cleaned_up(raw, namespace, driver_ns,
                                                     start_controller, nodes):
-    from cdriver.roles.controller import desired as W
+    from cdriver.roles.controller import desired
     from cdriver.roles.controller.reconciler import parse_domain
 
     uid = str(uuid.uuid4())
-    ghost = parse_domain({"apiVersion": C.API_VERSION, "kind": C.KIND_COMPUTE_DOMAIN,
+    ghost = parse_domain({"apiVersion": constants.API_VERSION, "kind": constants.KIND_COMPUTE_DOMAIN,
                           "metadata": {"name": "ghost", "namespace": namespace, "uid": uid},
                           "spec": {"channel": {"resourceClaimTemplate": {"name": "ghost"}}}})
     settings = settings_for(driver_ns)
-    objects = W.desired_objects(ghost, settings)
+    objects = desired.desired_objects(ghost, settings)
     raw.create(RCTS, objects.workload_template)
     raw.create(RCTS, objects.daemon_template)
     raw.create(DS, objects.daemon_set)
-    node = nodes({C.LABEL_COMPUTE_DOMAIN: uid})
+    node = nodes({constants.LABEL_COMPUTE_DOMAIN: uid})
     live = raw.create(CDS, compute_domain("live", "live-chan"), namespace)
     start_controller(settings)
     wait_for(lambda: not labelled(raw, RCTS, uid) and not labelled(raw, DS, uid), 30,
              "orphans removed")
-    wait_for(lambda: C.LABEL_COMPUTE_DOMAIN not in raw.get(NODES, node)["metadata"]["labels"],
+    wait_for(lambda: constants.LABEL_COMPUTE_DOMAIN not in raw.get(NODES, node)["metadata"]["labels"],
              10, "orphan node label removed")
     # The live domain's objects are untouched.
     wait_generated(raw, live, driver_ns)
@@ -412,7 +412,7 @@ def test_foreign_template_is_never_overwritten(raw, namespace, driver_ns, start_
     cd = raw.create(CDS, compute_domain("cd1", "taken"), namespace)
     cd = wait_for(lambda: ready_condition(c := raw.get(CDS, "cd1", namespace)).get("reason")
                   == "ResourceClaimTemplateConflict" and c, what="conflict condition")
-    assert cd["status"]["status"] == C.STATUS_NOT_READY
+    assert cd["status"]["status"] == constants.STATUS_NOT_READY
     assert "taken" in ready_condition(cd)["message"]
     events = wait_for(lambda: [e for e in events_for(raw, cd)
                                if e["reason"] == "ResourceClaimTemplateConflict"], 10, "event")
@@ -425,10 +425,10 @@ def test_foreign_template_is_never_overwritten(raw, namespace, driver_ns, start_
                if e["reason"] == "ResourceClaimTemplateConflict") == 1
     # Once the user removes the other object, the domain recovers on its own.
     raw.delete(RCTS, "taken", namespace)
-    wait_for(lambda: raw.get(CDS, "cd1", namespace)["status"]["status"] == C.STATUS_READY, 10,
+    wait_for(lambda: raw.get(CDS, "cd1", namespace)["status"]["status"] == constants.STATUS_READY, 10,
              "Ready after the conflict is gone")
     mine = raw.get(RCTS, "taken", namespace)
-    assert mine["metadata"]["labels"][C.LABEL_COMPUTE_DOMAIN] == cd["metadata"]["uid"]
+    assert mine["metadata"]["labels"][constants.LABEL_COMPUTE_DOMAIN] == cd["metadata"]["uid"]
 
 
 def test_invalid_template_name_surfaces_as_event(raw, namespace, driver_ns, start_controller):
@@ -452,14 +452,14 @@ def test_host_managed_mode_creates_only_the_workload_template(raw, namespace, dr
     uid = cd["metadata"]["uid"]
     cd = wait_for(lambda: (c := raw.get(CDS, "cd1", namespace)).get("status") and c,
                   what="status")
-    assert cd["metadata"]["finalizers"] == [C.FINALIZER]
+    assert cd["metadata"]["finalizers"] == [constants.FINALIZER]
     (template,) = labelled(raw, RCTS, uid)
     assert (template["metadata"]["namespace"], template["metadata"]["name"]) == \
         (namespace, "host-chan")
     params = template["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]
-    assert params["allocationMode"] == C.ALLOCATION_MODE_SINGLE and params["domainID"] == uid
+    assert params["allocationMode"] == constants.ALLOCATION_MODE_SINGLE and params["domainID"] == uid
     # Ready means "admitted, template created", whatever numNodes says; the condition says so.
-    assert cd["status"]["status"] == C.STATUS_READY
+    assert cd["status"]["status"] == constants.STATUS_READY
     cond = ready_condition(cd)
     assert cond["reason"] == "HostManagedAdmitted" and "NOT report the health" in cond["message"]
     wait_for(lambda: [e for e in events_for(raw, cd) if e["reason"] == "AllocationModeForced"],

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cdriver.api import constants as c
+from cdriver.api import constants
 from cdriver.api.imex_mode import IMEX_MODE_DRIVER_MANAGED, IMEX_MODE_HOST_MANAGED
 from cdriver.dra.registration import KUBELET_PLUGINS_DIR, KUBELET_REGISTRY_DIR
 from cdriver.imex.ctl import DEFAULT_HOST_IMEX_SOCKET
@@ -48,7 +48,7 @@ def remove_device_classes(raw) -> None:
     """DeviceClasses have fixed cluster-wide names: remove ones other tests created without Helm."""
     from cdriver.kube.raw import RESOURCES
 
-    for name in (c.DEVICE_CLASS_DEFAULT_CHANNEL, c.DEVICE_CLASS_DAEMON):
+    for name in (constants.DEVICE_CLASS_DEFAULT_CHANNEL, constants.DEVICE_CLASS_DAEMON):
         if raw.get_or_none(RESOURCES["deviceclasses"], name):
             raw.delete(RESOURCES["deviceclasses"], name)
 
@@ -63,8 +63,8 @@ def test_helm_lint_is_clean(helm: Path) -> None:
 def test_default_render_has_every_driver_managed_object(helm: Path) -> None:
     docs = objects(helm)
     classes = by_kind(docs, "DeviceClass")
-    assert set(classes) == {c.DEVICE_CLASS_DEFAULT_CHANNEL, c.DEVICE_CLASS_DAEMON}
-    expr = classes[c.DEVICE_CLASS_DEFAULT_CHANNEL]["spec"]["selectors"][0]["cel"]["expression"]
+    assert set(classes) == {constants.DEVICE_CLASS_DEFAULT_CHANNEL, constants.DEVICE_CLASS_DAEMON}
+    expr = classes[constants.DEVICE_CLASS_DEFAULT_CHANNEL]["spec"]["selectors"][0]["cel"]["expression"]
     assert "type == 'channel'" in expr and ".id == 0" in expr
     assert set(by_kind(docs, "Deployment")) == {"rel-cdriver-controller"}
     plugin = by_kind(docs, "DaemonSet")["rel-cdriver-kubelet-plugin"]
@@ -77,7 +77,7 @@ def test_default_render_has_every_driver_managed_object(helm: Path) -> None:
     assert mounts["plugins"]["mountPath"] == KUBELET_PLUGINS_DIR
     assert mounts["plugins-registry"]["mountPath"] == KUBELET_REGISTRY_DIR
     # Daemon pods run as the fixed service account the controller renders into DaemonSets.
-    assert c.DAEMON_SERVICE_ACCOUNT in by_kind(docs, "ServiceAccount")
+    assert constants.DAEMON_SERVICE_ACCOUNT in by_kind(docs, "ServiceAccount")
     # Release-prefixed cluster-scoped names: two installs cannot collide.
     for name in by_kind(docs, "ClusterRole"):
         assert name.startswith("rel-cdriver-")
@@ -93,8 +93,8 @@ def test_feature_gates_render_sorted_with_trailing_comma(helm: Path) -> None:
 
 def test_host_managed_render_drops_daemon_objects(helm: Path) -> None:
     docs = objects(helm, *HOST_MODE)
-    assert set(by_kind(docs, "DeviceClass")) == {c.DEVICE_CLASS_DEFAULT_CHANNEL}
-    assert c.DAEMON_SERVICE_ACCOUNT not in by_kind(docs, "ServiceAccount")
+    assert set(by_kind(docs, "DeviceClass")) == {constants.DEVICE_CLASS_DEFAULT_CHANNEL}
+    assert constants.DAEMON_SERVICE_ACCOUNT not in by_kind(docs, "ServiceAccount")
     ctr = by_kind(docs, "DaemonSet")["rel-cdriver-kubelet-plugin"]["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in ctr["env"]}
     assert env["IMEX_MODE"] == IMEX_MODE_HOST_MANAGED
@@ -167,14 +167,14 @@ def test_install_upgrade_uninstall_leaves_no_orphans(helm: Path, cluster, raw) -
     installed = owned()
     assert installed["deployments"] == [f"{release}-cdriver-controller"]
     assert installed["daemonsets"] == [f"{release}-cdriver-kubelet-plugin"]
-    assert set(installed["deviceclasses"]) == {c.DEVICE_CLASS_DEFAULT_CHANNEL, c.DEVICE_CLASS_DAEMON}
+    assert set(installed["deviceclasses"]) == {constants.DEVICE_CLASS_DEFAULT_CHANNEL, constants.DEVICE_CLASS_DAEMON}
     crd_names = {"computedomains.resource.nvidia.com", "computedomaincliques.resource.nvidia.com"}
 
     # Upgrading to host-managed mode removes the daemon-only objects.
     helm_run("upgrade", release, str(CHART), *HOST_MODE)
     upgraded = owned()
-    assert upgraded["deviceclasses"] == [c.DEVICE_CLASS_DEFAULT_CHANNEL]
-    assert c.DAEMON_SERVICE_ACCOUNT not in upgraded["serviceaccounts"]
+    assert upgraded["deviceclasses"] == [constants.DEVICE_CLASS_DEFAULT_CHANNEL]
+    assert constants.DAEMON_SERVICE_ACCOUNT not in upgraded["serviceaccounts"]
 
     helm_run("uninstall", release, "--wait", "--timeout", "60s")
     assert owned() == {kind: [] for kind in kinds}

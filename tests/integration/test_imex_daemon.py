@@ -23,7 +23,7 @@ from typing import Any
 import psutil
 import pytest
 
-from cdriver.api import constants as c
+from cdriver.api import constants
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.featuregates import ENV_FEATURE_GATES
 from cdriver.imex import config as imex_config
@@ -169,8 +169,8 @@ class Harness:
         self._next_ip += 1
         ip = f"{self.ip_base}.{self._next_ip}"
         pod = {
-            "metadata": {"name": f"{c.daemon_object_name(self.cd_uid)[:40]}-{suffix}",
-                         "labels": {c.LABEL_COMPUTE_DOMAIN: self.cd_uid}},
+            "metadata": {"name": f"{constants.daemon_object_name(self.cd_uid)[:40]}-{suffix}",
+                         "labels": {constants.LABEL_COMPUTE_DOMAIN: self.cd_uid}},
             "spec": {"nodeName": node, "tolerations": [{"operator": "Exists"}],
                      "containers": [{"name": "compute-domain-daemon", "image": "cdriver:test"}]},
         }
@@ -193,17 +193,17 @@ class Harness:
         env.update(STANDIN_TIMING)
         env.update({
             # CDI edits of the daemon claim
-            c.ENV_CLIQUE_ID: m.clique,
-            c.ENV_CD_UUID: self.cd_uid,
-            c.ENV_CD_NAME: self.cd_name,
-            c.ENV_CD_NAMESPACE: self.cd_namespace,
+            constants.ENV_CLIQUE_ID: m.clique,
+            constants.ENV_CD_UUID: self.cd_uid,
+            constants.ENV_CD_NAME: self.cd_name,
+            constants.ENV_CD_NAMESPACE: self.cd_namespace,
             # DaemonSet pod spec (downward API)
-            c.ENV_NODE_NAME: m.node,
-            c.ENV_POD_IP: m.ip,
-            c.ENV_POD_NAME: m.pod_name,
-            c.ENV_POD_NAMESPACE: self.ns,
-            c.ENV_POD_UID: m.pod_uid,
-            c.ENV_MAX_NODES: str(self.max_nodes),
+            constants.ENV_NODE_NAME: m.node,
+            constants.ENV_POD_IP: m.ip,
+            constants.ENV_POD_NAME: m.pod_name,
+            constants.ENV_POD_NAMESPACE: self.ns,
+            constants.ENV_POD_UID: m.pod_uid,
+            constants.ENV_MAX_NODES: str(self.max_nodes),
             ENV_FEATURE_GATES: self.gates,
             # the container's private paths
             ENV_IMEXD_DIR: str(m.imexd),
@@ -276,7 +276,7 @@ class Harness:
 
     # -- API views ---------------------------------------------------------------------
     def clique(self, clique: str) -> dict | None:
-        return self.raw.get_or_none(CLIQUES, c.clique_object_name(self.cd_uid, clique), self.ns)
+        return self.raw.get_or_none(CLIQUES, constants.clique_object_name(self.cd_uid, clique), self.ns)
 
     def entries(self, clique: str) -> list[dict]:
         return list((self.clique(clique) or {}).get("daemons") or [])
@@ -317,7 +317,7 @@ def mapping_in(hosts: Path) -> dict[str, str]:
 def ready_and_reported(h: Harness, m: Member) -> dict:
     """Play kubelet until the probe passes, then wait for the entry to turn Ready."""
     wait_for(lambda: h.probe(m), 30, lambda: f"check of {m.node} to pass\n{m.log()[-3000:]}", interval=0.2)
-    return h.wait_entry(m, status=c.STATUS_READY)
+    return h.wait_entry(m, status=constants.STATUS_READY)
 
 
 # --- tests ------------------------------------------------------------------------------
@@ -336,13 +336,13 @@ def test_three_daemons_two_cliques_join_name_and_connect(daemons: Harness) -> No
     assert ex["ipAddress"] == x.ip and ex["cliqueID"] == CQ1
 
     obj = h.clique(CQ0)
-    assert obj["metadata"]["labels"] == {c.LABEL_COMPUTE_DOMAIN: h.cd_uid, c.LABEL_CLIQUE_ID: CQ0}
+    assert obj["metadata"]["labels"] == {constants.LABEL_COMPUTE_DOMAIN: h.cd_uid, constants.LABEL_CLIQUE_ID: CQ0}
     owners = {(r["kind"], r["name"], r["uid"]) for r in obj["metadata"]["ownerReferences"]}
     assert owners == {("Pod", a.pod_name, a.pod_uid), ("Pod", b.pod_name, b.pod_uid)}
     assert [r["uid"] for r in h.clique(CQ1)["metadata"]["ownerReferences"]] == [x.pod_uid]
     for m in (a, b, x):
         pod = h.raw.get(PODS, m.pod_name, h.ns)
-        assert pod["metadata"]["labels"][c.LABEL_CLIQUE_ID] == m.clique
+        assert pod["metadata"]["labels"][constants.LABEL_CLIQUE_ID] == m.clique
 
     both = {"compute-domain-daemon-0000": a.ip, "compute-domain-daemon-0001": b.ip}
     wait_for(lambda: mapping_in(a.hosts) == both, 20, "a's hosts block to list a and b")
@@ -383,7 +383,7 @@ def test_killed_imex_is_restarted_and_readiness_follows(daemons: Harness) -> Non
         status = (h.entry(a) or {}).get("status")
         if not seen or seen[-1] != status:
             seen.append(status)
-        return c.STATUS_NOT_READY in seen and seen[-1] == c.STATUS_READY
+        return constants.STATUS_NOT_READY in seen and seen[-1] == constants.STATUS_READY
 
     wait_for(flipped_back, 30, lambda: f"entry to go NotReady and back (saw {seen})\n{a.log()[-3000:]}", interval=0.02)
     second = h.imex_pid(a)
@@ -468,7 +468,7 @@ def test_imex_start_failure_is_reported_with_its_error_line(daemons: Harness) ->
     assert "SERVER_PORT='fifty'" in a.log()
     h.set_ready(a, True)  # even a (wrongly) Ready pod does not make the entry Ready
     time.sleep(1)
-    assert h.entry(a)["status"] == c.STATUS_NOT_READY
+    assert h.entry(a)["status"] == constants.STATUS_NOT_READY
     result = h.check(a)
     assert result.returncode == 1 and "IMEX daemon check failed" in result.stderr
 
@@ -494,7 +494,7 @@ def test_port_held_by_another_process_is_named_with_the_fix(daemons: Harness) ->
         assert events and expected in events[0]["message"]
         result = h.check(a)
         assert result.returncode == 1 and expected in result.stderr
-        assert h.entry(a)["status"] == c.STATUS_NOT_READY
+        assert h.entry(a)["status"] == constants.STATUS_NOT_READY
     finally:
         holder.kill()
         holder.wait()
@@ -508,7 +508,7 @@ def test_empty_clique_runs_no_imex_and_check_is_a_noop(daemons: Harness) -> None
 
     def labelled() -> bool:
         labels = h.raw.get(PODS, a.pod_name, h.ns)["metadata"].get("labels") or {}
-        return labels.get(c.LABEL_CLIQUE_ID) == ""
+        return labels.get(constants.LABEL_CLIQUE_ID) == ""
 
     wait_for(labelled, 30, lambda: f"the pod's empty clique label\n{a.log()[-3000:]}")
     result = h.check(a)
@@ -524,7 +524,7 @@ def test_missing_cdi_identity_exits_saying_cdi_was_not_applied(daemons: Harness)
     h = daemons
     a = h.add(CQ0)
     env = h.env(a)
-    del env[c.ENV_CD_UUID]
+    del env[constants.ENV_CD_UUID]
     result = subprocess.run([sys.executable, "-m", "cdriver", "imex-daemon", "run"], env=env,
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 1
@@ -536,7 +536,7 @@ def test_legacy_ip_mode_writes_domain_status_and_restarts_on_peer_change(daemons
     h = daemons
     h.gates = "IMEXDaemonsWithDNSNames=false,ComputeDomainCliques=false"
     cd = h.raw.create(CDS, {
-        "apiVersion": c.API_VERSION, "kind": c.KIND_COMPUTE_DOMAIN, "metadata": {"name": h.cd_name},
+        "apiVersion": constants.API_VERSION, "kind": constants.KIND_COMPUTE_DOMAIN, "metadata": {"name": h.cd_name},
         "spec": {"numNodes": 2, "channel": {"resourceClaimTemplate": {"name": "cd-channel"}}}}, h.ns)
     h.cd_uid = cd["metadata"]["uid"]
     a, b = h.add(CQ0), h.add(CQ0)
@@ -557,7 +557,7 @@ def test_legacy_ip_mode_writes_domain_status_and_restarts_on_peer_change(daemons
                  "nodes.cfg with both IPs")
     assert h.clique(CQ0) is None
     wait_for(lambda: h.probe(a), 30, "a's check to pass", interval=0.2)
-    wait_for(lambda: any(n["name"] == a.node and n.get("status") == c.STATUS_READY for n in nodes()), 30,
+    wait_for(lambda: any(n["name"] == a.node and n.get("status") == constants.STATUS_READY for n in nodes()), 30,
              "a's status.nodes entry to turn Ready")
     pid = h.imex_pid(a)
     assert h.stop(b) == 0
@@ -587,7 +587,7 @@ def test_a_stale_writer_conflicts_and_recomputes_its_index(raw: RawClient, names
     from cdriver.roles.imex_daemon import clique as cl
 
     cd_uid = str(uuid.uuid4())
-    name = c.clique_object_name(cd_uid, CQ0)
+    name = constants.clique_object_name(cd_uid, CQ0)
 
     def store(pod_name: str) -> cl.CliqueStore:
         # Real owner pods: the garbage collector deletes objects whose owners are all gone.
@@ -621,7 +621,7 @@ def test_leaving_a_deleted_clique_does_not_create_it_again(raw: RawClient, names
     from cdriver.roles.imex_daemon import clique as cl
 
     cd_uid = str(uuid.uuid4())
-    name = c.clique_object_name(cd_uid, CQ0)
+    name = constants.clique_object_name(cd_uid, CQ0)
     pod = raw.create(PODS, {"metadata": {"name": "p"}, "spec": {"containers": [
         {"name": "c", "image": "cdriver:test"}]}}, namespace)
     store = cl.CliqueStore(raw, namespace, name, cd_uid, CQ0, cl.pod_owner_reference("p", pod["metadata"]["uid"]))
@@ -641,13 +641,13 @@ def test_deleted_clique_is_rejoined_only_while_the_domain_lives(daemons: Harness
     (the controller removes the cliques): it stays out, so the domain can finish deleting."""
     h = daemons
     cd = h.raw.create(CDS, {
-        "apiVersion": c.API_VERSION, "kind": c.KIND_COMPUTE_DOMAIN,
+        "apiVersion": constants.API_VERSION, "kind": constants.KIND_COMPUTE_DOMAIN,
         "metadata": {"name": h.cd_name, "finalizers": ["test.cdriver/hold"]},
         "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": "cd-channel"}}}}, h.ns)
     h.cd_uid = cd["metadata"]["uid"]
     a = h.start(h.add(CQ0))
     first = h.wait_entry(a)
-    name = c.clique_object_name(h.cd_uid, CQ0)
+    name = constants.clique_object_name(h.cd_uid, CQ0)
     uid_before = h.raw.get(CLIQUES, name, h.ns)["metadata"]["uid"]
     h.raw.delete(CLIQUES, name, h.ns)
     rejoined = h.wait_entry(a)

@@ -24,7 +24,26 @@ import grpc
 import pytest
 import yaml
 
-from cdriver.api import constants as C
+from cdriver.api.constants import (
+    API_VERSION,
+    CDI_KIND_CLAIM,
+    CDI_KIND_DEVICE,
+    CDI_VENDOR,
+    DEVICE_CLASS_DAEMON,
+    DEVICE_CLASS_DEFAULT_CHANNEL,
+    DRIVER_NAME,
+    ENV_CD_NAME,
+    ENV_CD_NAMESPACE,
+    ENV_CD_UUID,
+    ENV_CLIQUE_ID,
+    KIND_CHANNEL_CONFIG,
+    KIND_COMPUTE_DOMAIN,
+    KIND_COMPUTE_DOMAIN_CLIQUE,
+    KIND_DAEMON_CONFIG,
+    LABEL_COMPUTE_DOMAIN,
+    LABEL_NODE_CLIQUE,
+    clique_object_name,
+)
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.api.types import ComputeDomain
 from cdriver.cdi.reader import CDIRegistry
@@ -126,7 +145,7 @@ class PluginProcess:
 
     @property
     def plugin_dir(self) -> Path:
-        return self.plugins_dir / C.DRIVER_NAME
+        return self.plugins_dir / DRIVER_NAME
 
     @property
     def registry_dir(self) -> Path:
@@ -207,7 +226,7 @@ class PluginProcess:
         return CheckpointStore(self.plugin_dir / CHECKPOINT_FILE_NAME).read().claims
 
     def claim_specs(self) -> list[Path]:
-        return sorted(self.cdi_root.glob(f"{C.CDI_VENDOR}-claim_*"))
+        return sorted(self.cdi_root.glob(f"{CDI_VENDOR}-claim_*"))
 
 
 class Kubelet:
@@ -266,7 +285,7 @@ def plugin(plugin_factory: Callable[..., PluginProcess], node: SimNode, raw: Raw
     yield p
     # Leave the node as we found it for the next test.
     try:
-        raw.patch(NODES, node.name, {"metadata": {"labels": {C.LABEL_COMPUTE_DOMAIN: None}}})
+        raw.patch(NODES, node.name, {"metadata": {"labels": {LABEL_COMPUTE_DOMAIN: None}}})
     except ApiError:
         pass
 
@@ -277,7 +296,7 @@ def plugin(plugin_factory: Callable[..., PluginProcess], node: SimNode, raw: Raw
 def make_cd(raw: RawClient, namespace: str, mode: str = "Single") -> dict:
     name = f"cd-{uuid.uuid4().hex[:6]}"
     return raw.create(CDS, {
-        "apiVersion": C.API_VERSION, "kind": C.KIND_COMPUTE_DOMAIN,
+        "apiVersion": API_VERSION, "kind": KIND_COMPUTE_DOMAIN,
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{name}-channel"},
                                               "allocationMode": mode}},
@@ -285,26 +304,26 @@ def make_cd(raw: RawClient, namespace: str, mode: str = "Single") -> dict:
 
 
 def channel_params(cd: dict, mode: str = "Single") -> dict:
-    return {"apiVersion": C.API_VERSION, "kind": C.KIND_CHANNEL_CONFIG, "domainID": cd["metadata"]["uid"],
+    return {"apiVersion": API_VERSION, "kind": KIND_CHANNEL_CONFIG, "domainID": cd["metadata"]["uid"],
             "allocationMode": mode}
 
 
 def daemon_params(cd: dict) -> dict:
-    return {"apiVersion": C.API_VERSION, "kind": C.KIND_DAEMON_CONFIG, "domainID": cd["metadata"]["uid"]}
+    return {"apiVersion": API_VERSION, "kind": KIND_DAEMON_CONFIG, "domainID": cd["metadata"]["uid"]}
 
 
 def allocated_claim(raw: RawClient, namespace: str, node_name: str, params: dict, device: str = "channel-0",
                     request: str = "channel") -> dict:
     """A ResourceClaim allocated to ``device`` on the node, as the scheduler would record it."""
-    dev_class = C.DEVICE_CLASS_DAEMON if device.startswith("daemon") else C.DEVICE_CLASS_DEFAULT_CHANNEL
-    config = [{"requests": [request], "opaque": {"driver": C.DRIVER_NAME, "parameters": params}}]
+    dev_class = DEVICE_CLASS_DAEMON if device.startswith("daemon") else DEVICE_CLASS_DEFAULT_CHANNEL
+    config = [{"requests": [request], "opaque": {"driver": DRIVER_NAME, "parameters": params}}]
     claim = raw.create(CLAIMS, {
         "metadata": {"name": f"claim-{uuid.uuid4().hex[:6]}", "namespace": namespace},
         "spec": {"devices": {"requests": [{"name": request, "exactly": {"deviceClassName": dev_class}}],
                              "config": config}},
     }, namespace)
     claim["status"] = {"allocation": {
-        "devices": {"results": [{"request": request, "driver": C.DRIVER_NAME, "pool": node_name,
+        "devices": {"results": [{"request": request, "driver": DRIVER_NAME, "pool": node_name,
                                  "device": device}],
                     "config": [{"source": "FromClaim", **config[0]}]},
         "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
@@ -314,12 +333,12 @@ def allocated_claim(raw: RawClient, namespace: str, node_name: str, params: dict
 
 
 def set_clique_ready(raw: RawClient, driver_ns: str, cd: dict, node: SimNode, status: str = "Ready") -> None:
-    name = C.clique_object_name(cd["metadata"]["uid"], f"{CLUSTER_UUID}.3")
+    name = clique_object_name(cd["metadata"]["uid"], f"{CLUSTER_UUID}.3")
     daemons = [{"nodeName": node.name, "ipAddress": "127.0.0.1", "cliqueID": f"{CLUSTER_UUID}.3", "index": 0,
                 "status": status}]
     existing = raw.get_or_none(CLIQUES, name, driver_ns)
     if existing is None:
-        raw.create(CLIQUES, {"apiVersion": C.API_VERSION, "kind": C.KIND_COMPUTE_DOMAIN_CLIQUE,
+        raw.create(CLIQUES, {"apiVersion": API_VERSION, "kind": KIND_COMPUTE_DOMAIN_CLIQUE,
                              "metadata": {"name": name, "namespace": driver_ns}, "daemons": daemons}, driver_ns)
     else:
         existing["daemons"] = daemons
@@ -327,11 +346,11 @@ def set_clique_ready(raw: RawClient, driver_ns: str, cd: dict, node: SimNode, st
 
 
 def node_label(raw: RawClient, node: SimNode) -> str | None:
-    return ((raw.get(NODES, node.name).get("metadata") or {}).get("labels") or {}).get(C.LABEL_COMPUTE_DOMAIN)
+    return ((raw.get(NODES, node.name).get("metadata") or {}).get("labels") or {}).get(LABEL_COMPUTE_DOMAIN)
 
 
 def our_slices(raw: RawClient, node: SimNode) -> list[dict]:
-    return raw.list(SLICES, field_selector=f"spec.driver={C.DRIVER_NAME},spec.nodeName={node.name}")["items"]
+    return raw.list(SLICES, field_selector=f"spec.driver={DRIVER_NAME},spec.nodeName={node.name}")["items"]
 
 
 def uid_of(obj: dict) -> str:
@@ -346,7 +365,7 @@ def test_registration_health_and_resource_slice(plugin_factory: Callable[..., Pl
     plugin = plugin_factory(node, extra_args=["--gpu-clique-label-enabled"])
     info = Kubelet(plugin).get_info()
     assert info.type == "DRAPlugin"
-    assert info.name == C.DRIVER_NAME
+    assert info.name == DRIVER_NAME
     assert info.endpoint == str(plugin.dra_socket)
     assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
     assert oct(plugin.reg_socket.stat().st_mode & 0o777) == oct(0o600)
@@ -374,7 +393,7 @@ def test_registration_health_and_resource_slice(plugin_factory: Callable[..., Pl
 
     # A stale slice of this driver for this node is removed.
     stale = raw.create(SLICES, {"metadata": {"name": f"stale-{node.name}"}, "spec": {
-        "driver": C.DRIVER_NAME, "nodeName": node.name,
+        "driver": DRIVER_NAME, "nodeName": node.name,
         "pool": {"name": node.name, "generation": 1, "resourceSliceCount": 1},
         "devices": [{"name": "channel-7", "attributes": {"type": {"string": "channel"}, "id": {"int": 7}}}]}})
     wait_for(lambda: all(uid_of(s) != uid_of(stale) for s in our_slices(raw, node)), 20, "the stale slice to go")
@@ -382,10 +401,10 @@ def test_registration_health_and_resource_slice(plugin_factory: Callable[..., Pl
 
     # The plugin owns nvidia.com/gpu.clique when told to; it goes away with the plugin.
     labels = raw.get(NODES, node.name)["metadata"]["labels"]
-    assert labels[C.LABEL_NODE_CLIQUE] == f"{CLUSTER_UUID}.3"
+    assert labels[LABEL_NODE_CLIQUE] == f"{CLUSTER_UUID}.3"
     assert plugin.stop() == 0
     assert not plugin.reg_socket.exists() and not plugin.dra_socket.exists()
-    assert C.LABEL_NODE_CLIQUE not in raw.get(NODES, node.name)["metadata"]["labels"]
+    assert LABEL_NODE_CLIQUE not in raw.get(NODES, node.name)["metadata"]["labels"]
     assert len(our_slices(raw, node)) == 1, "slices stay when the plugin stops (kubelet owns their removal)"
 
 
@@ -421,7 +440,7 @@ def test_scheduler_allocates_channel_from_generated_template(plugin: PluginProce
 
     alloc = wait_for(allocation, 30, "the scheduler to allocate the claim")
     (result,) = alloc["devices"]["results"]
-    assert (result["driver"], result["pool"], result["device"]) == (C.DRIVER_NAME, node.name, "channel-0")
+    assert (result["driver"], result["pool"], result["device"]) == (DRIVER_NAME, node.name, "channel-0")
     assert wait_for(lambda: raw.get(PODS, "workload", namespace)["spec"].get("nodeName"), 30, "binding") == node.name
 
     # Kubelet prepares it: the node's daemon is not Ready yet, so a retryable error comes back.
@@ -430,7 +449,7 @@ def test_scheduler_allocates_channel_from_generated_template(plugin: PluginProce
     first = Kubelet(plugin).prepare(claim)[uid_of(claim)]
     assert first.error and not first.devices
     assert "is not ready on node" in first.error
-    assert C.clique_object_name(uid_of(cd), f"{CLUSTER_UUID}.3") in first.error
+    assert clique_object_name(uid_of(cd), f"{CLUSTER_UUID}.3") in first.error
     assert node_label(raw, node) == uid_of(cd)
     assert plugin.checkpoint()[uid_of(claim)].state == "PrepareStarted"
 
@@ -477,13 +496,13 @@ def test_ready_clique_wakes_waiting_prepare_and_unprepare_cleans_up(
     assert res.error == ""
     print(f"\nreadiness-to-success latency: {(answer['at'] - marked) * 1000:.1f} ms")
 
-    expected_id = f"{C.CDI_KIND_CLAIM}={uid_of(claim)}-channel-0"
+    expected_id = f"{CDI_KIND_CLAIM}={uid_of(claim)}-channel-0"
     (dev,) = res.devices
     assert (dev.pool_name, dev.device_name, list(dev.request_names)) == (node.name, "channel-0", ["channel"])
     assert list(dev.cdi_device_ids) == [expected_id]
-    spec_path = plugin.cdi_root / f"{C.CDI_VENDOR}-claim_{uid_of(claim)}.json"
+    spec_path = plugin.cdi_root / f"{CDI_VENDOR}-claim_{uid_of(claim)}.json"
     spec = json.loads(spec_path.read_text())
-    assert spec["kind"] == C.CDI_KIND_CLAIM
+    assert spec["kind"] == CDI_KIND_CLAIM
     assert spec["devices"] == [{"name": f"{uid_of(claim)}-channel-0", "containerEdits": {"deviceNodes": [{
         "path": "/dev/nvidia-caps-imex-channels/channel0",
         "hostPath": f"{node.root.root}/dev/nvidia-caps-imex-channels/channel0",
@@ -518,7 +537,7 @@ def test_all_mode_injects_every_channel(plugin: PluginProcess, raw: RawClient, n
     kubelet = Kubelet(plugin)
     res = kubelet.prepare(claim)[uid_of(claim)]
     assert res.error == ""
-    assert list(res.devices[0].cdi_device_ids) == [f"{C.CDI_KIND_CLAIM}={uid_of(claim)}-channel-0"]
+    assert list(res.devices[0].cdi_device_ids) == [f"{CDI_KIND_CLAIM}={uid_of(claim)}-channel-0"]
     edits = CDIRegistry([str(plugin.cdi_root)]).resolve(list(res.devices[0].cdi_device_ids))
     assert sorted((n.path, n.minor) for n in edits.device_nodes) == sorted(
         (f"/dev/nvidia-caps-imex-channels/channel{i}", i) for i in range(CHANNELS))
@@ -560,7 +579,7 @@ def test_channel_owned_by_another_claim(plugin: PluginProcess, raw: RawClient, n
     assert kubelet.prepare(first)[uid_of(first)].error == ""
     res = kubelet.prepare(second)[uid_of(second)]
     assert f"channel 0 already allocated by claim {uid_of(first)}" in res.error
-    assert [p.name for p in plugin.claim_specs()] == [f"{C.CDI_VENDOR}-claim_{uid_of(first)}.json"]
+    assert [p.name for p in plugin.claim_specs()] == [f"{CDI_VENDOR}-claim_{uid_of(first)}.json"]
     # The label stays while the first claim is prepared, and goes with the last claim.
     assert kubelet.unprepare(second) == {uid_of(second): ""}
     assert node_label(raw, node) == uid_of(cd)
@@ -571,7 +590,7 @@ def test_channel_owned_by_another_claim(plugin: PluginProcess, raw: RawClient, n
 def test_node_of_another_domain_is_refused(plugin: PluginProcess, raw: RawClient, namespace: str,
                                            node: SimNode) -> None:
     busy = make_cd(raw, namespace)
-    raw.patch(NODES, node.name, {"metadata": {"labels": {C.LABEL_COMPUTE_DOMAIN: uid_of(busy)}}})
+    raw.patch(NODES, node.name, {"metadata": {"labels": {LABEL_COMPUTE_DOMAIN: uid_of(busy)}}})
     cd = make_cd(raw, namespace)
     claim = allocated_claim(raw, namespace, node.name, channel_params(cd))
     res = Kubelet(plugin).prepare(claim)[uid_of(claim)]
@@ -595,15 +614,15 @@ def test_daemon_claim_while_channel_claim_waits(plugin_factory: Callable[..., Pl
     res = kubelet.prepare(daemon)[uid_of(daemon)]
     assert t.is_alive(), "the daemon claim must be prepared while the channel claim still waits"
     assert res.error == ""
-    assert list(res.devices[0].cdi_device_ids) == [f"{C.CDI_KIND_DEVICE}=all",
-                                                   f"{C.CDI_KIND_CLAIM}={uid_of(daemon)}-daemon-0"]
+    assert list(res.devices[0].cdi_device_ids) == [f"{CDI_KIND_DEVICE}=all",
+                                                   f"{CDI_KIND_CLAIM}={uid_of(daemon)}-daemon-0"]
     domain_dir = plugin.plugin_dir / "domains" / uid_of(cd)
     assert (domain_dir / IMEXD_TEMPLATE_NAME).read_text() == \
         (Path(__file__).resolve().parents[2] / "cdriver" / "templates" / IMEX_CONFIG_TEMPLATE_NAME).read_text()
     edits = CDIRegistry([str(plugin.cdi_root)]).resolve(list(res.devices[0].cdi_device_ids))
     env = dict(e.split("=", 1) for e in edits.env)
-    assert env[C.ENV_CLIQUE_ID] == f"{CLUSTER_UUID}.3"
-    assert (env[C.ENV_CD_UUID], env[C.ENV_CD_NAME], env[C.ENV_CD_NAMESPACE]) == (
+    assert env[ENV_CLIQUE_ID] == f"{CLUSTER_UUID}.3"
+    assert (env[ENV_CD_UUID], env[ENV_CD_NAME], env[ENV_CD_NAMESPACE]) == (
         uid_of(cd), cd["metadata"]["name"], namespace)
     mounts = {m.container_path: m.host_path for m in edits.mounts}
     assert mounts.pop("/imexd") == str(domain_dir)
@@ -646,8 +665,8 @@ def test_killed_between_started_and_completed(plugin_factory: Callable[..., Plug
     assert errors == ["UNAVAILABLE"]
 
     # A crash between writing a claim's CDI spec and recording it leaves a spec no record owns.
-    orphan = plugin.cdi_root / f"{C.CDI_VENDOR}-claim_{uuid.uuid4()}.json"
-    orphan.write_text(json.dumps({"cdiVersion": "0.5.0", "kind": C.CDI_KIND_CLAIM, "devices": [
+    orphan = plugin.cdi_root / f"{CDI_VENDOR}-claim_{uuid.uuid4()}.json"
+    orphan.write_text(json.dumps({"cdiVersion": "0.5.0", "kind": CDI_KIND_CLAIM, "devices": [
         {"name": "x-channel-0", "containerEdits": {"env": ["A=B"]}}]}))
     plugin.extra_args = []
     plugin.start()  # same directories: stale sockets are replaced, the checkpoint is kept
@@ -657,7 +676,7 @@ def test_killed_between_started_and_completed(plugin_factory: Callable[..., Plug
     assert res.error == ""
     claims = plugin.checkpoint()
     assert list(claims) == [uid_of(claim)] and claims[uid_of(claim)].state == "PrepareCompleted"
-    assert [p.name for p in plugin.claim_specs()] == [f"{C.CDI_VENDOR}-claim_{uid_of(claim)}.json"]
+    assert [p.name for p in plugin.claim_specs()] == [f"{CDI_VENDOR}-claim_{uid_of(claim)}.json"]
     assert kubelet.unprepare(claim) == {uid_of(claim): ""}
     assert plugin.claim_specs() == [] and plugin.checkpoint() == {} and node_label(raw, node) is None
     leftovers = [p.name for p in plugin.plugin_dir.iterdir() if p.name.startswith(".")]

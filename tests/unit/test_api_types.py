@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from cdriver.api import constants as C
+from cdriver.api import constants
 from cdriver.api.types import (
     ChannelConfig,
     CliqueDaemon,
@@ -28,9 +28,9 @@ def cd_obj(**spec_overrides: object) -> dict:
                                              "allocationMode": "All"}}
     spec.update(spec_overrides)
     return {
-        "apiVersion": C.API_VERSION, "kind": C.KIND_COMPUTE_DOMAIN,
+        "apiVersion": constants.API_VERSION, "kind": constants.KIND_COMPUTE_DOMAIN,
         "metadata": {"name": "cd1", "namespace": "team", "uid": UID, "resourceVersion": "7",
-                     "finalizers": [C.FINALIZER]},
+                     "finalizers": [constants.FINALIZER]},
         "spec": spec,
         "status": {"status": "Ready", "nodes": [
             {"name": "node-a", "ipAddress": "10.0.0.1", "cliqueID": "uuid.1", "index": 0,
@@ -44,10 +44,10 @@ def test_compute_domain_fields() -> None:
     assert (cd.name, cd.namespace, cd.uid) == ("cd1", "team", UID)
     assert cd.num_nodes == 2
     assert cd.channel_template_name == "imex-channel-0"
-    assert cd.allocation_mode == C.ALLOCATION_MODE_ALL
+    assert cd.allocation_mode == constants.ALLOCATION_MODE_ALL
     assert cd.status == "Ready"
     assert cd.nodes[0].clique_id == "uuid.1" and cd.nodes[0].ip_address == "10.0.0.1"
-    assert cd.finalizers == [C.FINALIZER] and not cd.deleting
+    assert cd.finalizers == [constants.FINALIZER] and not cd.deleting
     assert cd.resource_version == "7"
 
 
@@ -56,7 +56,7 @@ def test_compute_domain_defaults() -> None:
     del obj["spec"]["numNodes"]
     del obj["status"]
     cd = ComputeDomain.from_dict(obj)
-    assert cd.allocation_mode == C.ALLOCATION_MODE_SINGLE
+    assert cd.allocation_mode == constants.ALLOCATION_MODE_SINGLE
     assert cd.num_nodes == 0
     assert cd.status == "" and cd.nodes == []
 
@@ -64,15 +64,15 @@ def test_compute_domain_defaults() -> None:
 def test_node_entry_defaults_to_not_ready() -> None:
     obj = cd_obj()
     del obj["status"]["nodes"][0]["status"]
-    assert ComputeDomain.from_dict(obj).nodes[0].status == C.STATUS_NOT_READY
+    assert ComputeDomain.from_dict(obj).nodes[0].status == constants.STATUS_NOT_READY
 
 
 def test_to_dict_keeps_unknown_metadata_and_writes_status() -> None:
     obj = cd_obj()
     obj["metadata"]["annotations"] = {"keep": "me"}
     cd = ComputeDomain.from_dict(obj)
-    cd.nodes[0].status = C.STATUS_NOT_READY
-    cd.status = C.STATUS_NOT_READY
+    cd.nodes[0].status = constants.STATUS_NOT_READY
+    cd.status = constants.STATUS_NOT_READY
     out = cd.to_dict()
     assert out["metadata"]["annotations"] == {"keep": "me"}
     assert out["status"]["status"] == "NotReady"
@@ -118,7 +118,7 @@ def test_compute_domain_rejects_non_object() -> None:
 
 def clique_obj() -> dict:
     return {
-        "apiVersion": C.API_VERSION, "kind": C.KIND_COMPUTE_DOMAIN_CLIQUE,
+        "apiVersion": constants.API_VERSION, "kind": constants.KIND_COMPUTE_DOMAIN_CLIQUE,
         "metadata": {"name": f"{UID}.uuid.1", "namespace": "driver"},
         "daemons": [
             {"nodeName": "node-a", "ipAddress": "10.0.0.1", "cliqueID": "uuid.1", "index": 0,
@@ -163,7 +163,7 @@ def test_clique_rejects_bad_input(mutate, fragment: str) -> None:
 
 
 def channel_params(**extra: object) -> dict:
-    params = {"apiVersion": C.API_VERSION, "kind": C.KIND_CHANNEL_CONFIG, "domainID": UID}
+    params = {"apiVersion": constants.API_VERSION, "kind": constants.KIND_CHANNEL_CONFIG, "domainID": UID}
     params.update(extra)
     return params
 
@@ -172,7 +172,7 @@ def test_decode_channel_and_daemon_configs() -> None:
     assert decode_opaque_config(channel_params()) == ChannelConfig(UID, "Single")
     cfg = decode_opaque_config(channel_params(allocationMode="All"))
     assert cfg == ChannelConfig(UID, "All") and cfg.all_channels
-    daemon = {"apiVersion": C.API_VERSION, "kind": C.KIND_DAEMON_CONFIG, "domainID": UID}
+    daemon = {"apiVersion": constants.API_VERSION, "kind": constants.KIND_DAEMON_CONFIG, "domainID": UID}
     assert decode_opaque_config(daemon) == DaemonConfig(UID)
     assert decode_opaque_config(ChannelConfig(UID, "All").to_dict()) == ChannelConfig(UID, "All")
     assert decode_opaque_config(DaemonConfig(UID).to_dict()) == DaemonConfig(UID)
@@ -192,9 +192,9 @@ def test_decode_channel_and_daemon_configs() -> None:
     (channel_params(allocationMode=1), "field allocationMode: expected a string"),
     (channel_params(apiVersion="resource.nvidia.com/v1"), "field apiVersion: must be"),
     (channel_params(kind="GpuConfig"), "field kind: must be one of"),
-    ({"apiVersion": C.API_VERSION, "kind": C.KIND_DAEMON_CONFIG, "domainID": UID,
+    ({"apiVersion": constants.API_VERSION, "kind": constants.KIND_DAEMON_CONFIG, "domainID": UID,
       "allocationMode": "All"}, "field allocationMode: unknown field"),
-    ({"kind": C.KIND_CHANNEL_CONFIG, "domainID": UID}, "field apiVersion: is required"),
+    ({"kind": constants.KIND_CHANNEL_CONFIG, "domainID": UID}, "field apiVersion: is required"),
     ([UID], "expected an object"),
     (None, "expected an object"),
 ])

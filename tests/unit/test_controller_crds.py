@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cdriver.api import constants as C
+from cdriver.api import constants
 from cdriver.api.types import ComputeDomain, ComputeDomainClique, ValidationError
 from cdriver.kube.raw import RESOURCES
 
@@ -19,18 +19,18 @@ CRD_DIR = Path(__file__).resolve().parents[2] / "helm" / "cdriver" / "crds"
 
 
 def load(plural: str) -> dict:
-    path = CRD_DIR / f"{C.GROUP}_{plural}.yaml"
+    path = CRD_DIR / f"{constants.GROUP}_{plural}.yaml"
     return yaml.safe_load(path.read_text())
 
 
 @pytest.fixture(scope="module")
 def cd_crd() -> dict:
-    return load(C.PLURAL_COMPUTE_DOMAINS)
+    return load(constants.PLURAL_COMPUTE_DOMAINS)
 
 
 @pytest.fixture(scope="module")
 def clique_crd() -> dict:
-    return load(C.PLURAL_COMPUTE_DOMAIN_CLIQUES)
+    return load(constants.PLURAL_COMPUTE_DOMAIN_CLIQUES)
 
 
 def version(crd: dict) -> dict:
@@ -89,12 +89,12 @@ def sample(sch: dict, name: str = "x"):
         return True
     if sch.get("format") == "date-time":
         return "2030-01-01T00:00:00Z"
-    return {"apiVersion": C.API_VERSION}.get(name, f"{name}-value")
+    return {"apiVersion": constants.API_VERSION}.get(name, f"{name}-value")
 
 
 def full_cd(cd_crd: dict) -> dict:
     obj = sample(schema(cd_crd))
-    obj["kind"] = C.KIND_COMPUTE_DOMAIN
+    obj["kind"] = constants.KIND_COMPUTE_DOMAIN
     return obj
 
 
@@ -108,18 +108,18 @@ def spec_only(cd_crd: dict) -> dict:
 
 def test_names_match_the_api_and_add_short_names(cd_crd, clique_crd):
     for crd, kind, plural, short in (
-        (cd_crd, C.KIND_COMPUTE_DOMAIN, C.PLURAL_COMPUTE_DOMAINS, "cd"),
-        (clique_crd, C.KIND_COMPUTE_DOMAIN_CLIQUE, C.PLURAL_COMPUTE_DOMAIN_CLIQUES, "cdclique"),
+        (cd_crd, constants.KIND_COMPUTE_DOMAIN, constants.PLURAL_COMPUTE_DOMAINS, "cd"),
+        (clique_crd, constants.KIND_COMPUTE_DOMAIN_CLIQUE, constants.PLURAL_COMPUTE_DOMAIN_CLIQUES, "cdclique"),
     ):
         spec = crd["spec"]
-        assert crd["metadata"]["name"] == f"{plural}.{C.GROUP}"
-        assert spec["group"] == C.GROUP and spec["scope"] == "Namespaced"
+        assert crd["metadata"]["name"] == f"{plural}.{constants.GROUP}"
+        assert spec["group"] == constants.GROUP and spec["scope"] == "Namespaced"
         assert spec["names"]["kind"] == kind and spec["names"]["listKind"] == f"{kind}List"
         assert spec["names"]["plural"] == plural and spec["names"]["shortNames"] == [short]
         v = version(crd)
-        assert (v["name"], v["served"], v["storage"]) == (C.VERSION, True, True)
+        assert (v["name"], v["served"], v["storage"]) == (constants.VERSION, True, True)
         res = RESOURCES[plural]
-        assert (res.group, res.version, res.kind) == (C.GROUP, C.VERSION, kind)
+        assert (res.group, res.version, res.kind) == (constants.GROUP, constants.VERSION, kind)
     assert version(cd_crd)["subresources"] == {"status": {}}
     assert "subresources" not in version(clique_crd)
 
@@ -130,12 +130,12 @@ def test_spec_is_immutable_and_enums_match_constants(cd_crd):
         {"rule": "self == oldSelf", "message": "A computeDomain.spec is immutable"}]
     assert spec["required"] == ["channel"]
     mode = spec["properties"]["channel"]["properties"]["allocationMode"]
-    assert set(mode["enum"]) == set(C.ALLOCATION_MODES)
-    assert mode["default"] == C.ALLOCATION_MODE_SINGLE
+    assert set(mode["enum"]) == set(constants.ALLOCATION_MODES)
+    assert mode["default"] == constants.ALLOCATION_MODE_SINGLE
     assert spec["properties"]["numNodes"] == {**spec["properties"]["numNodes"], "default": 0,
                                                "minimum": 0}
     status = schema(cd_crd)["properties"]["status"]["properties"]
-    assert set(status["status"]["enum"]) == {C.STATUS_READY, C.STATUS_NOT_READY}
+    assert set(status["status"]["enum"]) == {constants.STATUS_READY, constants.STATUS_NOT_READY}
     assert status["nodes"]["x-kubernetes-list-map-keys"] == ["name"]
 
 
@@ -143,8 +143,8 @@ def test_clique_daemons_are_a_map_keyed_by_node_name(clique_crd):
     daemons = schema(clique_crd)["properties"]["daemons"]
     assert daemons["x-kubernetes-list-type"] == "map"
     assert daemons["x-kubernetes-list-map-keys"] == ["nodeName"]
-    assert set(daemons["items"]["properties"]["status"]["enum"]) == {C.STATUS_READY,
-                                                                      C.STATUS_NOT_READY}
+    assert set(daemons["items"]["properties"]["status"]["enum"]) == {constants.STATUS_READY,
+                                                                      constants.STATUS_NOT_READY}
 
 
 # --- both directions -----------------------------------------------------------------------
@@ -153,14 +153,14 @@ def test_every_crd_field_is_understood_by_the_api_types(cd_crd, clique_crd):
     cd = ComputeDomain.from_dict(full_cd(cd_crd))
     assert cd.channel_template_name == "name-value"
     clique = sample(schema(clique_crd))
-    clique["kind"] = C.KIND_COMPUTE_DOMAIN_CLIQUE
+    clique["kind"] = constants.KIND_COMPUTE_DOMAIN_CLIQUE
     assert ComputeDomainClique.from_dict(clique).daemons[0].node_name == "nodeName-value"
 
 
 def test_non_fabric_node_entry_as_the_controller_writes_it_is_readable(cd_crd):
     obj = full_cd(cd_crd)
     obj["status"]["nodes"] = [{"name": "n1", "ipAddress": "10.0.0.1", "cliqueID": "",
-                               "index": -1, "status": C.STATUS_READY}]
+                               "index": -1, "status": constants.STATUS_READY}]
     assert validate(obj, schema(cd_crd)) == []
     assert ComputeDomain.from_dict(obj).nodes[0].clique_id == ""
 
@@ -169,7 +169,7 @@ def test_what_the_api_types_write_fits_the_crd(cd_crd, clique_crd):
     cd = ComputeDomain.from_dict(full_cd(cd_crd))
     assert validate(cd.to_dict(), schema(cd_crd)) == []
     clique = sample(schema(clique_crd))
-    clique["kind"] = C.KIND_COMPUTE_DOMAIN_CLIQUE
+    clique["kind"] = constants.KIND_COMPUTE_DOMAIN_CLIQUE
     decoded = ComputeDomainClique.from_dict(clique)
     assert validate(decoded.to_dict(), schema(clique_crd)) == []
     for d in decoded.daemons:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from cdriver import featuregates as fg
-from cdriver.api import constants as C
+from cdriver.api import constants
 from cdriver.api.types import decode_opaque_config
 from cdriver.featuregates import ENV_FEATURE_GATES
-from cdriver.roles.controller import desired as W
+from cdriver.roles.controller import desired
 from cdriver.roles.controller.desired import DAEMON_POD_CLAIM_NAME
 from cdriver.roles.controller.reconciler import parse_domain
 from cdriver.roles.controller.settings import ControllerSettings
@@ -23,7 +23,7 @@ def domain(mode: str | None = None, template: str = "imex-channel-0", ns: str = 
     if mode is not None:
         channel["allocationMode"] = mode
     return parse_domain({
-        "apiVersion": C.API_VERSION, "kind": C.KIND_COMPUTE_DOMAIN,
+        "apiVersion": constants.API_VERSION, "kind": constants.KIND_COMPUTE_DOMAIN,
         "metadata": {"name": "cd1", "namespace": ns, "uid": UID},
         "spec": {"numNodes": 0, "channel": channel},
     })
@@ -43,21 +43,21 @@ def opaque(template: dict) -> dict:
 
 
 def test_workload_template_names_labels_and_channel_config():
-    obj = W.workload_claim_template(domain(), settings())
+    obj = desired.workload_claim_template(domain(), settings())
     meta = obj["metadata"]
     assert (obj["apiVersion"], obj["kind"]) == ("resource.k8s.io/v1", "ResourceClaimTemplate")
     assert (meta["namespace"], meta["name"]) == ("team-a", "imex-channel-0")
-    assert meta["finalizers"] == [C.FINALIZER]
-    assert meta["labels"] == {C.LABEL_COMPUTE_DOMAIN: UID, C.LABEL_TARGET: C.TARGET_WORKLOAD}
+    assert meta["finalizers"] == [constants.FINALIZER]
+    assert meta["labels"] == {constants.LABEL_COMPUTE_DOMAIN: UID, constants.LABEL_TARGET: constants.TARGET_WORKLOAD}
     requests = obj["spec"]["spec"]["devices"]["requests"]
     assert requests == [{"name": "channel", "exactly": {
-        "deviceClassName": C.DEVICE_CLASS_DEFAULT_CHANNEL}}]
+        "deviceClassName": constants.DEVICE_CLASS_DEFAULT_CHANNEL}}]
     config = opaque(obj)
     assert config["requests"] == ["channel"]
-    assert config["opaque"]["driver"] == C.DRIVER_NAME
+    assert config["opaque"]["driver"] == constants.DRIVER_NAME
     # The node plugin decodes exactly this, strictly.
     decoded = decode_opaque_config(config["opaque"]["parameters"])
-    assert decoded.domain_id == UID and decoded.allocation_mode == C.ALLOCATION_MODE_SINGLE
+    assert decoded.domain_id == UID and decoded.allocation_mode == constants.ALLOCATION_MODE_SINGLE
 
 
 @pytest.mark.parametrize("asked,host,expected", [
@@ -65,20 +65,20 @@ def test_workload_template_names_labels_and_channel_config():
     ("All", True, "Single"), ("Single", True, "Single"), (None, True, "Single"),
 ])
 def test_allocation_mode_passes_through_or_is_forced_to_single_in_host_mode(asked, host, expected):
-    obj = W.workload_claim_template(domain(asked), settings(host_managed=host))
+    obj = desired.workload_claim_template(domain(asked), settings(host_managed=host))
     assert opaque(obj)["opaque"]["parameters"]["allocationMode"] == expected
-    assert W.allocation_mode_forced(asked or "", host) is (host and asked == "All")
+    assert desired.allocation_mode_forced(asked or "", host) is (host and asked == "All")
 
 
 def test_daemon_template_lives_in_driver_namespace_with_daemon_config():
-    obj = W.daemon_claim_template(domain(), settings())
+    obj = desired.daemon_claim_template(domain(), settings())
     meta = obj["metadata"]
     assert (meta["namespace"], meta["name"]) == ("driver-ns", f"computedomain-daemon-{UID}")
-    assert meta["labels"] == {C.LABEL_COMPUTE_DOMAIN: UID, C.LABEL_TARGET: C.TARGET_DAEMON}
+    assert meta["labels"] == {constants.LABEL_COMPUTE_DOMAIN: UID, constants.LABEL_TARGET: constants.TARGET_DAEMON}
     assert obj["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] \
-        == C.DEVICE_CLASS_DAEMON
+        == constants.DEVICE_CLASS_DAEMON
     params = opaque(obj)["opaque"]["parameters"]
-    assert params == {"apiVersion": C.API_VERSION, "kind": C.KIND_DAEMON_CONFIG, "domainID": UID}
+    assert params == {"apiVersion": constants.API_VERSION, "kind": constants.KIND_DAEMON_CONFIG, "domainID": UID}
     assert decode_opaque_config(params).domain_id == UID
 
 
@@ -93,15 +93,15 @@ def test_daemon_set_targets_labelled_nodes_and_runs_the_daemon():
     gates = fg.FeatureGates.parse("ComputeDomainCliques=false,IMEXDaemonsWithDNSNames=false")
     s = settings(feature_gates_env=gates.to_env(), max_nodes_per_imex_domain=9,
                  daemon_log_verbosity=5, image_pull_secrets=("pull-a", "pull-b"))
-    ds = W.daemon_set(domain(), s, "legacy-template-name")
+    ds = desired.daemon_set(domain(), s, "legacy-template-name")
     meta, spec = ds["metadata"], ds["spec"]
     pod = spec["template"]["spec"]
     assert (meta["namespace"], meta["name"]) == ("driver-ns", f"computedomain-daemon-{UID}")
-    assert meta["finalizers"] == [C.FINALIZER]
-    assert spec["selector"] == {"matchLabels": {C.LABEL_COMPUTE_DOMAIN: UID}}
-    assert spec["template"]["metadata"]["labels"][C.LABEL_COMPUTE_DOMAIN] == UID
-    assert pod["nodeSelector"] == {C.LABEL_COMPUTE_DOMAIN: UID}
-    assert pod["serviceAccountName"] == C.DAEMON_SERVICE_ACCOUNT
+    assert meta["finalizers"] == [constants.FINALIZER]
+    assert spec["selector"] == {"matchLabels": {constants.LABEL_COMPUTE_DOMAIN: UID}}
+    assert spec["template"]["metadata"]["labels"][constants.LABEL_COMPUTE_DOMAIN] == UID
+    assert pod["nodeSelector"] == {constants.LABEL_COMPUTE_DOMAIN: UID}
+    assert pod["serviceAccountName"] == constants.DAEMON_SERVICE_ACCOUNT
     assert pod["imagePullSecrets"] == [{"name": "pull-a"}, {"name": "pull-b"}]
     assert {t["effect"] for t in pod["tolerations"]} == {"NoSchedule", "NoExecute",
                                                          "PreferNoSchedule"}
@@ -117,44 +117,44 @@ def test_daemon_set_targets_labelled_nodes_and_runs_the_daemon():
     env = _env(container)
     assert env[ENV_FEATURE_GATES] == gates.to_env()
     assert "ComputeDomainCliques=false," in env[ENV_FEATURE_GATES]
-    assert env[C.ENV_MAX_NODES] == "9" and env["LOG_VERBOSITY"] == "5"
-    for name, path in W.DOWNWARD_ENV:
+    assert env[constants.ENV_MAX_NODES] == "9" and env["LOG_VERBOSITY"] == "5"
+    for name, path in desired.DOWNWARD_ENV:
         assert env[name] == {"fieldRef": {"fieldPath": path}}
     assert set(env) >= {"NODE_NAME", "POD_IP", "POD_NAME", "POD_NAMESPACE", "POD_UID"}
 
 
 def test_daemon_pods_are_guaranteed_qos_with_priority_class():
-    ds = W.daemon_set(domain(), settings(daemon_cpu="250m", daemon_memory="128Mi",
-                                         daemon_priority_class="imex-critical"), "t")
+    ds = desired.daemon_set(domain(), settings(daemon_cpu="250m", daemon_memory="128Mi",
+                                               daemon_priority_class="imex-critical"), "t")
     pod = ds["spec"]["template"]["spec"]
     resources = pod["containers"][0]["resources"]
     assert resources["requests"] == resources["limits"] == {"cpu": "250m", "memory": "128Mi"}
     assert pod["priorityClassName"] == "imex-critical"
-    no_class = W.daemon_set(domain(), settings(daemon_priority_class=""), "t")
+    no_class = desired.daemon_set(domain(), settings(daemon_priority_class=""), "t")
     assert "priorityClassName" not in no_class["spec"]["template"]["spec"]
     assert "imagePullSecrets" not in no_class["spec"]["template"]["spec"]
 
 
 def test_values_are_quoted_safely():
     # A template name that YAML would otherwise read as a number/bool stays a string.
-    obj = W.workload_claim_template(domain(template="123"), settings())
+    obj = desired.workload_claim_template(domain(template="123"), settings())
     assert obj["metadata"]["name"] == "123"
-    ds = W.daemon_set(domain(), settings(daemon_image="img: {weird}"), "t")
+    ds = desired.daemon_set(domain(), settings(daemon_image="img: {weird}"), "t")
     assert ds["spec"]["template"]["spec"]["containers"][0]["image"] == "img: {weird}"
 
 
 def test_host_managed_domain_gets_only_the_workload_template():
-    host = W.desired_objects(domain("All"), settings(host_managed=True))
+    host = desired.desired_objects(domain("All"), settings(host_managed=True))
     assert host.daemon_template is None and host.daemon_set is None
     assert host.workload_template["metadata"]["name"] == "imex-channel-0"
-    driver = W.desired_objects(domain(), settings())
+    driver = desired.desired_objects(domain(), settings())
     assert driver.daemon_set["spec"]["template"]["spec"]["resourceClaims"][0][
         "resourceClaimTemplateName"] == driver.daemon_template["metadata"]["name"]
 
 
 def test_ownership_is_by_domain_label():
-    obj = W.workload_claim_template(domain(), settings())
-    assert W.owned_by(obj, UID)
-    assert not W.owned_by(obj, "other-uid")
-    assert not W.owned_by({"metadata": {"name": "x"}}, UID)
-    assert W.has_finalizer(obj) and not W.is_terminating(obj)
+    obj = desired.workload_claim_template(domain(), settings())
+    assert desired.owned_by(obj, UID)
+    assert not desired.owned_by(obj, "other-uid")
+    assert not desired.owned_by({"metadata": {"name": "x"}}, UID)
+    assert desired.has_finalizer(obj) and not desired.is_terminating(obj)

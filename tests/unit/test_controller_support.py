@@ -6,8 +6,8 @@ from __future__ import annotations
 import click
 import pytest
 
-from cdriver.api import constants as C
-from cdriver.roles.controller import desired as W
+from cdriver.api import constants
+from cdriver.roles.controller import desired
 from cdriver.roles.controller.cleanup import objects_of, orphan_domains
 from cdriver.roles.controller.cli import parse_duration
 from cdriver.roles.controller.metrics import ControllerMetrics, parse_endpoint
@@ -81,7 +81,7 @@ def test_bad_endpoints(text):
 
 def test_metrics_render_domain_counts_and_queue_depth():
     metrics = ControllerMetrics()
-    metrics.bind(lambda: {C.STATUS_READY: 3, "": 1}, lambda: 7)
+    metrics.bind(lambda: {constants.STATUS_READY: 3, "": 1}, lambda: 7)
     metrics.write("create", "daemonsets")
     text = metrics.render().decode()
     assert 'nvidia_dra_compute_domain_info{status="Ready"} 3.0' in text
@@ -94,7 +94,7 @@ def test_metrics_render_domain_counts_and_queue_depth():
 
 DS = {"apiVersion": "apps/v1", "kind": "DaemonSet",
       "metadata": {"name": "d", "namespace": "n", "uid": "x", "resourceVersion": "5",
-                   "labels": {C.LABEL_COMPUTE_DOMAIN: "u"}, "finalizers": [C.FINALIZER],
+                   "labels": {constants.LABEL_COMPUTE_DOMAIN: "u"}, "finalizers": [constants.FINALIZER],
                    "annotations": {"a": "b"}, "managedFields": [{"manager": "m"}]},
       "spec": {"template": {}}, "status": {"numberReady": 1}}
 
@@ -103,7 +103,7 @@ def test_trim_keeps_what_the_controller_reads():
     slim = metadata_only(DS)
     assert slim == {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {
         "name": "d", "namespace": "n", "uid": "x", "resourceVersion": "5",
-        "labels": {C.LABEL_COMPUTE_DOMAIN: "u"}, "finalizers": [C.FINALIZER]}}
+        "labels": {constants.LABEL_COMPUTE_DOMAIN: "u"}, "finalizers": [constants.FINALIZER]}}
     full = without_managed_fields(DS)
     assert "managedFields" not in full["metadata"] and full["spec"] == DS["spec"]
     assert full["metadata"]["annotations"] == {"a": "b"}
@@ -152,7 +152,7 @@ def test_trimming_client_trims_lists_and_watch_events():
 
 def obj(name: str, rv: int, uid: str = "u") -> dict:
     return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": str(rv),
-                         "labels": {C.LABEL_COMPUTE_DOMAIN: uid}}}
+                         "labels": {constants.LABEL_COMPUTE_DOMAIN: uid}}}
 
 
 def test_overlay_prefers_the_newer_copy():
@@ -196,37 +196,37 @@ def test_overlay_entries_expire():
 # --- rendering, indexes, orphans --------------------------------------------------------------
 
 def _cd(uid: str, template: str):
-    return parse_domain({"apiVersion": C.API_VERSION, "kind": C.KIND_COMPUTE_DOMAIN,
+    return parse_domain({"apiVersion": constants.API_VERSION, "kind": constants.KIND_COMPUTE_DOMAIN,
                          "metadata": {"name": "n", "namespace": "ns", "uid": uid},
                          "spec": {"channel": {"resourceClaimTemplate": {"name": template}}}})
 
 
 def test_cached_rendering_equals_a_fresh_render_and_never_mixes_domains():
     settings = ControllerSettings(feature_gates_env="X=true,")
-    first = W.daemon_set(_cd("u-1", "t1"), settings, "claim-1")
-    second = W.daemon_set(_cd("u-2", "t2"), settings, "claim-2")
-    assert first["metadata"]["labels"][C.LABEL_COMPUTE_DOMAIN] == "u-1"
+    first = desired.daemon_set(_cd("u-1", "t1"), settings, "claim-1")
+    second = desired.daemon_set(_cd("u-2", "t2"), settings, "claim-2")
+    assert first["metadata"]["labels"][constants.LABEL_COMPUTE_DOMAIN] == "u-1"
     assert second["metadata"]["name"] == "computedomain-daemon-u-2"
     assert second["spec"]["template"]["spec"]["resourceClaims"][0][
         "resourceClaimTemplateName"] == "claim-2"
     assert "u-1" not in repr(second)
-    static = dict(W._common(C.TARGET_WORKLOAD), request_name="channel",
-                  device_class=C.DEVICE_CLASS_DEFAULT_CHANNEL, config_kind=C.KIND_CHANNEL_CONFIG)
-    direct = W.render(W.WORKLOAD_TEMPLATE, domain_uid="u-3", name="t<&>'3", namespace="ns",
-                      allocation_mode="All", **static)
-    cached = W.render_cached(W.WORKLOAD_TEMPLATE, {"domain_uid": "u-3", "name": "t<&>'3",
-                                                   "namespace": "ns", "allocation_mode": "All"},
-                             **static)
+    static = dict(desired._common(constants.TARGET_WORKLOAD), request_name="channel",
+                  device_class=constants.DEVICE_CLASS_DEFAULT_CHANNEL, config_kind=constants.KIND_CHANNEL_CONFIG)
+    direct = desired.render(desired.WORKLOAD_TEMPLATE, domain_uid="u-3", name="t<&>'3", namespace="ns",
+                            allocation_mode="All", **static)
+    cached = desired.render_cached(desired.WORKLOAD_TEMPLATE, {"domain_uid": "u-3", "name": "t<&>'3",
+                                                               "namespace": "ns", "allocation_mode": "All"},
+                                   **static)
     assert cached == direct
 
 
 def test_indexes_and_orphans():
-    rct = {"metadata": {"labels": {C.LABEL_COMPUTE_DOMAIN: "u1", C.LABEL_TARGET: "Workload"}}}
+    rct = {"metadata": {"labels": {constants.LABEL_COMPUTE_DOMAIN: "u1", constants.LABEL_TARGET: "Workload"}}}
     assert domain_target_index(rct) == ["u1/Workload"]
     assert domain_index(rct) == ["u1"]
-    clique = {"kind": C.KIND_COMPUTE_DOMAIN_CLIQUE, "metadata": {"name": "u9.c.0"}}
+    clique = {"kind": constants.KIND_COMPUTE_DOMAIN_CLIQUE, "metadata": {"name": "u9.c.0"}}
     assert domain_index(clique) == ["u9"]
     assert domain_index({"metadata": {"name": "x"}}) == []
-    objs = [rct, {"metadata": {"labels": {C.LABEL_COMPUTE_DOMAIN: "u2"}}}, {"metadata": {}}]
+    objs = [rct, {"metadata": {"labels": {constants.LABEL_COMPUTE_DOMAIN: "u2"}}}, {"metadata": {}}]
     assert orphan_domains({"u1"}, objs) == {"u2"}
     assert objects_of("u1", objs) == [rct]

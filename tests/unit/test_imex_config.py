@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from cdriver.api import constants as c
+from cdriver.api import constants
 from cdriver.imex import config
 from cdriver.imex.config import (
     DEFAULT_IMEX_NODES_CONFIG,
@@ -208,7 +208,7 @@ def test_dns_nodes_config_lists_max_names():
     assert lines[-1] == "compute-domain-daemon-0017"
     with pytest.raises(ImexConfigError) as err:
         config.dns_nodes_config(0)
-    assert c.ENV_MAX_NODES in str(err.value)
+    assert constants.ENV_MAX_NODES in str(err.value)
 
 
 def test_write_file_atomic_writes_mode_and_content(tmp_path):

@@ -9,7 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from cdriver.api import constants as c
+from cdriver.api.constants import (
+    ENV_CD_UUID,
+    ENV_CLIQUE_ID,
+    ENV_MAX_NODES,
+    ENV_NODE_NAME,
+    ENV_POD_IP,
+    ENV_POD_NAME,
+    ENV_POD_NAMESPACE,
+    ENV_POD_UID,
+)
 from cdriver.roles.imex_daemon.cli import ENV_IMEXD_DIR, IMEX_CHECK_NOOP_MESSAGE
 from cdriver.roles.imex_daemon.inputs import IMEXD_STATE_NAME
 
@@ -25,7 +34,7 @@ def fake_ctl(tmp_path: Path, output: str, code: int = 0) -> Path:
 
 
 def run_cli(tmp_path: Path, *args: str, clique: str = "uuid.0", **env: str) -> subprocess.CompletedProcess:
-    full = {**os.environ, c.ENV_CLIQUE_ID: clique, ENV_IMEXD_DIR: str(tmp_path / "imexd"), **env}
+    full = {**os.environ, ENV_CLIQUE_ID: clique, ENV_IMEXD_DIR: str(tmp_path / "imexd"), **env}
     return subprocess.run([sys.executable, "-m", "cdriver", "imex-daemon", *args], env=full,
                           capture_output=True, text=True, timeout=60)
 
@@ -73,9 +82,9 @@ def test_check_reports_a_blocking_port_conflict_without_asking_the_wrong_daemon(
 
 
 def test_run_reports_bad_inputs_without_a_traceback(tmp_path: Path) -> None:
-    result = run_cli(tmp_path, "run", **{c.ENV_CD_UUID: "u", c.ENV_MAX_NODES: "0", c.ENV_POD_IP: "x",
-                                         c.ENV_NODE_NAME: "", c.ENV_POD_NAME: "p", c.ENV_POD_NAMESPACE: "n",
-                                         c.ENV_POD_UID: "i"})
+    result = run_cli(tmp_path, "run", **{ENV_CD_UUID: "u", ENV_MAX_NODES: "0", ENV_POD_IP: "x",
+                                         ENV_NODE_NAME: "", ENV_POD_NAME: "p", ENV_POD_NAMESPACE: "n",
+                                         ENV_POD_UID: "i"})
     assert result.returncode == 1
     assert "MAX_NODES_PER_IMEX_DOMAIN=0" in result.stderr and "POD_IP='x'" in result.stderr
     assert "Traceback" not in result.stderr

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdriver.api import constants as c
+from cdriver.api import constants
 from cdriver.roles.imex_daemon import clique as cl
 
 pytestmark = pytest.mark.unit
@@ -12,7 +12,7 @@ pytestmark = pytest.mark.unit
 CQ = "00000000-0000-0000-0000-0000000000ab.0"
 
 
-def entry(node: str, ip: str, index: int, status: str = c.STATUS_NOT_READY, clique: str = CQ) -> dict:
+def entry(node: str, ip: str, index: int, status: str = constants.STATUS_NOT_READY, clique: str = CQ) -> dict:
     return {"nodeName": node, "ipAddress": ip, "cliqueID": clique, "index": index, "status": status}
 
 
@@ -39,10 +39,10 @@ def test_indices_of_other_cliques_do_not_count() -> None:
 
 
 def test_existing_member_keeps_index_and_status_and_only_ip_changes() -> None:
-    entries = [entry("a", "10.0.0.1", 3, c.STATUS_READY)]
+    entries = [entry("a", "10.0.0.1", 3, constants.STATUS_READY)]
     out, changed = cl.upsert_entry(entries, cl.Member("a", "10.0.0.9", CQ), 18)
     assert changed
-    assert out == [entry("a", "10.0.0.9", 3, c.STATUS_READY)]
+    assert out == [entry("a", "10.0.0.9", 3, constants.STATUS_READY)]
     same, changed = cl.upsert_entry(out, cl.Member("a", "10.0.0.9", CQ), 18)
     assert not changed and same == out
 
@@ -75,18 +75,18 @@ def test_remove_matches_node_name_not_ip() -> None:
 
 def test_set_status_only_changes_own_entry() -> None:
     entries = [entry("a", "10.0.0.1", 0), entry("b", "10.0.0.2", 1)]
-    out, changed = cl.set_entry_status(entries, "b", c.STATUS_READY)
-    assert changed and out[1]["status"] == c.STATUS_READY and out[0]["status"] == c.STATUS_NOT_READY
-    _, changed = cl.set_entry_status(out, "b", c.STATUS_READY)
+    out, changed = cl.set_entry_status(entries, "b", constants.STATUS_READY)
+    assert changed and out[1]["status"] == constants.STATUS_READY and out[0]["status"] == constants.STATUS_NOT_READY
+    _, changed = cl.set_entry_status(out, "b", constants.STATUS_READY)
     assert not changed
-    _, changed = cl.set_entry_status(out, "zz", c.STATUS_READY)
+    _, changed = cl.set_entry_status(out, "zz", constants.STATUS_READY)
     assert not changed
 
 
 def test_absent_status_reads_as_not_ready() -> None:
-    assert cl.entry_status({"nodeName": "a"}) == c.STATUS_NOT_READY
+    assert cl.entry_status({"nodeName": "a"}) == constants.STATUS_NOT_READY
     assert cl.entry_status(None) is None
-    _, changed = cl.set_entry_status([{"nodeName": "a"}], "a", c.STATUS_NOT_READY)
+    _, changed = cl.set_entry_status([{"nodeName": "a"}], "a", constants.STATUS_NOT_READY)
     assert not changed
 
 
@@ -94,7 +94,7 @@ def test_new_clique_has_labels_and_pod_owner() -> None:
     owner = cl.pod_owner_reference("pod-1", "uid-1")
     obj = cl.new_clique("u.cq", "drv", "u", "cq", owner)
     assert obj["kind"] == "ComputeDomainClique"
-    assert obj["metadata"]["labels"] == {c.LABEL_COMPUTE_DOMAIN: "u", c.LABEL_CLIQUE_ID: "cq"}
+    assert obj["metadata"]["labels"] == {constants.LABEL_COMPUTE_DOMAIN: "u", constants.LABEL_CLIQUE_ID: "cq"}
     assert obj["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Pod", "name": "pod-1",
                                                    "uid": "uid-1"}]
     assert not cl.ensure_owner_reference(obj, owner)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdriver.api import constants as c
+from cdriver.api import constants
 from cdriver.roles.imex_daemon import clique as cl
 from cdriver.roles.imex_daemon import legacy
 
@@ -14,7 +14,7 @@ CQ = "uuid.0"
 
 
 def n(name: str, ip: str, index, clique: str = CQ) -> dict:
-    return {"name": name, "ipAddress": ip, "cliqueID": clique, "index": index, "status": c.STATUS_NOT_READY}
+    return {"name": name, "ipAddress": ip, "cliqueID": clique, "index": index, "status": constants.STATUS_NOT_READY}
 
 
 def test_status_nodes_use_the_name_key_and_count_only_own_clique() -> None:
@@ -59,5 +59,5 @@ def test_domain_store_ignores_a_same_named_domain_with_another_uid() -> None:
 def test_domain_store_keeps_required_status_field() -> None:
     store = legacy.DomainStatusStore(FakeRaw(None), "ns", "cd", "mine")
     out = store.with_entries({"metadata": {"name": "cd"}}, [n("a", "10.0.0.1", 0)])
-    assert out["status"] == {"status": c.STATUS_NOT_READY, "nodes": [n("a", "10.0.0.1", 0)]}
+    assert out["status"] == {"status": constants.STATUS_NOT_READY, "nodes": [n("a", "10.0.0.1", 0)]}
     assert "nodes" not in store.with_entries(out, [])["status"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdriver.api import constants as c
+from cdriver.api import constants
 from cdriver.roles.imex_daemon import readiness
 
 pytestmark = pytest.mark.unit
@@ -30,10 +30,10 @@ def test_pod_ready_needs_running_and_ready_true() -> None:
 
 
 def test_entry_is_ready_only_with_pod_ready_imex_running_and_nothing_blocking() -> None:
-    assert readiness.desired_status(True, True, False) == c.STATUS_READY
-    assert readiness.desired_status(False, True, False) == c.STATUS_NOT_READY
-    assert readiness.desired_status(True, False, False) == c.STATUS_NOT_READY
-    assert readiness.desired_status(True, True, True) == c.STATUS_NOT_READY
+    assert readiness.desired_status(True, True, False) == constants.STATUS_READY
+    assert readiness.desired_status(False, True, False) == constants.STATUS_NOT_READY
+    assert readiness.desired_status(True, False, False) == constants.STATUS_NOT_READY
+    assert readiness.desired_status(True, True, True) == constants.STATUS_NOT_READY
 
 
 def test_deletion_timestamp_marks_a_leaving_pod() -> None:

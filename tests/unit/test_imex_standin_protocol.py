@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from cdriver.imex.config import ImexConfig
-from cdriver.sim.imex import protocol as p
+from cdriver.sim.imex import protocol
 from cdriver.sim.imex.cli import command
 from cdriver.sim.imex.protocol import (
     ENV_SIM_HOSTS_FILE,
@@ -24,8 +24,8 @@ HOSTS = "127.0.0.1 localhost\n10.0.0.1\tcompute-domain-daemon-0000\n10.0.0.2\tCo
 
 
 def test_timing_defaults_and_env_overrides():
-    assert p.Timing.from_env({}) == p.Timing()
-    t = p.Timing.from_env({ENV_SIM_IMEX_HEARTBEAT: "0.1", ENV_SIM_IMEX_PEER_TIMEOUT: "0.5"})
+    assert protocol.Timing.from_env({}) == protocol.Timing()
+    t = protocol.Timing.from_env({ENV_SIM_IMEX_HEARTBEAT: "0.1", ENV_SIM_IMEX_PEER_TIMEOUT: "0.5"})
     assert (t.heartbeat, t.peer_timeout) == (0.1, 0.5)
 
 
@@ -38,48 +38,48 @@ def test_timing_defaults_and_env_overrides():
     ],
 )
 def test_timing_rejects_bad_env(env, fragment):
-    with pytest.raises(p.ProtocolError) as err:
-        p.Timing.from_env(env)
+    with pytest.raises(protocol.ProtocolError) as err:
+        protocol.Timing.from_env(env)
     assert fragment in str(err.value)
 
 
 def test_retry_delay_doubles_and_caps():
-    t = p.Timing(retry_initial=0.5, retry_max=3.0)
-    assert [p.retry_delay(n, t) for n in range(6)] == [0.0, 0.5, 1.0, 2.0, 3.0, 3.0]
+    t = protocol.Timing(retry_initial=0.5, retry_max=3.0)
+    assert [protocol.retry_delay(n, t) for n in range(6)] == [0.0, 0.5, 1.0, 2.0, 3.0, 3.0]
 
 
 def test_hosts_file_path_override():
-    assert p.hosts_file_path({}) == "/etc/hosts"
-    assert p.hosts_file_path({ENV_SIM_HOSTS_FILE: "/tmp/h"}) == "/tmp/h"
+    assert protocol.hosts_file_path({}) == "/etc/hosts"
+    assert protocol.hosts_file_path({ENV_SIM_HOSTS_FILE: "/tmp/h"}) == "/tmp/h"
 
 
 def test_members_resolve_ips_and_names_through_hosts_text():
     entries = ["compute-domain-daemon-0000", "compute-domain-daemon-0001", "compute-domain-daemon-0002", "10.0.0.9"]
-    members = p.resolve_members(entries, HOSTS)
+    members = protocol.resolve_members(entries, HOSTS)
     assert [(m.index, m.ip) for m in members] == [(0, "10.0.0.1"), (1, "10.0.0.2"), (2, None), (3, "10.0.0.9")]
 
 
 def test_self_address_precedence():
-    members = p.resolve_members(["10.0.0.1", "10.0.0.2"], "")
+    members = protocol.resolve_members(["10.0.0.1", "10.0.0.2"], "")
     cfg = ImexConfig.from_values({})
-    assert p.choose_self_address(cfg, members, ["127.0.0.1", "10.0.0.2"]) == "10.0.0.2"
-    assert p.choose_self_address(cfg, members, ["127.0.0.1"]) is None
+    assert protocol.choose_self_address(cfg, members, ["127.0.0.1", "10.0.0.2"]) == "10.0.0.2"
+    assert protocol.choose_self_address(cfg, members, ["127.0.0.1"]) is None
     cfg = ImexConfig.from_values({"IMEX_CMD_BIND_INTERFACE_IP": "10.0.0.1"})
-    assert p.choose_self_address(cfg, members, ["10.0.0.2"]) == "10.0.0.1"
+    assert protocol.choose_self_address(cfg, members, ["10.0.0.2"]) == "10.0.0.1"
     cfg = ImexConfig.from_values({"IMEX_CMD_BIND_INTERFACE_IP": "10.0.0.1", "BIND_INTERFACE_IP": "10.0.0.2"})
-    assert p.choose_self_address(cfg, members, []) == "10.0.0.2"
+    assert protocol.choose_self_address(cfg, members, []) == "10.0.0.2"
 
 
 def test_messages_round_trip_and_reject_garbage():
-    msg = p.hello("10.0.0.1", p.STATE_READY)
-    assert p.parse_hello(p.decode(p.encode(msg))) == ("10.0.0.1", IMEX_NO_GPU_VERSION, "READY")
-    for bad in (b"not json\n", b"[1,2]\n", b"\xff\n", b"{" + b" " * p.MAX_LINE + b"}"):
-        with pytest.raises(p.ProtocolError):
-            p.decode(bad)
-    with pytest.raises(p.ProtocolError):
-        p.parse_hello({"type": "hello", "node": "../x"})
-    with pytest.raises(p.ProtocolError):
-        p.parse_hello(p.heartbeat(1, "READY", []))
+    msg = protocol.hello("10.0.0.1", protocol.STATE_READY)
+    assert protocol.parse_hello(protocol.decode(protocol.encode(msg))) == ("10.0.0.1", IMEX_NO_GPU_VERSION, "READY")
+    for bad in (b"not json\n", b"[1,2]\n", b"\xff\n", b"{" + b" " * protocol.MAX_LINE + b"}"):
+        with pytest.raises(protocol.ProtocolError):
+            protocol.decode(bad)
+    with pytest.raises(protocol.ProtocolError):
+        protocol.parse_hello({"type": "hello", "node": "../x"})
+    with pytest.raises(protocol.ProtocolError):
+        protocol.parse_hello(protocol.heartbeat(1, "READY", []))
 
 
 @pytest.mark.parametrize(
@@ -93,15 +93,15 @@ def test_messages_round_trip_and_reject_garbage():
     ],
 )
 def test_domain_status(is_member, statuses, want):
-    assert p.domain_status(is_member, statuses) == want
+    assert protocol.domain_status(is_member, statuses) == want
 
 
 def test_domain_report_shape():
-    members = p.resolve_members(["10.0.0.1", "10.0.0.2", "10.0.0.3"], "")
+    members = protocol.resolve_members(["10.0.0.1", "10.0.0.2", "10.0.0.3"], "")
     peers = {
-        "10.0.0.2": p.PeerView(connected=True, version="NO_GPU", sees=frozenset({"10.0.0.1"})),
+        "10.0.0.2": protocol.PeerView(connected=True, version="NO_GPU", sees=frozenset({"10.0.0.1"})),
     }
-    report, seen = p.build_domain_report(members, "10.0.0.1", p.STATE_READY, peers, 0.0, hostnames=True)
+    report, seen = protocol.build_domain_report(members, "10.0.0.1", protocol.STATE_READY, peers, 0.0, hostnames=True)
     json.dumps(report)  # serialisable
     assert report["status"] == "DEGRADED"
     assert list(report["nodes"]) == ["0", "1", "2"]
@@ -112,23 +112,23 @@ def test_domain_report_shape():
     assert {k: v["status"] for k, v in n1["connections"].items()} == {"0": "CONNECTED", "2": "INVALID"}
     assert (n2["status"], n2["version"], n2["connections"]) == ("UNAVAILABLE", "", {})
     assert all(n["changed"] for n in report["nodes"].values())
-    again, _ = p.build_domain_report(members, "10.0.0.1", p.STATE_READY, peers, 0.0, previous=seen)
+    again, _ = protocol.build_domain_report(members, "10.0.0.1", protocol.STATE_READY, peers, 0.0, previous=seen)
     assert not any(n["changed"] for n in again["nodes"].values())
     assert "hostName" not in again["nodes"]["0"]
 
 
 def test_domain_report_leaves_out_unresolved_names():
-    members = p.resolve_members(["compute-domain-daemon-0000", "compute-domain-daemon-0002"], HOSTS)
-    report, _ = p.build_domain_report(members, "10.0.0.1", p.STATE_READY, {}, 0.0)
+    members = protocol.resolve_members(["compute-domain-daemon-0000", "compute-domain-daemon-0002"], HOSTS)
+    report, _ = protocol.build_domain_report(members, "10.0.0.1", protocol.STATE_READY, {}, 0.0)
     assert list(report["nodes"]) == ["0"]
     assert report["status"] == "UP"
 
 
 def test_domain_report_down_when_not_a_member_or_shutting_down():
-    members = p.resolve_members(["10.0.0.1", "10.0.0.2"], "")
-    report, _ = p.build_domain_report(members, "10.0.0.7", p.STATE_READY, {}, 0.0)
+    members = protocol.resolve_members(["10.0.0.1", "10.0.0.2"], "")
+    report, _ = protocol.build_domain_report(members, "10.0.0.7", protocol.STATE_READY, {}, 0.0)
     assert report["status"] == "DOWN"
-    report, _ = p.build_domain_report(members, "10.0.0.1", p.STATE_SHUTTING_DOWN, {}, 0.0)
+    report, _ = protocol.build_domain_report(members, "10.0.0.1", protocol.STATE_SHUTTING_DOWN, {}, 0.0)
     assert report["status"] == "DEGRADED"
     assert report["nodes"]["0"]["status"] == "UNAVAILABLE"
 
@@ -136,7 +136,7 @@ def test_domain_report_down_when_not_a_member_or_shutting_down():
 def test_timestamp_format():
     import re
 
-    assert re.fullmatch(r"\d{1,2}/\d{1,2}/\d{4} \d\d:\d\d:\d\d\.\d{3}", p.format_timestamp(1_700_000_000.25))
+    assert re.fullmatch(r"\d{1,2}/\d{1,2}/\d{4} \d\d:\d\d:\d\d\.\d{3}", protocol.format_timestamp(1_700_000_000.25))
 
 
 def test_cli_passes_arguments_through_untouched():

@@ -184,12 +184,12 @@ def test_format_cluster_uuid() -> None:
 # --------------------------------------------------------------------------------------
 
 def discover_in_child(root: Path, call: str) -> dict:
-    """Run `call` (an expression using `d` = cdriver.nvml.discover and `root`) in a fresh process."""
+    """Run `call` (an expression using `discover` = cdriver.nvml.discover and `root`) in a fresh process."""
     code = textwrap.dedent(f"""
         import json, logging, sys
         from pathlib import Path
         from cdriver.errors import CdriverError
-        from cdriver.nvml import discover as d
+        from cdriver.nvml import discover
         logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
         root = Path({str(root)!r})
         try:
@@ -208,37 +208,37 @@ def discover_in_child(root: Path, call: str) -> dict:
 
 def test_clique_id_and_driver_version_from_a_driver_root(tmp_path: Path) -> None:
     create_driver_root(tmp_path, "worker-3", demo_topology_path(), "gb300", channel_count=1)
-    out = discover_in_child(tmp_path, "[d.clique_id(root), d.driver_version(root), d.clique_id(root, strict=False),"
-                                      " d.channel_major(root) > 0]")
+    out = discover_in_child(tmp_path, "[discover.clique_id(root), discover.driver_version(root),"
+                                      " discover.clique_id(root, strict=False), discover.channel_major(root) > 0]")
     assert out["value"] == [f"{UUID_AB}.1", "570.124.06", f"{UUID_AB}.1", True]
 
 
 def test_node_without_fabric_has_empty_clique_id(tmp_path: Path) -> None:
     create_driver_root(tmp_path, "cpu-1", None, fabric_state="not_supported", channel_count=1)
-    assert discover_in_child(tmp_path, "d.clique_id(root)")["value"] == ""
+    assert discover_in_child(tmp_path, "discover.clique_id(root)")["value"] == ""
 
 
 def test_incomplete_fabric_strict_and_lenient(tmp_path: Path) -> None:
     create_driver_root(tmp_path, "worker-1", demo_topology_path(), fabric_state="not_started", channel_count=1)
-    strict = discover_in_child(tmp_path, "d.clique_id(root, strict=True)")
+    strict = discover_in_child(tmp_path, "discover.clique_id(root, strict=True)")
     assert strict["error"] == "FabricError"
     assert "GPU 0 (GPU-b200b200-0000-0000-0000-000000000000): NVLink fabric registration is not_started" in \
         strict["message"]
-    lenient = discover_in_child(tmp_path, "d.clique_id(root, strict=False)")
+    lenient = discover_in_child(tmp_path, "discover.clique_id(root, strict=False)")
     assert lenient["value"] == ""
     assert "registration is not_started" in lenient["stderr"]
 
 
 def test_unhealthy_fabric_strict_and_lenient(tmp_path: Path) -> None:
     create_driver_root(tmp_path, "worker-2", demo_topology_path(), fabric_health="no_partition", channel_count=1)
-    strict = discover_in_child(tmp_path, "d.clique_id(root)")
+    strict = discover_in_child(tmp_path, "discover.clique_id(root)")
     assert strict["error"] == "FabricError" and "health is unhealthy (mask 0x4AA)" in strict["message"]
-    assert discover_in_child(tmp_path, "d.clique_id(root, strict=False)")["value"] == f"{UUID_AB}.0"
+    assert discover_in_child(tmp_path, "discover.clique_id(root, strict=False)")["value"] == f"{UUID_AB}.0"
 
 
 def test_read_fabric_reports_every_gpu(tmp_path: Path) -> None:
     create_driver_root(tmp_path, "worker-4", demo_topology_path(), gpu_count=3, channel_count=1)
-    out = discover_in_child(tmp_path, "[g.__dict__ for g in d.read_fabric(root)]")
+    out = discover_in_child(tmp_path, "[g.__dict__ for g in discover.read_fabric(root)]")
     assert [g["uuid"] for g in out["value"]] == [f"GPU-b200b200-0000-0000-0000-00000000000{i}" for i in range(3)]
     assert out["value"][2] == {"index": 2, "uuid": "GPU-b200b200-0000-0000-0000-000000000002", "name": "NVIDIA GB200",
                                "result": 0, "cluster_uuid": UUID_AB, "clique_id": 1, "state": 3, "status": 0,
@@ -246,11 +246,11 @@ def test_read_fabric_reports_every_gpu(tmp_path: Path) -> None:
 
 
 def test_nvml_errors_are_clear(tmp_path: Path) -> None:
-    out = discover_in_child(tmp_path, "d.clique_id(root)")
+    out = discover_in_child(tmp_path, "discover.clique_id(root)")
     assert out["error"] == "NvmlError" and "libnvidia-ml.so.1 not found below driver root" in out["message"]
     dr = create_driver_root(tmp_path / "r", "worker-1", demo_topology_path(), channel_count=1)
     dr.nvml_config.write_text("format = 1\nbogus = 1\n")
-    out = discover_in_child(tmp_path / "r", "d.driver_version(root)")
+    out = discover_in_child(tmp_path / "r", "discover.driver_version(root)")
     assert out["error"] == "NvmlError"
     assert out["message"] == f"{dr.nvml_library}: nvmlInit failed: Unknown Error; is the NVIDIA driver loaded on " \
                              "this node?"
@@ -260,6 +260,6 @@ def test_nvml_errors_are_clear(tmp_path: Path) -> None:
 def test_one_driver_root_per_process(tmp_path: Path) -> None:
     create_driver_root(tmp_path / "a", "worker-1", demo_topology_path(), channel_count=1)
     create_driver_root(tmp_path / "b", "worker-3", demo_topology_path(), channel_count=1)
-    call = ("[d.clique_id(root / 'a'), d.clique_id(root / 'b')]")
+    call = ("[discover.clique_id(root / 'a'), discover.clique_id(root / 'b')]")
     # sessions end with nvmlShutdown, so a later query may use another root (separate library copies)
     assert discover_in_child(tmp_path, call)["value"] == [f"{UUID_AB}.0", f"{UUID_AB}.1"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cdriver.api import constants as C
+from cdriver.api import constants
 from cdriver.cdi.reader import CDIRegistry
 from cdriver.cdi.writer import claim_spec_name, write_spec
 from cdriver.imex.config import IMEX_CTL_BINARY, IMEX_DAEMON_BINARY
@@ -24,7 +24,7 @@ def test_single_channel_spec_and_id(tmp_path: Path):
     edits = cdi_edits.channel_edits([0], 240, Path("/drv"))
     spec = cdi_edits.claim_spec(UID, [("channel-0", edits)])
     assert spec.to_dict() == {
-        "cdiVersion": "0.5.0", "kind": C.CDI_KIND_CLAIM,
+        "cdiVersion": "0.5.0", "kind": constants.CDI_KIND_CLAIM,
         "devices": [{"name": f"{UID}-channel-0", "containerEdits": {"deviceNodes": [{
             "path": "/dev/nvidia-caps-imex-channels/channel0",
             "hostPath": "/drv/dev/nvidia-caps-imex-channels/channel0",

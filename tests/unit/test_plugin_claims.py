@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from cdriver.api import constants as C
+from cdriver.api import constants
 from cdriver.roles.kubelet_plugin import claims
 from cdriver.roles.kubelet_plugin.claims import HeldDevice
 from cdriver.roles.kubelet_plugin.devices import parse_device, published_devices, slice_device
@@ -19,8 +19,8 @@ CD_UID = "0d5f8a3e-1111-2222-3333-444455556666"
 
 def channel_params(domain=CD_UID, mode="Single", **extra):
     return {
-        "apiVersion": C.API_VERSION,
-        "kind": C.KIND_CHANNEL_CONFIG,
+        "apiVersion": constants.API_VERSION,
+        "kind": constants.KIND_CHANNEL_CONFIG,
         "domainID": domain,
         "allocationMode": mode,
         **extra,
@@ -28,7 +28,7 @@ def channel_params(domain=CD_UID, mode="Single", **extra):
 
 
 def daemon_params(domain=CD_UID):
-    return {"apiVersion": C.API_VERSION, "kind": C.KIND_DAEMON_CONFIG, "domainID": domain}
+    return {"apiVersion": constants.API_VERSION, "kind": constants.KIND_DAEMON_CONFIG, "domainID": domain}
 
 
 def make_claim(
@@ -38,14 +38,14 @@ def make_claim(
     uid="claim-uid-1",
     ns="team-a",
     pool=NODE,
-    driver=C.DRIVER_NAME,
+    driver=constants.DRIVER_NAME,
 ):
     if configs is None:
         configs = [
             {
                 "source": "FromClaim",
                 "requests": [request],
-                "opaque": {"driver": C.DRIVER_NAME, "parameters": channel_params()},
+                "opaque": {"driver": constants.DRIVER_NAME, "parameters": channel_params()},
             }
         ]
     return {
@@ -76,7 +76,7 @@ def test_all_mode_is_carried():
             {
                 "source": "FromClaim",
                 "requests": [],
-                "opaque": {"driver": C.DRIVER_NAME, "parameters": channel_params(mode="All")},
+                "opaque": {"driver": constants.DRIVER_NAME, "parameters": channel_params(mode="All")},
             }
         ]
     )
@@ -91,7 +91,7 @@ def test_daemon_claim_plan():
             {
                 "source": "FromClaim",
                 "requests": ["daemon"],
-                "opaque": {"driver": C.DRIVER_NAME, "parameters": daemon_params()},
+                "opaque": {"driver": constants.DRIVER_NAME, "parameters": daemon_params()},
             }
         ],
     )
@@ -106,12 +106,12 @@ def test_claim_config_overrides_class_config():
             {
                 "source": "FromClaim",
                 "requests": ["channel"],
-                "opaque": {"driver": C.DRIVER_NAME, "parameters": channel_params(domain=CD_UID)},
+                "opaque": {"driver": constants.DRIVER_NAME, "parameters": channel_params(domain=CD_UID)},
             },
             {
                 "source": "FromClass",
                 "requests": [],
-                "opaque": {"driver": C.DRIVER_NAME, "parameters": channel_params(domain=other)},
+                "opaque": {"driver": constants.DRIVER_NAME, "parameters": channel_params(domain=other)},
             },
         ]
     )
@@ -190,7 +190,7 @@ def test_daemon_config_on_channel_request_is_rejected():
             {
                 "source": "FromClaim",
                 "requests": ["channel"],
-                "opaque": {"driver": C.DRIVER_NAME, "parameters": daemon_params()},
+                "opaque": {"driver": constants.DRIVER_NAME, "parameters": daemon_params()},
             }
         ]
     )
@@ -207,7 +207,7 @@ def test_mismatched_kind_without_requests_is_skipped():
             {
                 "source": "FromClass",
                 "requests": [],
-                "opaque": {"driver": C.DRIVER_NAME, "parameters": daemon_params()},
+                "opaque": {"driver": constants.DRIVER_NAME, "parameters": daemon_params()},
             }
         ]
     )
@@ -259,7 +259,7 @@ def test_admin_access_overlap_is_allowed_by_generic_check():
             {
                 "source": "FromClaim",
                 "requests": ["daemon"],
-                "opaque": {"driver": C.DRIVER_NAME, "parameters": daemon_params()},
+                "opaque": {"driver": constants.DRIVER_NAME, "parameters": daemon_params()},
             }
         ],
     )

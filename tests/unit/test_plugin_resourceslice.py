@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdriver.api import constants as C
+from cdriver.api import constants
 from cdriver.roles.kubelet_plugin.devices import published_devices
 from cdriver.roles.kubelet_plugin.resourceslice import desired_spec, owner_reference, plan_sync
 
@@ -14,7 +14,7 @@ NODE, UID = "node-a", "node-uid-1"
 DEVICES = published_devices(host_managed=False)
 
 
-def existing(name, devices=DEVICES, generation=1, owner_uid=UID, node=NODE, driver=C.DRIVER_NAME, created="t1"):
+def existing(name, devices=DEVICES, generation=1, owner_uid=UID, node=NODE, driver=constants.DRIVER_NAME, created="t1"):
     return {"metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": "5", "creationTimestamp": created,
                          "ownerReferences": [owner_reference(node, owner_uid)]},
             "spec": {**desired_spec(node, devices, generation, driver)}}
@@ -24,11 +24,11 @@ def test_nothing_published_creates_one_slice():
     plan = plan_sync([], NODE, UID, DEVICES)
     assert plan.update is None and plan.delete == []
     body = plan.create
-    assert body["metadata"]["generateName"] == f"00000-{C.DRIVER_NAME}-{NODE}-"
+    assert body["metadata"]["generateName"] == f"00000-{constants.DRIVER_NAME}-{NODE}-"
     assert body["metadata"]["ownerReferences"] == [
         {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": UID, "controller": True}]
     assert body["spec"]["pool"] == {"name": NODE, "generation": 1, "resourceSliceCount": 1}
-    assert body["spec"]["nodeName"] == NODE and body["spec"]["driver"] == C.DRIVER_NAME
+    assert body["spec"]["nodeName"] == NODE and body["spec"]["driver"] == constants.DRIVER_NAME
     assert [d["name"] for d in body["spec"]["devices"]] == ["channel-0", "daemon-0"]
 
 

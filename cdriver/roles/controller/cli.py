@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from cdriver.api import constants as C
+from cdriver.api import constants
 from cdriver.api.imex_mode import ENV_IMEX_ISOLATION, ENV_IMEX_MODE
 from cdriver.durations import parse_duration
 from cdriver.errors import CdriverError
@@ -47,10 +47,10 @@ def _fail(message: str, code: int = 2) -> None:
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--kubeconfig", default=None, envvar="KUBECONFIG",
               help="Kubeconfig file (default: the pod's service account).")
-@click.option("--namespace", default=C.DEFAULT_DRIVER_NAMESPACE, envvar=C.ENV_NAMESPACE,
+@click.option("--namespace", default=constants.DEFAULT_DRIVER_NAMESPACE, envvar=constants.ENV_NAMESPACE,
               show_default=True, show_envvar=True,
               help="Driver namespace: daemon DaemonSets, daemon claim templates and cliques.")
-@click.option("--pod-name", default="", envvar=C.ENV_POD_NAME, show_envvar=True,
+@click.option("--pod-name", default="", envvar=constants.ENV_POD_NAME, show_envvar=True,
               help="This pod's name (leader-election identity; default: the host name).")
 @click.option("--daemon-image", "--image-name", "daemon_image", default=None,
               envvar=["DAEMON_IMAGE", "IMAGE_NAME"], show_envvar=True,
@@ -62,7 +62,7 @@ def _fail(message: str, code: int = 2) -> None:
               envvar="LOG_VERBOSITY_CD_DAEMON", show_envvar=True,
               help="Log verbosity of daemon pods (default: this process's).")
 @click.option("--max-nodes-per-imex-domain", type=int,
-              default=DEFAULT_MAX_NODES_PER_IMEX_DOMAIN, envvar=C.ENV_MAX_NODES,
+              default=DEFAULT_MAX_NODES_PER_IMEX_DOMAIN, envvar=constants.ENV_MAX_NODES,
               show_default=True, show_envvar=True, help="Largest clique a daemon supports.")
 @click.option("--daemon-priority-class", default=DEFAULT_DAEMON_PRIORITY_CLASS,
               envvar="DAEMON_PRIORITY_CLASS_NAME", show_default=True, show_envvar=True,

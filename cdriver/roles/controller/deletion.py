@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from cdriver.api import constants as C
+from cdriver.api import constants
 from cdriver.kube.objects import meta_of
 
 ROLE_WORKLOAD_TEMPLATE = "workload-template"
@@ -75,7 +75,7 @@ def generated_from(obj: dict, role: str) -> Generated:
         namespace=str(meta.get("namespace") or ""),
         name=str(meta.get("name") or ""),
         terminating=bool(meta.get("deletionTimestamp")),
-        has_finalizer=C.FINALIZER in (meta.get("finalizers") or []),
+        has_finalizer=constants.FINALIZER in (meta.get("finalizers") or []),
     )
 
 

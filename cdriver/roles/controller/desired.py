@@ -17,7 +17,7 @@ from typing import Protocol
 import jinja2
 import yaml
 
-from cdriver.api import constants as C
+from cdriver.api import constants
 from cdriver.featuregates import ENV_FEATURE_GATES
 from cdriver.kube.objects import being_deleted, finalizers_of, labels_of
 from cdriver.roles.controller.settings import ControllerSettings
@@ -39,11 +39,11 @@ DAEMON_RUN_COMMAND = ("cdriver", "imex-daemon", "run")
 DAEMON_CHECK_COMMAND = ("cdriver", "imex-daemon", "check")
 #: Env vars daemon pods take from the downward API: (name, fieldPath).
 DOWNWARD_ENV = (
-    (C.ENV_NODE_NAME, "spec.nodeName"),
-    (C.ENV_POD_IP, "status.podIP"),
-    (C.ENV_POD_NAME, "metadata.name"),
-    (C.ENV_POD_NAMESPACE, "metadata.namespace"),
-    (C.ENV_POD_UID, "metadata.uid"),
+    (constants.ENV_NODE_NAME, "spec.nodeName"),
+    (constants.ENV_POD_IP, "status.podIP"),
+    (constants.ENV_POD_NAME, "metadata.name"),
+    (constants.ENV_POD_NAMESPACE, "metadata.namespace"),
+    (constants.ENV_POD_UID, "metadata.uid"),
 )
 
 
@@ -118,23 +118,23 @@ def render_cached(template: str, per_domain: dict[str, str], **static: object) -
 def channel_allocation_mode(requested: str, host_managed: bool) -> str:
     """allocationMode for the channel config: host-managed supports channel 0 only."""
     if host_managed or not requested:
-        return C.ALLOCATION_MODE_SINGLE
+        return constants.ALLOCATION_MODE_SINGLE
     return requested
 
 
 def allocation_mode_forced(requested: str, host_managed: bool) -> bool:
     """True when the domain asked for more than host-managed mode can give (an Event)."""
-    return host_managed and requested == C.ALLOCATION_MODE_ALL
+    return host_managed and requested == constants.ALLOCATION_MODE_ALL
 
 
 def _common(target: str) -> dict[str, object]:
     return {
-        "finalizer": C.FINALIZER,
-        "label_domain": C.LABEL_COMPUTE_DOMAIN,
-        "label_target": C.LABEL_TARGET,
+        "finalizer": constants.FINALIZER,
+        "label_domain": constants.LABEL_COMPUTE_DOMAIN,
+        "label_target": constants.LABEL_TARGET,
         "target": target,
-        "driver": C.DRIVER_NAME,
-        "api_version": C.API_VERSION,
+        "driver": constants.DRIVER_NAME,
+        "api_version": constants.API_VERSION,
     }
 
 
@@ -144,10 +144,10 @@ def workload_claim_template(cd: DomainLike, settings: ControllerSettings) -> dic
         WORKLOAD_TEMPLATE,
         {"domain_uid": cd.uid, "name": cd.channel_template_name, "namespace": cd.namespace,
          "allocation_mode": channel_allocation_mode(cd.allocation_mode, settings.host_managed)},
-        **_common(C.TARGET_WORKLOAD),
+        **_common(constants.TARGET_WORKLOAD),
         request_name=CHANNEL_REQUEST_NAME,
-        device_class=C.DEVICE_CLASS_DEFAULT_CHANNEL,
-        config_kind=C.KIND_CHANNEL_CONFIG,
+        device_class=constants.DEVICE_CLASS_DEFAULT_CHANNEL,
+        config_kind=constants.KIND_CHANNEL_CONFIG,
     )
 
 
@@ -155,12 +155,12 @@ def daemon_claim_template(cd: DomainLike, settings: ControllerSettings) -> dict:
     """The daemon ResourceClaimTemplate the daemon DaemonSet's pods use."""
     return render_cached(
         DAEMON_CLAIM_TEMPLATE,
-        {"domain_uid": cd.uid, "name": C.daemon_object_name(cd.uid)},
-        **_common(C.TARGET_DAEMON),
+        {"domain_uid": cd.uid, "name": constants.daemon_object_name(cd.uid)},
+        **_common(constants.TARGET_DAEMON),
         namespace=settings.namespace,
         request_name=DAEMON_REQUEST_NAME,
-        device_class=C.DEVICE_CLASS_DAEMON,
-        config_kind=C.KIND_DAEMON_CONFIG,
+        device_class=constants.DEVICE_CLASS_DAEMON,
+        config_kind=constants.KIND_DAEMON_CONFIG,
     )
 
 
@@ -168,11 +168,11 @@ def daemon_set(cd: DomainLike, settings: ControllerSettings, claim_template_name
     """The IMEX daemon DaemonSet; ``claim_template_name`` is the daemon template in use."""
     return render_cached(
         DAEMONSET_TEMPLATE,
-        {"domain_uid": cd.uid, "name": C.daemon_object_name(cd.uid),
+        {"domain_uid": cd.uid, "name": constants.daemon_object_name(cd.uid),
          "claim_template_name": claim_template_name},
-        **_common(C.TARGET_DAEMON),
+        **_common(constants.TARGET_DAEMON),
         namespace=settings.namespace,
-        service_account=C.DAEMON_SERVICE_ACCOUNT,
+        service_account=constants.DAEMON_SERVICE_ACCOUNT,
         priority_class=settings.daemon_priority_class,
         image_pull_secrets=list(settings.image_pull_secrets),
         claim_name=DAEMON_POD_CLAIM_NAME,
@@ -182,7 +182,7 @@ def daemon_set(cd: DomainLike, settings: ControllerSettings, claim_template_name
         check_command=list(DAEMON_CHECK_COMMAND),
         downward_env=[list(pair) for pair in DOWNWARD_ENV],
         log_verbosity=settings.daemon_log_verbosity,
-        env_max_nodes=C.ENV_MAX_NODES,
+        env_max_nodes=constants.ENV_MAX_NODES,
         max_nodes=settings.max_nodes_per_imex_domain,
         env_feature_gates=ENV_FEATURE_GATES,
         feature_gates=settings.feature_gates_env,
@@ -207,7 +207,7 @@ def desired_objects(cd: DomainLike, settings: ControllerSettings) -> DesiredObje
 
 def domain_uid_of(obj: dict) -> str:
     """The ComputeDomain UID an object is labelled with ("" if none)."""
-    return str(labels_of(obj).get(C.LABEL_COMPUTE_DOMAIN) or "")
+    return str(labels_of(obj).get(constants.LABEL_COMPUTE_DOMAIN) or "")
 
 
 def owned_by(obj: dict, uid: str) -> bool:
@@ -216,7 +216,7 @@ def owned_by(obj: dict, uid: str) -> bool:
 
 
 def has_finalizer(obj: dict) -> bool:
-    return C.FINALIZER in finalizers_of(obj)
+    return constants.FINALIZER in finalizers_of(obj)
 
 
 def is_terminating(obj: dict) -> bool:

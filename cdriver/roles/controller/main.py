@@ -7,14 +7,14 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 
-from cdriver.api import constants as C
+from cdriver.api import constants
 from cdriver.api.imex_mode import IMEX_MODE_DRIVER_MANAGED, IMEX_MODE_HOST_MANAGED
 from cdriver.kube.events import EventRecorder
 from cdriver.kube.informer import Informer, uid_index
 from cdriver.kube.leader import LeaderElector
 from cdriver.kube.raw import RawClient, Resource, object_key
 from cdriver.kube.workqueue import RequeueAfter, WorkQueue
-from cdriver.roles.controller import reconciler as R
+from cdriver.roles.controller import reconciler
 from cdriver.roles.controller.desired import domain_uid_of
 from cdriver.roles.controller.metrics import ControllerMetrics
 from cdriver.roles.controller.overlay import Overlay
@@ -40,7 +40,7 @@ class ControllerConfig:
     cleanup_interval_seconds: float = 600.0
     #: Delay that coalesces sweep requests from watch events.
     sweep_delay_seconds: float = 1.0
-    timing: R.Timing = field(default_factory=R.Timing)
+    timing: reconciler.Timing = field(default_factory=reconciler.Timing)
     sync_timeout_seconds: float = 120.0
 
 
@@ -57,8 +57,8 @@ class Controller:
         self.recorder = recorder or EventRecorder(raw, CONTROLLER_COMPONENT)
         self.overlay = Overlay()
         self.caches = self._informers()
-        self.reconciler = R.Reconciler(raw, self.caches, self.settings, self.recorder,
-                                       self.metrics, self.overlay, config.timing)
+        self.reconciler = reconciler.Reconciler(raw, self.caches, self.settings, self.recorder,
+                                                self.metrics, self.overlay, config.timing)
         self.queue = WorkQueue(self._handle, workers=config.workers, name="controller")
         self.metrics.bind(self.domain_counts, self.queue.len)
         self._sweep_lock = threading.Lock()
@@ -69,27 +69,27 @@ class Controller:
 
     # --- construction -------------------------------------------------------------------
     def _informer(self, res: Resource, namespace: str | None = None, selector: str | None = None) -> Informer:
-        client = TrimmingClient(self.raw, R.TRIMS.get(res.plural, without_managed_fields))
+        client = TrimmingClient(self.raw, reconciler.TRIMS.get(res.plural, without_managed_fields))
         return Informer(client, res, namespace=namespace, label_selector=selector,
                         resync_seconds=self.config.resync_seconds)
 
-    def _informers(self) -> R.Caches:
+    def _informers(self) -> reconciler.Caches:
         ns = self.settings.namespace
-        label = C.LABEL_COMPUTE_DOMAIN
-        domains = self._informer(R.CDS)
-        domains.add_index(R.INDEX_UID, uid_index)
-        templates = self._informer(R.TEMPLATES, selector=label)
-        templates.add_index(R.INDEX_DOMAIN_TARGET, R.domain_target_index)
-        caches = R.Caches(domains=domains, templates=templates)
+        label = constants.LABEL_COMPUTE_DOMAIN
+        domains = self._informer(reconciler.CDS)
+        domains.add_index(reconciler.INDEX_UID, uid_index)
+        templates = self._informer(reconciler.TEMPLATES, selector=label)
+        templates.add_index(reconciler.INDEX_DOMAIN_TARGET, reconciler.domain_target_index)
+        caches = reconciler.Caches(domains=domains, templates=templates)
         if not self.settings.host_managed:
-            caches.daemon_sets = self._informer(R.DAEMON_SETS, ns, label)
-            caches.pods = self._informer(R.PODS, ns, label)
-            caches.nodes = self._informer(R.NODES, selector=label)
+            caches.daemon_sets = self._informer(reconciler.DAEMON_SETS, ns, label)
+            caches.pods = self._informer(reconciler.PODS, ns, label)
+            caches.nodes = self._informer(reconciler.NODES, selector=label)
             if self.settings.cliques_enabled:
-                caches.cliques = self._informer(R.CLIQUES, ns)
+                caches.cliques = self._informer(reconciler.CLIQUES, ns)
             for informer in (caches.daemon_sets, caches.pods, caches.nodes, caches.cliques):
                 if informer is not None:
-                    informer.add_index(R.INDEX_DOMAIN, R.domain_index)
+                    informer.add_index(reconciler.INDEX_DOMAIN, reconciler.domain_index)
         domains.add_handler(on_add=self._domain_changed,
                             on_update=lambda old, new: self._domain_changed(new),
                             on_delete=self._domain_deleted)
@@ -103,11 +103,11 @@ class Controller:
 
     # --- event handlers -------------------------------------------------------------------
     def _domain_changed(self, obj: dict) -> None:
-        self.overlay.observe(R.CDS.plural, obj)
+        self.overlay.observe(reconciler.CDS.plural, obj)
         self.queue.add(object_key(obj))
 
     def _domain_deleted(self, obj: dict) -> None:
-        self.overlay.observe_deleted(R.CDS.plural, obj)
+        self.overlay.observe_deleted(reconciler.CDS.plural, obj)
         self.request_sweep()
 
     def _object_changed(self, plural: str, obj: dict) -> None:
@@ -119,7 +119,7 @@ class Controller:
         self._enqueue_owner(obj)
 
     def _enqueue_owner(self, obj: dict) -> None:
-        uid = domain_uid_of(obj) or next(iter(R.domain_index(obj)), "")
+        uid = domain_uid_of(obj) or next(iter(reconciler.domain_index(obj)), "")
         if not uid:
             return
         keys = self.reconciler.domain_keys(uid)

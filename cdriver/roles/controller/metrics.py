@@ -9,7 +9,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 
 from cdriver import httpserve
-from cdriver.api import constants as C
+from cdriver.api import constants
 from cdriver.httpserve import parse_endpoint
 
 __all__ = ["DOMAIN_INFO", "ControllerMetrics", "HttpServer", "parse_endpoint"]
@@ -29,7 +29,7 @@ class _DomainStatusCollector:
         family = GaugeMetricFamily(DOMAIN_INFO, "ComputeDomains by global status",
                                    labels=["status"])
         counts = self._counts()
-        for status in (C.STATUS_READY, C.STATUS_NOT_READY):
+        for status in (constants.STATUS_READY, constants.STATUS_NOT_READY):
             family.add_metric([status], counts.get(status, 0))
         yield family
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cdriver.api import constants as C
+from cdriver.api import constants
 from cdriver.kube.objects import labels_of, meta_of
 from cdriver.kube.raw import object_key
 
@@ -30,7 +30,7 @@ def _rv(obj: dict | None) -> int:
 
 def _uid_label(obj: dict | None) -> str:
     return str(labels_of(obj).get(
-        C.LABEL_COMPUTE_DOMAIN) or "")
+        constants.LABEL_COMPUTE_DOMAIN) or "")
 
 
 @dataclass

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cdriver.api import constants as C
+from cdriver.api import constants
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.api.types import ComputeDomain, ValidationError
 from cdriver.kube.events import EventRecorder
@@ -21,14 +21,31 @@ from cdriver.kube.informer import Informer
 from cdriver.kube.objects import being_deleted, finalizers_of, generation_of, meta_of, name_of, uid_of
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient, Resource, object_key
 from cdriver.kube.workqueue import RequeueAfter
-from cdriver.roles.controller import deletion as D
-from cdriver.roles.controller import desired as W
-from cdriver.roles.controller import status as S
+from cdriver.roles.controller import deletion
 from cdriver.roles.controller.cleanup import objects_of, orphan_domains
+from cdriver.roles.controller.desired import (
+    allocation_mode_forced,
+    daemon_claim_template,
+    daemon_set,
+    domain_uid_of,
+    has_finalizer,
+    is_terminating,
+    labels_of,
+    owned_by,
+    workload_claim_template,
+)
 from cdriver.roles.controller.metrics import ControllerMetrics
 from cdriver.roles.controller.overlay import Overlay
 from cdriver.roles.controller.settings import ControllerSettings
-from cdriver.roles.controller.status import CONDITION_READY
+from cdriver.roles.controller.status import (
+    CONDITION_READY,
+    Problem,
+    aggregate_nodes,
+    desired_status,
+    pod_node_name,
+    prune_clique,
+    status_differs,
+)
 from cdriver.roles.controller.trim import (
     Trim,
     metadata_only,
@@ -67,25 +84,25 @@ TRIMS: dict[str, Trim] = {
 }
 
 _ROLE_TARGET = {
-    D.ROLE_WORKLOAD_TEMPLATE: C.TARGET_WORKLOAD,
-    D.ROLE_DAEMON_TEMPLATE: C.TARGET_DAEMON,
-    D.ROLE_DAEMON_SET: C.TARGET_DAEMON,
+    deletion.ROLE_WORKLOAD_TEMPLATE: constants.TARGET_WORKLOAD,
+    deletion.ROLE_DAEMON_TEMPLATE: constants.TARGET_DAEMON,
+    deletion.ROLE_DAEMON_SET: constants.TARGET_DAEMON,
 }
 
 
 def domain_target_index(obj: dict) -> list[str]:
     """Index ``<uid>/<target>`` of generated objects."""
-    labels = W.labels_of(obj)
-    uid = labels.get(C.LABEL_COMPUTE_DOMAIN)
-    return [f"{uid}/{labels.get(C.LABEL_TARGET, '')}"] if uid else []
+    labels = labels_of(obj)
+    uid = labels.get(constants.LABEL_COMPUTE_DOMAIN)
+    return [f"{uid}/{labels.get(constants.LABEL_TARGET, '')}"] if uid else []
 
 
 def domain_index(obj: dict) -> list[str]:
     """Index by the domain label (cliques: also the ``<uid>.`` name prefix)."""
-    uid = W.domain_uid_of(obj)
+    uid = domain_uid_of(obj)
     if uid:
         return [uid]
-    if obj.get("kind") == C.KIND_COMPUTE_DOMAIN_CLIQUE:
+    if obj.get("kind") == constants.KIND_COMPUTE_DOMAIN_CLIQUE:
         name = name_of(obj)
         return [name.split(".", 1)[0]] if "." in name else []
     return []
@@ -101,7 +118,7 @@ def _now() -> str:
 
 
 def _kind(role: str) -> str:
-    return "DaemonSet" if role == D.ROLE_DAEMON_SET else "ResourceClaimTemplate"
+    return "DaemonSet" if role == deletion.ROLE_DAEMON_SET else "ResourceClaimTemplate"
 
 
 @dataclass
@@ -162,7 +179,7 @@ class Reconciler:
     def generated(self, role: str, uid: str) -> list[dict]:
         """Generated objects of ``role`` labelled for ``uid`` (cache + our recent writes)."""
         target = _ROLE_TARGET[role]
-        if role == D.ROLE_DAEMON_SET:
+        if role == deletion.ROLE_DAEMON_SET:
             if self.caches.daemon_sets is None:
                 return []
             informer, plural = self.caches.daemon_sets, DAEMON_SETS.plural
@@ -170,12 +187,12 @@ class Reconciler:
         else:
             informer, plural = self.caches.templates, TEMPLATES.plural
             cached = informer.by_index(INDEX_DOMAIN_TARGET, f"{uid}/{target}")
-            if role == D.ROLE_DAEMON_TEMPLATE and self.settings.host_managed:
+            if role == deletion.ROLE_DAEMON_TEMPLATE and self.settings.host_managed:
                 return []
 
         found = [o for o in self.overlay.merge(plural, cached, uid)
-                 if role == D.ROLE_DAEMON_SET or W.labels_of(o).get(C.LABEL_TARGET) == target]
-        if role == D.ROLE_DAEMON_TEMPLATE:  # only the driver namespace holds daemon templates
+                 if role == deletion.ROLE_DAEMON_SET or labels_of(o).get(constants.LABEL_TARGET) == target]
+        if role == deletion.ROLE_DAEMON_TEMPLATE:  # only the driver namespace holds daemon templates
             found = [o for o in found if meta_of(o).get("namespace")
                      == self.settings.namespace]
         return sorted(found, key=object_key)
@@ -185,7 +202,7 @@ class Reconciler:
             return []
         nodes = self.overlay.merge(NODES.plural, self.caches.nodes.by_index(INDEX_DOMAIN, uid))
         return sorted(name_of(o) for o in nodes
-                      if W.domain_uid_of(o) == uid)
+                      if domain_uid_of(o) == uid)
 
     def pods(self, uid: str) -> list[dict]:
         if self.caches.pods is None:
@@ -237,12 +254,12 @@ class Reconciler:
         return self.raw.update(res, current)
 
     def _with_finalizer(self, res: Resource, obj: dict) -> dict:
-        finalizers = list(finalizers_of(obj)) + [C.FINALIZER]
+        finalizers = list(finalizers_of(obj)) + [constants.FINALIZER]
         return self._record("patch", res.plural, self._patch_finalizers(res, obj, finalizers))
 
     def _without_finalizer(self, res: Resource, obj: dict) -> None:
         finalizers = [f for f in finalizers_of(obj)
-                      if f != C.FINALIZER]
+                      if f != constants.FINALIZER]
         try:
             result = self._patch_finalizers(res, obj, finalizers)
         except ApiError as exc:
@@ -281,27 +298,27 @@ class Reconciler:
         except ValidationError as exc:
             self._invalid(obj, exc)
             return
-        if C.FINALIZER not in finalizers_of(obj):
+        if constants.FINALIZER not in finalizers_of(obj):
             obj = self._with_finalizer(CDS, obj)
-        problem: S.Problem | None = None
+        problem: Problem | None = None
         complete = True
-        daemon_name = C.daemon_object_name(cd.uid)
+        daemon_name = constants.daemon_object_name(cd.uid)
         if not self.settings.host_managed:
             template, problem = self._ensure(
-                obj, D.ROLE_DAEMON_TEMPLATE, self.settings.namespace, daemon_name,
-                lambda: W.daemon_claim_template(cd, self.settings))
+                obj, deletion.ROLE_DAEMON_TEMPLATE, self.settings.namespace, daemon_name,
+                lambda: daemon_claim_template(cd, self.settings))
             if template is not None:
                 template_name = template["metadata"]["name"]
                 ds, ds_problem = self._ensure(
-                    obj, D.ROLE_DAEMON_SET, self.settings.namespace, daemon_name,
-                    lambda: W.daemon_set(cd, self.settings, template_name))
+                    obj, deletion.ROLE_DAEMON_SET, self.settings.namespace, daemon_name,
+                    lambda: daemon_set(cd, self.settings, template_name))
                 problem = problem or ds_problem
                 complete = ds is not None
             else:
                 complete = False
         workload, wl_problem = self._ensure(
-            obj, D.ROLE_WORKLOAD_TEMPLATE, cd.namespace, cd.channel_template_name,
-            lambda: W.workload_claim_template(cd, self.settings))
+            obj, deletion.ROLE_WORKLOAD_TEMPLATE, cd.namespace, cd.channel_template_name,
+            lambda: workload_claim_template(cd, self.settings))
         problem = wl_problem or problem
         complete = complete and workload is not None
         nodes = [] if self.settings.host_managed else self._nodes(obj, cd.uid)
@@ -323,10 +340,10 @@ class Reconciler:
                                   "spec is immutable: delete and recreate it)")
 
     def _ensure(self, cd_obj: dict, role: str, namespace: str, name: str,
-                build: Callable[[], dict]) -> tuple[dict | None, S.Problem | None]:
+                build: Callable[[], dict]) -> tuple[dict | None, Problem | None]:
         """Create (from ``build()``) or adopt one generated object; never overwrite someone
         else's. Objects are found by the domain's label, preferring ``namespace/name``."""
-        res = DAEMON_SETS if role == D.ROLE_DAEMON_SET else TEMPLATES
+        res = DAEMON_SETS if role == deletion.ROLE_DAEMON_SET else TEMPLATES
         uid = meta_of(cd_obj)["uid"]
         existing = [o for o in self.generated(role, uid)
                     if o["metadata"].get("namespace") == namespace]
@@ -343,26 +360,26 @@ class Reconciler:
         except ApiError as exc:
             return self._create_failed(cd_obj, res, role, want, uid, exc)
         log.info("%s: created %s %s", object_key(cd_obj), _kind(role), object_key(created))
-        if role == D.ROLE_WORKLOAD_TEMPLATE:
+        if role == deletion.ROLE_WORKLOAD_TEMPLATE:
             self._note_forced_mode(cd_obj)
         return created, None
 
-    def _adopt(self, res: Resource, role: str, obj: dict) -> tuple[dict | None, S.Problem | None]:
-        if W.is_terminating(obj):
+    def _adopt(self, res: Resource, role: str, obj: dict) -> tuple[dict | None, Problem | None]:
+        if is_terminating(obj):
             # Someone deleted it while the domain lives: let it go, recreate it afterwards.
-            if W.has_finalizer(obj):
+            if has_finalizer(obj):
                 self._without_finalizer(res, obj)
             kind = _kind(role)
-            return None, S.Problem(
+            return None, Problem(
                 REASON_TERMINATING.format(kind=kind),
                 f"{kind} {object_key(obj)} is being deleted; it is recreated once gone",
                 warn=False)
-        if not W.has_finalizer(obj):
+        if not has_finalizer(obj):
             obj = self._with_finalizer(res, obj)
         return obj, None
 
     def _create_failed(self, cd_obj: dict, res: Resource, role: str, want: dict, uid: str,
-                       exc: ApiError) -> tuple[dict | None, S.Problem | None]:
+                       exc: ApiError) -> tuple[dict | None, Problem | None]:
         kind = _kind(role)
         meta = want["metadata"]
         where = f"{meta['namespace']}/{meta['name']}"
@@ -370,28 +387,28 @@ class Reconciler:
             current = self.raw.get_or_none(res, meta["name"], meta["namespace"])
             if current is None:
                 raise exc  # deleted meanwhile: retry
-            if W.owned_by(current, uid):
+            if owned_by(current, uid):
                 self.overlay.record(res.plural, current)
                 return self._adopt(res, role, current)
-            owner = W.domain_uid_of(current)
+            owner = domain_uid_of(current)
             whose = (f"it belongs to ComputeDomain {owner}" if owner
-                     else f"it has no {C.LABEL_COMPUTE_DOMAIN} label")
+                     else f"it has no {constants.LABEL_COMPUTE_DOMAIN} label")
             fix = ("delete or rename that object, or recreate this ComputeDomain with another "
-                   "spec.channel.resourceClaimTemplate.name" if role == D.ROLE_WORKLOAD_TEMPLATE
+                   "spec.channel.resourceClaimTemplate.name" if role == deletion.ROLE_WORKLOAD_TEMPLATE
                    else "delete that object")
-            return None, S.Problem(
+            return None, Problem(
                 REASON_CONFLICT.format(kind=kind),
                 f"{kind} {where} already exists and {whose}; it was left untouched. To fix: "
                 f"{fix}.")
         if exc.invalid or exc.forbidden or exc.status in (400, 404):
-            return None, S.Problem(
+            return None, Problem(
                 REASON_CREATE_FAILED.format(kind=kind),
                 f"creating {kind} {where} failed: {exc.message or exc}")
         raise exc
 
     def _note_forced_mode(self, cd_obj: dict) -> None:
         mode = ((cd_obj.get("spec") or {}).get("channel") or {}).get("allocationMode") or ""
-        if W.allocation_mode_forced(mode, self.settings.host_managed):
+        if allocation_mode_forced(mode, self.settings.host_managed):
             self.recorder.warning(
                 cd_obj, EVENT_ALLOCATION_MODE_FORCED,
                 "allocationMode All is not available with host-managed IMEX: the workload "
@@ -401,14 +418,14 @@ class Reconciler:
         pods = self.pods(uid)
         cliques: list[dict] = []
         if self.settings.cliques_enabled:
-            hosts = {S.pod_node_name(p) for p in pods} - {""}
+            hosts = {pod_node_name(p) for p in pods} - {""}
             for clique in self.cliques(uid):
-                kept = S.prune_clique(clique, hosts)
+                kept = prune_clique(clique, hosts)
                 if kept is not None:
                     clique = self._prune(clique, kept)
                 cliques.append(clique)
         current = ((cd_obj.get("status") or {}).get("nodes")) or []
-        return S.aggregate_nodes(current, cliques, pods, self.settings.cliques_enabled)
+        return aggregate_nodes(current, cliques, pods, self.settings.cliques_enabled)
 
     def _prune(self, clique: dict, kept: list[dict]) -> dict:
         body = copy.deepcopy(clique)
@@ -423,14 +440,14 @@ class Reconciler:
         return self._update(CLIQUES, body)
 
     def _write_status(self, obj: dict, cd: ComputeDomain, nodes: list[dict],
-                      problem: S.Problem | None) -> None:
+                      problem: Problem | None) -> None:
         current = obj.get("status") or {}
-        want = S.desired_status(
+        want = desired_status(
             current, cd.num_nodes, nodes, cd.channel_template_name, self.settings.host_managed,
             problem, generation_of(obj), self.clock(),
-            forced_single=W.allocation_mode_forced(cd.allocation_mode,
-                                                   self.settings.host_managed))
-        if not S.status_differs(current, want):
+            forced_single=allocation_mode_forced(cd.allocation_mode,
+                                                 self.settings.host_managed))
+        if not status_differs(current, want):
             return
         body = copy.deepcopy(obj)
         body["status"] = want
@@ -443,22 +460,22 @@ class Reconciler:
                  want["conditions"][0]["reason"])
 
     # --- deletion -----------------------------------------------------------------------
-    def _state(self, uid: str) -> tuple[list[D.Generated], dict[tuple[str, str], dict]]:
+    def _state(self, uid: str) -> tuple[list[deletion.Generated], dict[tuple[str, str], dict]]:
         generated, objects = [], {}
-        for role in (D.ROLE_WORKLOAD_TEMPLATE, D.ROLE_DAEMON_TEMPLATE, D.ROLE_DAEMON_SET):
+        for role in (deletion.ROLE_WORKLOAD_TEMPLATE, deletion.ROLE_DAEMON_TEMPLATE, deletion.ROLE_DAEMON_SET):
             for obj in self.generated(role, uid):
-                g = D.generated_from(obj, role)
+                g = deletion.generated_from(obj, role)
                 generated.append(g)
                 objects[(role, object_key(obj))] = obj
         return generated, objects
 
     def finalize(self, cd_obj: dict) -> None:
         """Tear a deleted domain down, step by step, then release its finalizer."""
-        if C.FINALIZER not in finalizers_of(cd_obj):
+        if constants.FINALIZER not in finalizers_of(cd_obj):
             return
         uid = cd_obj["metadata"]["uid"]
         generated, objects = self._state(uid)
-        plan = D.plan_deletion(generated, self.labelled_nodes(uid), domain_exists=True)
+        plan = deletion.plan_deletion(generated, self.labelled_nodes(uid), domain_exists=True)
         self._execute(plan, uid, objects, cd_obj)
         if plan.releases_domain:
             self._delete_cliques(uid)
@@ -467,23 +484,23 @@ class Reconciler:
         raise RequeueAfter(self.timing.wait_retry_seconds,
                            f"{object_key(cd_obj)}: waiting for " + "; ".join(plan.waiting_for))
 
-    def _execute(self, plan: D.DeletionPlan, uid: str, objects: dict[tuple[str, str], dict],
+    def _execute(self, plan: deletion.DeletionPlan, uid: str, objects: dict[tuple[str, str], dict],
                  cd_obj: dict | None) -> None:
         for step in plan.steps:
             target = step.target
-            if step.action is D.Action.DELETE and target is not None:
+            if step.action is deletion.Action.DELETE and target is not None:
                 self._delete(target, objects)
-            elif step.action is D.Action.UNLABEL_NODE:
+            elif step.action is deletion.Action.UNLABEL_NODE:
                 self._unlabel(step.node, uid)
-            elif step.action is D.Action.REMOVE_FINALIZER and target is not None:
-                res = DAEMON_SETS if target.role == D.ROLE_DAEMON_SET else TEMPLATES
+            elif step.action is deletion.Action.REMOVE_FINALIZER and target is not None:
+                res = DAEMON_SETS if target.role == deletion.ROLE_DAEMON_SET else TEMPLATES
                 self._without_finalizer(
                     res, objects[(target.role, f"{target.namespace}/{target.name}")])
-            elif step.action is D.Action.RELEASE_DOMAIN and cd_obj is not None:
+            elif step.action is deletion.Action.RELEASE_DOMAIN and cd_obj is not None:
                 self._without_finalizer(CDS, cd_obj)
 
-    def _delete(self, target: D.Generated, objects: dict) -> None:
-        res = DAEMON_SETS if target.role == D.ROLE_DAEMON_SET else TEMPLATES
+    def _delete(self, target: deletion.Generated, objects: dict) -> None:
+        res = DAEMON_SETS if target.role == deletion.ROLE_DAEMON_SET else TEMPLATES
         key = f"{target.namespace}/{target.name}"
         try:
             result = self.raw.delete(res, target.name, target.namespace)
@@ -514,7 +531,7 @@ class Reconciler:
             log.info("deleted ComputeDomainClique %s", object_key(clique))
 
     def _unlabel(self, node: str, uid: str) -> None:
-        path = "/metadata/labels/" + C.LABEL_COMPUTE_DOMAIN.replace("~", "~0").replace("/", "~1")
+        path = "/metadata/labels/" + constants.LABEL_COMPUTE_DOMAIN.replace("~", "~0").replace("/", "~1")
         patch = [{"op": "test", "path": path, "value": uid}, {"op": "remove", "path": path}]
         try:
             result = self.raw.patch(NODES, node, patch, patch_type="json")
@@ -523,7 +540,7 @@ class Reconciler:
                 return
             raise
         self._record("patch", NODES.plural, result)
-        log.info("removed label %s=%s from node %s", C.LABEL_COMPUTE_DOMAIN, uid, node)
+        log.info("removed label %s=%s from node %s", constants.LABEL_COMPUTE_DOMAIN, uid, node)
 
     # --- orphans ------------------------------------------------------------------------
     def labelled_objects(self) -> list[dict]:
@@ -545,7 +562,7 @@ class Reconciler:
             nodes = [name_of(o)
                      for o in objects_of(uid, self.caches.nodes.objects())] \
                 if self.caches.nodes is not None else []
-            plan = D.plan_deletion(generated, nodes, domain_exists=False)
+            plan = deletion.plan_deletion(generated, nodes, domain_exists=False)
             try:
                 self._execute(plan, uid, objects, None)
             except ApiError as exc:

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 
 from cdriver import __version__
-from cdriver.api import constants as C
+from cdriver.api import constants
 from cdriver.imex.config import DEFAULT_MAX_NODES_PER_IMEX_DOMAIN
 
 DEFAULT_DAEMON_PRIORITY_CLASS = "system-node-critical"
@@ -27,7 +27,7 @@ class ControllerSettings:
     """Inputs of the generated objects (pure data; see `desired`)."""
 
     #: Driver namespace: daemon DaemonSets, daemon claim templates, daemon pods, cliques.
-    namespace: str = C.DEFAULT_DRIVER_NAMESPACE
+    namespace: str = constants.DEFAULT_DRIVER_NAMESPACE
     daemon_image: str = DEFAULT_DAEMON_IMAGE
     image_pull_secrets: tuple[str, ...] = ()
     daemon_log_verbosity: int = 0

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cdriver.api import constants as C
+from cdriver.api import constants
 from cdriver.kube.objects import labels_of
 
 CONDITION_READY = "Ready"
@@ -66,7 +66,7 @@ def pod_ready(pod: dict) -> bool:
 def is_non_fabric(pod: dict) -> bool:
     """The daemon labelled its pod with an empty clique ID: the node has no NVLink fabric."""
     labels = labels_of(pod)
-    return C.LABEL_CLIQUE_ID in labels and labels[C.LABEL_CLIQUE_ID] == ""
+    return constants.LABEL_CLIQUE_ID in labels and labels[constants.LABEL_CLIQUE_ID] == ""
 
 
 def non_fabric_entries(pods: list[dict]) -> list[dict]:
@@ -81,7 +81,7 @@ def non_fabric_entries(pods: list[dict]) -> list[dict]:
             continue
         out.append({
             "name": name, "ipAddress": ip, "cliqueID": "", "index": -1,
-            "status": C.STATUS_READY if pod_ready(pod) else C.STATUS_NOT_READY,
+            "status": constants.STATUS_READY if pod_ready(pod) else constants.STATUS_NOT_READY,
         })
     return out
 
@@ -96,7 +96,7 @@ def _clique_entry(daemon: dict) -> dict:
         "index": int(daemon.get("index", 0) or 0),
         # The CRDs default a missing status to NotReady; write it out so what we compare is
         # what the API server stores.
-        "status": str(daemon.get("status") or C.STATUS_NOT_READY),
+        "status": str(daemon.get("status") or constants.STATUS_NOT_READY),
     }
     return entry
 
@@ -153,18 +153,18 @@ def global_status(num_nodes: int, nodes: list[dict], host_managed: bool = False,
                   problem: Problem | None = None) -> str:
     """Ready or NotReady per the numNodes rule (numNodes is a minimum)."""
     if problem is not None:
-        return C.STATUS_NOT_READY
+        return constants.STATUS_NOT_READY
     if host_managed:
-        return C.STATUS_READY
+        return constants.STATUS_READY
     if len(nodes) < num_nodes:
-        return C.STATUS_NOT_READY
-    if any(n.get("status") == C.STATUS_NOT_READY for n in nodes):
-        return C.STATUS_NOT_READY
-    return C.STATUS_READY
+        return constants.STATUS_NOT_READY
+    if any(n.get("status") == constants.STATUS_NOT_READY for n in nodes):
+        return constants.STATUS_NOT_READY
+    return constants.STATUS_READY
 
 
 def ready_count(nodes: list[dict]) -> int:
-    return sum(1 for n in nodes if n.get("status") == C.STATUS_READY)
+    return sum(1 for n in nodes if n.get("status") == constants.STATUS_READY)
 
 
 def explain(num_nodes: int, nodes: list[dict], template: str, host_managed: bool,
@@ -186,7 +186,7 @@ def explain(num_nodes: int, nodes: list[dict], template: str, host_managed: bool
     if total < num_nodes:
         return REASON_WAITING_FOR_NODES, (
             f"{total} of at least {num_nodes} nodes (spec.numNodes) run a daemon, {ready} ready")
-    not_ready = sorted(n["name"] for n in nodes if n.get("status") == C.STATUS_NOT_READY)
+    not_ready = sorted(n["name"] for n in nodes if n.get("status") == constants.STATUS_NOT_READY)
     if not_ready:
         return REASON_NODES_NOT_READY, (
             f"{ready} of {total} nodes ready; not ready: {', '.join(not_ready)}")
@@ -206,7 +206,7 @@ def desired_status(
     kept while the condition's status does not change."""
     status = global_status(num_nodes, nodes, host_managed, problem)
     reason, message = explain(num_nodes, nodes, template, host_managed, problem, forced_single)
-    cond_status = "True" if status == C.STATUS_READY else "False"
+    cond_status = "True" if status == constants.STATUS_READY else "False"
     previous = next((c for c in current.get("conditions") or []
                      if c.get("type") == CONDITION_READY), None)
     transition = now

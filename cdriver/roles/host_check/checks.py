@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass
 
-from cdriver.api import constants as c
+from cdriver.api import constants
 from cdriver.api.imex_mode import IMEX_MODE_DRIVER_MANAGED
 from cdriver.imex.config import IMEX_CMD_PORT, IMEX_CTL_BINARY, IMEX_SERVER_PORT
 from cdriver.nvml.discover import IMEX_CHANNELS_DEVICE_NAME
@@ -79,7 +79,7 @@ def check_fabric(f: NodeFacts) -> CheckResult:
     if not f.fabric.clique_id:
         return CheckResult(name, FAIL, "GPUs report no NVLink fabric (not fabric-attached)",
                            "IMEX channels need a Multi-Node NVLink node; run ComputeDomain workloads on "
-                           f"nodes labelled {c.LABEL_NODE_CLIQUE}")
+                           f"nodes labelled {constants.LABEL_NODE_CLIQUE}")
     return CheckResult(name, PASS, f"fabric state completed, clique {f.fabric.clique_id}")
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from cdriver.api import constants as c
+from cdriver.api import constants
 from cdriver.errors import CdriverError
 from cdriver.featuregates import ENV_FEATURE_GATES
 from cdriver.imex.config import IMEX_CTL_BINARY, IMEX_DAEMON_BINARY, IMEXD_DIR
@@ -34,25 +34,25 @@ def _fail(message: str) -> None:
 
 
 @click.group(invoke_without_command=True)
-@click.option("--cliqueid", "clique_id", default="", envvar=c.ENV_CLIQUE_ID, show_envvar=True,
+@click.option("--cliqueid", "clique_id", default="", envvar=constants.ENV_CLIQUE_ID, show_envvar=True,
               help="NVLink clique ID <clusterUUID>.<cliqueId> (injected by CDI; empty on non-fabric nodes).")
-@click.option("--compute-domain-uuid", "cd_uid", default="", envvar=c.ENV_CD_UUID, show_envvar=True,
+@click.option("--compute-domain-uuid", "cd_uid", default="", envvar=constants.ENV_CD_UUID, show_envvar=True,
               help="ComputeDomain UID (injected by CDI).")
-@click.option("--compute-domain-name", "cd_name", default="", envvar=c.ENV_CD_NAME, show_envvar=True,
+@click.option("--compute-domain-name", "cd_name", default="", envvar=constants.ENV_CD_NAME, show_envvar=True,
               help="ComputeDomain name (injected by CDI).")
-@click.option("--compute-domain-namespace", "cd_namespace", default="default", envvar=c.ENV_CD_NAMESPACE,
+@click.option("--compute-domain-namespace", "cd_namespace", default="default", envvar=constants.ENV_CD_NAMESPACE,
               show_envvar=True, help="ComputeDomain namespace (injected by CDI).")
-@click.option("--node-name", default="", envvar=c.ENV_NODE_NAME, show_envvar=True,
+@click.option("--node-name", default="", envvar=constants.ENV_NODE_NAME, show_envvar=True,
               help="This node's name (downward API spec.nodeName).")
-@click.option("--pod-ip", default="", envvar=c.ENV_POD_IP, show_envvar=True,
+@click.option("--pod-ip", default="", envvar=constants.ENV_POD_IP, show_envvar=True,
               help="This pod's IP (downward API status.podIP): IMEX command bind IP and advertised IP.")
-@click.option("--pod-name", default="", envvar=c.ENV_POD_NAME, show_envvar=True,
+@click.option("--pod-name", default="", envvar=constants.ENV_POD_NAME, show_envvar=True,
               help="This pod's name (downward API metadata.name).")
-@click.option("--pod-namespace", default="", envvar=c.ENV_POD_NAMESPACE, show_envvar=True,
+@click.option("--pod-namespace", default="", envvar=constants.ENV_POD_NAMESPACE, show_envvar=True,
               help="This pod's namespace, the driver namespace (downward API metadata.namespace).")
-@click.option("--pod-uid", default="", envvar=c.ENV_POD_UID, show_envvar=True,
+@click.option("--pod-uid", default="", envvar=constants.ENV_POD_UID, show_envvar=True,
               help="This pod's UID (downward API metadata.uid), for the clique's owner reference.")
-@click.option("--max-nodes-per-imex-domain", "max_nodes", default="", envvar=c.ENV_MAX_NODES, show_envvar=True,
+@click.option("--max-nodes-per-imex-domain", "max_nodes", default="", envvar=constants.ENV_MAX_NODES, show_envvar=True,
               help="Maximum members of one clique: bounds indices and the DNS-name peer list.")
 @click.option("--imexd-dir", default=IMEXD_DIR, envvar=ENV_IMEXD_DIR, show_envvar=True, show_default=True,
               help="Directory mounted by CDI with the config template; imexd.cfg and nodes.cfg go here.")

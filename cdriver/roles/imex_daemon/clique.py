@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from cdriver.api import constants as c
+from cdriver.api import constants
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES
 from cdriver.errors import CdriverError
 from cdriver.kube.objects import owner_references_of
@@ -107,7 +107,7 @@ def upsert_entry(entries: list[dict], member: Member, max_nodes: int,
             "ipAddress": member.ip_address,
             "cliqueID": member.clique_id,
             "index": index,
-            "status": c.STATUS_NOT_READY,
+            "status": constants.STATUS_NOT_READY,
         })
         return out, True
     changed = False
@@ -136,7 +136,7 @@ def set_entry_status(entries: list[dict], node_name: str, status: str,
     """Return (entries with this node's status set, changed); unchanged if the node is absent."""
     out = copy.deepcopy(entries)
     mine = find_entry(out, node_name, key)
-    if mine is None or mine.get("status", c.STATUS_NOT_READY) == status:
+    if mine is None or mine.get("status", constants.STATUS_NOT_READY) == status:
         return out, False
     mine["status"] = status
     return out, True
@@ -146,7 +146,7 @@ def entry_status(entry: dict | None) -> str | None:
     """Status of an entry as readers see it (absent status means NotReady), None if no entry."""
     if entry is None:
         return None
-    return entry.get("status") or c.STATUS_NOT_READY
+    return entry.get("status") or constants.STATUS_NOT_READY
 
 
 # --- pure: the clique object ---------------------------------------------------------
@@ -169,12 +169,12 @@ def ensure_owner_reference(obj: dict, owner: dict) -> bool:
 def new_clique(name: str, namespace: str, cd_uid: str, clique_id: str, owner: dict) -> dict:
     """A ComputeDomainClique with no members yet, owned by this daemon's pod."""
     return {
-        "apiVersion": c.API_VERSION,
-        "kind": c.KIND_COMPUTE_DOMAIN_CLIQUE,
+        "apiVersion": constants.API_VERSION,
+        "kind": constants.KIND_COMPUTE_DOMAIN_CLIQUE,
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": {c.LABEL_COMPUTE_DOMAIN: cd_uid, c.LABEL_CLIQUE_ID: clique_id},
+            "labels": {constants.LABEL_COMPUTE_DOMAIN: cd_uid, constants.LABEL_CLIQUE_ID: clique_id},
             "ownerReferences": [dict(owner)],
         },
     }

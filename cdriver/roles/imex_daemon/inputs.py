@@ -12,7 +12,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cdriver import featuregates
-from cdriver.api import constants as c
+from cdriver.api.constants import (
+    DEVICE_CLASS_DAEMON,
+    ENV_CD_NAME,
+    ENV_CD_NAMESPACE,
+    ENV_CD_UUID,
+    ENV_CLIQUE_ID,
+    ENV_MAX_NODES,
+    ENV_NODE_NAME,
+    ENV_POD_IP,
+    ENV_POD_NAME,
+    ENV_POD_NAMESPACE,
+    ENV_POD_UID,
+    clique_object_name,
+)
 from cdriver.errors import CdriverError
 from cdriver.featuregates import ENV_FEATURE_GATES
 from cdriver.imex.config import (
@@ -121,7 +134,7 @@ class Settings:
 
     @property
     def clique_name(self) -> str:
-        return c.clique_object_name(self.cd_uid, self.clique_id)
+        return clique_object_name(self.cd_uid, self.clique_id)
 
     @property
     def pod_key(self) -> str:
@@ -141,11 +154,11 @@ class CheckSettings:
 def cdi_missing_message() -> str:
     """Why a daemon without its CDI identity cannot run, and what to check."""
     return (
-        f"{c.ENV_CD_UUID} is empty: the CDI container edits of the daemon claim were not applied "
-        f"to this container (they carry {c.ENV_CD_UUID}, {c.ENV_CD_NAME}, {c.ENV_CD_NAMESPACE}, "
-        f"{c.ENV_CLIQUE_ID} and the {IMEXD_DIR} mount). Check that the container runtime has CDI "
+        f"{ENV_CD_UUID} is empty: the CDI container edits of the daemon claim were not applied "
+        f"to this container (they carry {ENV_CD_UUID}, {ENV_CD_NAME}, {ENV_CD_NAMESPACE}, "
+        f"{ENV_CLIQUE_ID} and the {IMEXD_DIR} mount). Check that the container runtime has CDI "
         "enabled (containerd: enable_cdi = true; CRI-O enables it by default) and that the pod "
-        f"requests its ResourceClaim of DeviceClass {c.DEVICE_CLASS_DAEMON}."
+        f"requests its ResourceClaim of DeviceClass {DEVICE_CLASS_DAEMON}."
     )
 
 
@@ -160,13 +173,13 @@ def _parse_max_nodes(problems: list[str], text: str) -> int:
         number = int(value)
     except ValueError:
         problems.append(
-            f"{c.ENV_MAX_NODES}={value!r} is not an integer; set it to the maximum number of nodes "
+            f"{ENV_MAX_NODES}={value!r} is not an integer; set it to the maximum number of nodes "
             f"per IMEX domain (the controller renders {DEFAULT_MAX_NODES_PER_IMEX_DOMAIN} by default)"
         )
         return 0
     if number < 1:
         problems.append(
-            f"{c.ENV_MAX_NODES}={number} leaves no index for any daemon; set it to at least 1 "
+            f"{ENV_MAX_NODES}={number} leaves no index for any daemon; set it to at least 1 "
             f"(the controller renders {DEFAULT_MAX_NODES_PER_IMEX_DOMAIN} by default)"
         )
     return number
@@ -183,7 +196,7 @@ def _parse_gates(problems: list[str], text: str) -> featuregates.FeatureGates | 
 def _check_clique_id(problems: list[str], clique_id: str) -> None:
     if len(clique_id) > 63 or not _LABEL_VALUE.match(clique_id):
         problems.append(
-            f"{c.ENV_CLIQUE_ID}={clique_id!r} is not a valid label value (<clusterUUID>.<cliqueId>, "
+            f"{ENV_CLIQUE_ID}={clique_id!r} is not a valid label value (<clusterUUID>.<cliqueId>, "
             "at most 63 characters); it comes from the kubelet plugin's NVML fabric discovery, "
             "check the plugin's log on this node"
         )
@@ -191,12 +204,12 @@ def _check_clique_id(problems: list[str], clique_id: str) -> None:
 
 def _check_pod_ip(problems: list[str], pod_ip: str) -> None:
     if not pod_ip:
-        problems.append(f"{c.ENV_POD_IP} is empty; set it from the downward API field status.podIP")
+        problems.append(f"{ENV_POD_IP} is empty; set it from the downward API field status.podIP")
         return
     try:
         ipaddress.ip_address(pod_ip)
     except ValueError:
-        problems.append(f"{c.ENV_POD_IP}={pod_ip!r} is not an IP address; set it from status.podIP")
+        problems.append(f"{ENV_POD_IP}={pod_ip!r} is not an IP address; set it from status.podIP")
 
 
 def _fail(problems: list[str]) -> None:
@@ -213,19 +226,19 @@ def parse_settings(raw: RawInputs) -> Settings:
     gates = _parse_gates(problems, raw.feature_gates)
     clique_id = raw.clique_id.strip()
     downward = "set it from the downward API in the daemon pod spec"
-    _required(problems, c.ENV_POD_NAME, raw.pod_name, f"{downward} (metadata.name)")
-    _required(problems, c.ENV_POD_NAMESPACE, raw.pod_namespace, f"{downward} (metadata.namespace)")
+    _required(problems, ENV_POD_NAME, raw.pod_name, f"{downward} (metadata.name)")
+    _required(problems, ENV_POD_NAMESPACE, raw.pod_namespace, f"{downward} (metadata.namespace)")
     max_nodes = 0
     if clique_id:
         _check_clique_id(problems, clique_id)
-        _required(problems, c.ENV_NODE_NAME, raw.node_name, f"{downward} (spec.nodeName)")
-        _required(problems, c.ENV_POD_UID, raw.pod_uid, f"{downward} (metadata.uid)")
+        _required(problems, ENV_NODE_NAME, raw.node_name, f"{downward} (spec.nodeName)")
+        _required(problems, ENV_POD_UID, raw.pod_uid, f"{downward} (metadata.uid)")
         _check_pod_ip(problems, raw.pod_ip)
         max_nodes = _parse_max_nodes(problems, raw.max_nodes)
         if gates is not None and not gates.enabled(featuregates.COMPUTE_DOMAIN_CLIQUES):
-            _required(problems, c.ENV_CD_NAME, raw.cd_name,
+            _required(problems, ENV_CD_NAME, raw.cd_name,
                       "it is injected by CDI with the ComputeDomain identity; re-create the daemon pod")
-            _required(problems, c.ENV_CD_NAMESPACE, raw.cd_namespace,
+            _required(problems, ENV_CD_NAMESPACE, raw.cd_namespace,
                       "it is injected by CDI with the ComputeDomain identity; re-create the daemon pod")
     elif raw.max_nodes.strip():
         max_nodes = _parse_max_nodes(problems, raw.max_nodes)

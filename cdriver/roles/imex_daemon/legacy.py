@@ -12,7 +12,7 @@ import copy
 import logging
 from typing import Any
 
-from cdriver.api import constants as c
+from cdriver.api import constants
 from cdriver.api.resources import COMPUTE_DOMAINS
 from cdriver.errors import CdriverError
 from cdriver.imex import config as imex_config
@@ -115,7 +115,7 @@ class DomainStatusStore(LatestObject):
     def with_entries(self, obj: dict, entries: list[dict]) -> dict:
         out = copy.deepcopy(obj)
         status = out.setdefault("status", {})
-        status.setdefault("status", c.STATUS_NOT_READY)
+        status.setdefault("status", constants.STATUS_NOT_READY)
         if entries:
             status["nodes"] = entries
         else:

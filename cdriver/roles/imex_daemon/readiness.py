@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from cdriver.api import constants as c
+from cdriver.api import constants
 from cdriver.imex.ctl import IMEX_READY_OUTPUT
 from cdriver.kube.objects import being_deleted
 
@@ -39,7 +39,7 @@ def probe_passed(returncode: int, output: str) -> bool:
 
 def desired_status(pod_ready: bool, imex_running: bool, blocked: bool) -> str:
     """Entry status this daemon should publish."""
-    return c.STATUS_READY if pod_ready and imex_running and not blocked else c.STATUS_NOT_READY
+    return constants.STATUS_READY if pod_ready and imex_running and not blocked else constants.STATUS_NOT_READY
 
 
 def pod_being_deleted(pod: dict | None) -> bool:

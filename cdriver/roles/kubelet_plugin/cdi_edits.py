@@ -9,21 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from cdriver.api import constants as C
+from cdriver.api import constants
 from cdriver.cdi.model import ContainerEdits, Device, DeviceNode, Mount, Spec, qualified_name
 from cdriver.imex.config import IMEX_CTL_BINARY, IMEX_DAEMON_BINARY, IMEXD_DIR
 from cdriver.nvml.discover import channel_device_path
 
 CDI_BASE_SPEC_ID = "base"  # transient id of the node's base spec (device "all")
-CDI_BASE_DEVICE = "all"
+BASE_DEVICE_NAME = "all"
+BASE_SPEC_NAME = f"{constants.CDI_VENDOR}-{constants.CDI_CLASS_DEVICE}_{CDI_BASE_SPEC_ID}"
 IMEXD_MOUNT_OPTIONS = ("rw", "nosuid", "nodev", "bind")
-NVIDIA_VISIBLE_DEVICES_VOID = "NVIDIA_VISIBLE_DEVICES=void"
-
+VISIBLE_DEVICES_VOID = "NVIDIA_VISIBLE_DEVICES=void"
 CHANNEL_FILE_MODE = 0o666
-IMEXD_MOUNT_OPTIONS = list(IMEXD_MOUNT_OPTIONS)
-BASE_DEVICE_NAME = CDI_BASE_DEVICE
-BASE_SPEC_NAME = f"{C.CDI_VENDOR}-{C.CDI_CLASS_DEVICE}_{CDI_BASE_SPEC_ID}"
-VISIBLE_DEVICES_VOID = NVIDIA_VISIBLE_DEVICES_VOID
 
 
 @dataclass(frozen=True)
@@ -89,10 +85,10 @@ def daemon_edits(
         )
     return ContainerEdits(
         env=[
-            f"{C.ENV_CLIQUE_ID}={clique_id}",
-            f"{C.ENV_CD_UUID}={cd_uid}",
-            f"{C.ENV_CD_NAME}={cd_name}",
-            f"{C.ENV_CD_NAMESPACE}={cd_namespace}",
+            f"{constants.ENV_CLIQUE_ID}={clique_id}",
+            f"{constants.ENV_CD_UUID}={cd_uid}",
+            f"{constants.ENV_CD_NAME}={cd_name}",
+            f"{constants.ENV_CD_NAMESPACE}={cd_namespace}",
         ],
         device_nodes=nodes,
         mounts=[Mount(host_path=str(domain_dir), container_path=IMEXD_DIR, options=list(IMEXD_MOUNT_OPTIONS)),
@@ -128,12 +124,12 @@ def claim_device_name(claim_uid: str, device: str) -> str:
 
 def claim_device_id(claim_uid: str, device: str) -> str:
     """``k8s.compute-domain.nvidia.com/claim=<uid>-<device>``."""
-    return qualified_name(C.CDI_KIND_CLAIM, claim_device_name(claim_uid, device))
+    return qualified_name(constants.CDI_KIND_CLAIM, claim_device_name(claim_uid, device))
 
 
 def base_device_id() -> str:
     """``k8s.compute-domain.nvidia.com/device=all`` (the node's base spec)."""
-    return qualified_name(C.CDI_KIND_DEVICE, BASE_DEVICE_NAME)
+    return qualified_name(constants.CDI_KIND_DEVICE, BASE_DEVICE_NAME)
 
 
 def claim_spec(claim_uid: str, devices: list[tuple[str, ContainerEdits]]) -> Spec | None:
@@ -145,13 +141,13 @@ def claim_spec(claim_uid: str, devices: list[tuple[str, ContainerEdits]]) -> Spe
     ]
     if not entries:
         return None
-    return Spec(kind=C.CDI_KIND_CLAIM, devices=entries)
+    return Spec(kind=constants.CDI_KIND_CLAIM, devices=entries)
 
 
 def base_spec(nodes: list[DeviceNode]) -> Spec:
     """The node-wide spec daemon claims refer to: every NVIDIA device node of the driver root."""
     return Spec(
-        kind=C.CDI_KIND_DEVICE,
+        kind=constants.CDI_KIND_DEVICE,
         devices=[Device(name=BASE_DEVICE_NAME, edits=ContainerEdits(device_nodes=list(nodes)))],
         edits=ContainerEdits(env=[VISIBLE_DEVICES_VOID]),
     )

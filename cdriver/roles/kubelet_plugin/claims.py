@@ -10,7 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from cdriver.api import constants as C
+from cdriver.api.constants import (
+    DEVICE_TYPE_CHANNEL,
+    DEVICE_TYPE_DAEMON,
+    DRIVER_NAME,
+    KIND_CHANNEL_CONFIG,
+    KIND_DAEMON_CONFIG,
+)
 from cdriver.api.types import ChannelConfig, DaemonConfig, ValidationError, decode_opaque_config
 from cdriver.kube.objects import meta_of, name_of, namespace_of, uid_of
 from cdriver.roles.kubelet_plugin.devices import DeviceRef, parse_device
@@ -18,8 +24,8 @@ from cdriver.roles.kubelet_plugin.errors import ClaimError, permanent, retryable
 
 SOURCE_CLASS = "FromClass"
 SOURCE_CLAIM = "FromClaim"
-KIND_CHANNEL = C.DEVICE_TYPE_CHANNEL
-KIND_DAEMON = C.DEVICE_TYPE_DAEMON
+KIND_CHANNEL = DEVICE_TYPE_CHANNEL
+KIND_DAEMON = DEVICE_TYPE_DAEMON
 
 
 @dataclass(frozen=True)
@@ -80,14 +86,14 @@ def _top_request(request: str) -> str:
     return request.split("/", 1)[0]
 
 
-def our_results(claim: dict, driver: str = C.DRIVER_NAME) -> list[dict]:
+def our_results(claim: dict, driver: str = DRIVER_NAME) -> list[dict]:
     """Allocation results of this driver (status.allocation.devices.results[])."""
     allocation = (claim.get("status") or {}).get("allocation") or {}
     results = (allocation.get("devices") or {}).get("results") or []
     return [r for r in results if isinstance(r, dict) and r.get("driver") == driver]
 
 
-def decode_configs(claim: dict, driver: str = C.DRIVER_NAME) -> list[tuple[list[str], ChannelConfig | DaemonConfig]]:
+def decode_configs(claim: dict, driver: str = DRIVER_NAME) -> list[tuple[list[str], ChannelConfig | DaemonConfig]]:
     """This driver's opaque configs in precedence order (class configs, then claim configs).
 
     Later entries win. Raises a permanent ClaimError for an unknown source, a non-opaque
@@ -124,7 +130,7 @@ def _config_kind(config: ChannelConfig | DaemonConfig) -> str:
 
 
 def _config_name(config: ChannelConfig | DaemonConfig) -> str:
-    return C.KIND_CHANNEL_CONFIG if isinstance(config, ChannelConfig) else C.KIND_DAEMON_CONFIG
+    return KIND_CHANNEL_CONFIG if isinstance(config, ChannelConfig) else KIND_DAEMON_CONFIG
 
 
 def config_for(
@@ -146,7 +152,7 @@ def config_for(
     return None
 
 
-def plan_claim(claim: dict, node_name: str, driver: str = C.DRIVER_NAME) -> ClaimPlan:
+def plan_claim(claim: dict, node_name: str, driver: str = DRIVER_NAME) -> ClaimPlan:
     """Decode and validate an allocated claim into a ClaimPlan (raises ClaimError)."""
     meta = meta_of(claim)
     label = claim_label(claim)
@@ -178,7 +184,7 @@ def plan_claim(claim: dict, node_name: str, driver: str = C.DRIVER_NAME) -> Clai
             )
         config = config_for(request, ref, configs, label)
         if config is None:
-            want = C.KIND_CHANNEL_CONFIG if ref.type == KIND_CHANNEL else C.KIND_DAEMON_CONFIG
+            want = KIND_CHANNEL_CONFIG if ref.type == KIND_CHANNEL else KIND_DAEMON_CONFIG
             raise permanent(
                 f"claim {label}: no {want} (with domainID) applies to request {request!r}; create the claim "
                 "from the ResourceClaimTemplate that the ComputeDomain controller generates"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from cdriver.api import constants as C
+from cdriver.api import constants
 from cdriver.api.imex_mode import ENV_IMEX_ISOLATION, ENV_IMEX_MODE, IMEX_ISOLATION_DOMAIN, IMEX_MODE_DRIVER_MANAGED
 from cdriver.cdi.model import CDI_STATIC_DIR
 from cdriver.dra.registration import KUBELET_PLUGINS_DIR, KUBELET_REGISTRY_DIR
@@ -45,11 +45,11 @@ def _opt(*names: str, **kw: Any) -> Callable[[Any], Any]:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@_opt("--node-name", envvar=C.ENV_NODE_NAME, required=True, help="This node's name (also the pool name).")
+@_opt("--node-name", envvar=constants.ENV_NODE_NAME, required=True, help="This node's name (also the pool name).")
 @_opt(
     "--namespace",
-    default=C.DEFAULT_DRIVER_NAMESPACE,
-    envvar=C.ENV_NAMESPACE,
+    default=constants.DEFAULT_DRIVER_NAMESPACE,
+    envvar=constants.ENV_NAMESPACE,
     show_default=True,
     help="Driver namespace (where ComputeDomainCliques live).",
 )
@@ -66,7 +66,7 @@ def _opt(*names: str, **kw: Any) -> Callable[[Any], Any]:
     "--host-driver-root",
     "driver_root",
     default="/",
-    envvar=[C.ENV_DRIVER_ROOT, "HOST_DRIVER_ROOT"],
+    envvar=[constants.ENV_DRIVER_ROOT, "HOST_DRIVER_ROOT"],
     show_default=True,
     help="Root of the NVIDIA driver installation on the host (CDI host paths use it).",
 )
@@ -127,7 +127,7 @@ def _opt(*names: str, **kw: Any) -> Callable[[Any], Any]:
     "--gpu-clique-label-enabled/--no-gpu-clique-label-enabled",
     default=False,
     envvar=list(ENV_GPU_CLIQUE_LABEL_ENABLED),
-    help=f"Own the node label {C.LABEL_NODE_CLIQUE} (do not also run GFD).",
+    help=f"Own the node label {constants.LABEL_NODE_CLIQUE} (do not also run GFD).",
 )
 @_opt(
     "--imex-config-template",

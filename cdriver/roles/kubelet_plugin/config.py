@@ -6,14 +6,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdriver import featuregates as fg
-from cdriver.api import constants as C
+from cdriver.api import constants
 from cdriver.api.imex_mode import IMEX_ISOLATION_DOMAIN, IMEX_MODE_DRIVER_MANAGED, IMEX_MODE_HOST_MANAGED
 from cdriver.cdi.model import CDI_STATIC_DIR
 from cdriver.dra.registration import KUBELET_PLUGINS_DIR, KUBELET_REGISTRY_DIR
 from cdriver.imex.ctl import DEFAULT_HOST_IMEX_SOCKET
 
 DRA_SOCKET_NAME = "dra.sock"
-REGISTRATION_SOCKET_NAME = f"{C.DRIVER_NAME}-reg.sock"
+REGISTRATION_SOCKET_NAME = f"{constants.DRIVER_NAME}-reg.sock"
 CHECKPOINT_FILE_NAME = "checkpoint.json"
 PLUGIN_DOMAINS_DIR_NAME = "domains"  # <plugin data dir>/domains/<cd uid>/: daemon config dirs
 
@@ -29,7 +29,7 @@ class PluginConfig:
     """Everything the plugin needs to know about its node; paths are host paths."""
 
     node_name: str
-    namespace: str = C.DEFAULT_DRIVER_NAMESPACE
+    namespace: str = constants.DEFAULT_DRIVER_NAMESPACE
     kubeconfig: str | None = None
     cdi_root: Path = Path(CDI_STATIC_DIR)
     #: Driver root as the host (and the container runtime) sees it: CDI host paths use it.
@@ -63,7 +63,7 @@ class PluginConfig:
 
     @property
     def plugin_dir(self) -> Path:
-        return self.plugins_dir / C.DRIVER_NAME
+        return self.plugins_dir / constants.DRIVER_NAME
 
     @property
     def dra_socket(self) -> Path:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from cdriver.api import constants as C
+from cdriver.api import constants
 from cdriver.nvml.discover import IMEX_CHANNEL_COUNT
 
 #: Number of IMEX channels a node has (fixed by the NVIDIA driver).
@@ -38,15 +38,15 @@ def parse_device(name: str) -> DeviceRef | None:
     if not match:
         return None
     ref = DeviceRef(match.group(1), int(match.group(2)))
-    limit = CHANNEL_COUNT if ref.type == C.DEVICE_TYPE_CHANNEL else DAEMON_COUNT
+    limit = CHANNEL_COUNT if ref.type == constants.DEVICE_TYPE_CHANNEL else DAEMON_COUNT
     return ref if ref.id < limit else None
 
 
 def published_devices(host_managed: bool) -> list[DeviceRef]:
     """Devices listed in this node's ResourceSlice, sorted by name."""
-    devices = [DeviceRef(C.DEVICE_TYPE_CHANNEL, 0)]
+    devices = [DeviceRef(constants.DEVICE_TYPE_CHANNEL, 0)]
     if not host_managed:
-        devices.append(DeviceRef(C.DEVICE_TYPE_DAEMON, 0))
+        devices.append(DeviceRef(constants.DEVICE_TYPE_DAEMON, 0))
     return sorted(devices, key=lambda d: d.name)
 
 

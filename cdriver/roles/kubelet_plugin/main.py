@@ -15,7 +15,7 @@ from pathlib import Path
 
 import grpc
 
-from cdriver.api import constants as C
+from cdriver.api import constants
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.cdi.writer import write_spec
 from cdriver.checkpoint import CheckpointStore
@@ -130,7 +130,7 @@ class Plugin:
         self.driver = ComputeDomainDriver(state)
         dra = node_service.serve_node_service(cfg.dra_socket, self.driver, max_workers=cfg.grpc_workers)
         self._servers.append((dra, cfg.dra_socket))
-        self.registration = registration.RegistrationServicer(C.DRIVER_NAME, str(cfg.dra_socket))
+        self.registration = registration.RegistrationServicer(constants.DRIVER_NAME, str(cfg.dra_socket))
         reg = registration.serve_registration(cfg.registration_socket, self.registration)
         self._servers.insert(0, (reg, cfg.registration_socket))
 
@@ -155,8 +155,8 @@ class Plugin:
         )
         self._slices.start()
         if cfg.gpu_clique_label_enabled and found.clique_id:
-            self.driver.preparer.labeler.set_label(C.LABEL_NODE_CLIQUE, found.clique_id)
-            log.info("labelled node %s %s=%s", cfg.node_name, C.LABEL_NODE_CLIQUE, found.clique_id)
+            self.driver.preparer.labeler.set_label(constants.LABEL_NODE_CLIQUE, found.clique_id)
+            log.info("labelled node %s %s=%s", cfg.node_name, constants.LABEL_NODE_CLIQUE, found.clique_id)
         log.info(
             "kubelet plugin for node %s ready (%s mode; DRA socket %s, registration socket %s)",
             cfg.node_name,
@@ -208,9 +208,9 @@ class Plugin:
             and self.state.discovery.clique_id
         ):
             try:
-                self.driver.preparer.labeler.set_label(C.LABEL_NODE_CLIQUE, None)
+                self.driver.preparer.labeler.set_label(constants.LABEL_NODE_CLIQUE, None)
             except CdriverError as exc:
-                log.warning("could not remove label %s: %s", C.LABEL_NODE_CLIQUE, exc)
+                log.warning("could not remove label %s: %s", constants.LABEL_NODE_CLIQUE, exc)
         for inf in self._informers:
             inf.stop()
         if self._metrics_server is not None:

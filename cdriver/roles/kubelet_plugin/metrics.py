@@ -10,19 +10,19 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
-from cdriver.api import constants as C
+from cdriver.api import constants
 from cdriver.kube.raw import RawClient
 
 OP_PREPARE = "prepare"
 OP_UNPREPARE = "unprepare"
 DURATION_BUCKETS = tuple(0.005 * 2**k for k in range(13))  # 5 ms .. 20 s
-DEVICE_TYPES = (C.DEVICE_TYPE_CHANNEL, C.DEVICE_TYPE_DAEMON, "unknown")
+DEVICE_TYPES = (constants.DEVICE_TYPE_CHANNEL, constants.DEVICE_TYPE_DAEMON, "unknown")
 
 
 class PluginMetrics:
     """All series live in a private registry so tests and several plugins can coexist."""
 
-    def __init__(self, node_name: str, driver: str = C.DRIVER_NAME) -> None:
+    def __init__(self, node_name: str, driver: str = constants.DRIVER_NAME) -> None:
         self.node_name = node_name
         self.driver = driver
         self.registry = CollectorRegistry()

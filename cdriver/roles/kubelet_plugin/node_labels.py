@@ -12,7 +12,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from cdriver.api import constants as C
+from cdriver.api.constants import LABEL_COMPUTE_DOMAIN
 from cdriver.kube.objects import labels_of, resource_version_of
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
 from cdriver.roles.kubelet_plugin.errors import retryable
@@ -63,7 +63,7 @@ class NodeLabeler:
 
     def current(self) -> str | None:
         """The ComputeDomain label value as far as this process knows."""
-        return _labels(self.node()).get(C.LABEL_COMPUTE_DOMAIN)
+        return _labels(self.node()).get(LABEL_COMPUTE_DOMAIN)
 
     def _remember(self, node: dict) -> None:
         if node.get("metadata"):
@@ -82,26 +82,26 @@ class NodeLabeler:
         for _ in range(MAX_ATTEMPTS):
             if node is None:
                 node = self._get()
-            current = _labels(node).get(C.LABEL_COMPUTE_DOMAIN)
+            current = _labels(node).get(LABEL_COMPUTE_DOMAIN)
             if current == domain_id:
                 return False
             if current and not label_is_stale(current):
                 raise retryable(
                     f"node {self.node_name} already belongs to ComputeDomain {current} (label "
-                    f"{C.LABEL_COMPUTE_DOMAIN}={current}); a node serves one ComputeDomain at a time, so "
+                    f"{LABEL_COMPUTE_DOMAIN}={current}); a node serves one ComputeDomain at a time, so "
                     "this claim can be prepared once that domain's workloads have left the node"
                 )
             if current:
-                log.info("replacing stale label %s=%s on node %s", C.LABEL_COMPUTE_DOMAIN, current, self.node_name)
-            patch = {"metadata": {"labels": {C.LABEL_COMPUTE_DOMAIN: domain_id}, "resourceVersion": _rv(node)}}
+                log.info("replacing stale label %s=%s on node %s", LABEL_COMPUTE_DOMAIN, current, self.node_name)
+            patch = {"metadata": {"labels": {LABEL_COMPUTE_DOMAIN: domain_id}, "resourceVersion": _rv(node)}}
             try:
                 self._remember(self.raw.patch(NODES, self.node_name, patch))
-                log.info("labelled node %s %s=%s", self.node_name, C.LABEL_COMPUTE_DOMAIN, domain_id)
+                log.info("labelled node %s %s=%s", self.node_name, LABEL_COMPUTE_DOMAIN, domain_id)
                 return True
             except ApiError as exc:
                 if not exc.conflict:
                     raise retryable(
-                        f"cannot label node {self.node_name} with {C.LABEL_COMPUTE_DOMAIN}={domain_id}: {exc}"
+                        f"cannot label node {self.node_name} with {LABEL_COMPUTE_DOMAIN}={domain_id}: {exc}"
                     ) from None
                 node = None  # stale view: read fresh and decide again
         raise retryable(f"cannot label node {self.node_name}: it kept changing during {MAX_ATTEMPTS} attempts")
@@ -111,8 +111,8 @@ class NodeLabeler:
         if self.current() not in (None, domain_id):
             return False
         ops = [
-            {"op": "test", "path": _json_pointer(C.LABEL_COMPUTE_DOMAIN), "value": domain_id},
-            {"op": "remove", "path": _json_pointer(C.LABEL_COMPUTE_DOMAIN)},
+            {"op": "test", "path": _json_pointer(LABEL_COMPUTE_DOMAIN), "value": domain_id},
+            {"op": "remove", "path": _json_pointer(LABEL_COMPUTE_DOMAIN)},
         ]
         try:
             self._remember(self.raw.patch(NODES, self.node_name, ops, patch_type="json"))
@@ -120,9 +120,9 @@ class NodeLabeler:
             if exc.invalid or exc.not_found:
                 return False  # label absent or names another domain: nothing of ours to remove
             raise retryable(
-                f"cannot remove label {C.LABEL_COMPUTE_DOMAIN}={domain_id} from node {self.node_name}: {exc}"
+                f"cannot remove label {LABEL_COMPUTE_DOMAIN}={domain_id} from node {self.node_name}: {exc}"
             ) from None
-        log.info("removed label %s=%s from node %s", C.LABEL_COMPUTE_DOMAIN, domain_id, self.node_name)
+        log.info("removed label %s=%s from node %s", LABEL_COMPUTE_DOMAIN, domain_id, self.node_name)
         return True
 
     def set_label(self, key: str, value: str | None) -> None:

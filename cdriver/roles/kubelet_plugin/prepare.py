@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cdriver.api import constants as C
+from cdriver.api import constants
 from cdriver.api.imex_mode import IMEX_MODE_HOST_MANAGED
 from cdriver.atomic import atomic_write
 from cdriver.cdi.model import ContainerEdits
@@ -183,7 +183,7 @@ class Preparer:
             msg = (
                 f"node {self.config.node_name} is not attached to a multi-node NVLink fabric (no clique ID): "
                 f"claim {plan.namespace}/{plan.name} prepared without IMEX channel devices; pin workloads to "
-                f"fabric nodes with node affinity on {C.LABEL_NODE_CLIQUE}"
+                f"fabric nodes with node affinity on {constants.LABEL_NODE_CLIQUE}"
             )
             log.warning("%s", msg)
             self.state.events.emit(claim, WARNING, EVENT_NOT_FABRIC, msg)

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from cdriver.api import constants as C
+from cdriver.api import constants
 
 T = TypeVar("T")
 
@@ -47,9 +47,9 @@ def node_readiness(
     """
     waits: list[str] = []
     if use_cliques and clique_id:
-        name = C.clique_object_name(domain_id, clique_id)
+        name = constants.clique_object_name(domain_id, clique_id)
         entry = _clique_entry(clique, node_name)
-        if entry and entry.get("status") == C.STATUS_READY:
+        if entry and entry.get("status") == constants.STATUS_READY:
             return True, ""
         if clique is None:
             waits.append(f"ComputeDomainClique {namespace}/{name} does not exist yet")
@@ -57,18 +57,18 @@ def node_readiness(
             waits.append(f"ComputeDomainClique {namespace}/{name} has no daemon entry for node {node_name}")
         else:
             waits.append(
-                f"node {node_name} is {entry.get('status') or C.STATUS_NOT_READY} in "
+                f"node {node_name} is {entry.get('status') or constants.STATUS_NOT_READY} in "
                 f"ComputeDomainClique {namespace}/{name}"
             )
     entry = _status_entry(cd, node_name)
-    if entry and entry.get("status") == C.STATUS_READY:
+    if entry and entry.get("status") == constants.STATUS_READY:
         return True, ""
     if not waits or entry is not None:
         if entry is None:
             waits.append(f"ComputeDomain {domain_id} status.nodes has no entry for node {node_name}")
         else:
             waits.append(
-                f"node {node_name} is {entry.get('status') or C.STATUS_NOT_READY} in "
+                f"node {node_name} is {entry.get('status') or constants.STATUS_NOT_READY} in "
                 f"ComputeDomain {domain_id} status.nodes"
             )
     return False, "; ".join(waits)

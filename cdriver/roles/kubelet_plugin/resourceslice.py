@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cdriver.api import constants as C
+from cdriver.api.constants import DRIVER_NAME
 from cdriver.kube.informer import Informer
 from cdriver.kube.objects import meta_of, name_of, owner_references_of
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
@@ -24,11 +24,11 @@ log = logging.getLogger(__name__)
 SLICES = RESOURCES["resourceslices"]
 
 
-def slice_field_selector(node_name: str, driver: str = C.DRIVER_NAME) -> str:
+def slice_field_selector(node_name: str, driver: str = DRIVER_NAME) -> str:
     return f"spec.driver={driver},spec.nodeName={node_name}"
 
 
-def slice_name_prefix(node_name: str, driver: str = C.DRIVER_NAME) -> str:
+def slice_name_prefix(node_name: str, driver: str = DRIVER_NAME) -> str:
     return f"00000-{driver}-{node_name}-"[:200]
 
 
@@ -36,7 +36,7 @@ def owner_reference(node_name: str, node_uid: str) -> dict:
     return {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid, "controller": True}
 
 
-def desired_spec(node_name: str, devices: list[DeviceRef], generation: int, driver: str = C.DRIVER_NAME) -> dict:
+def desired_spec(node_name: str, devices: list[DeviceRef], generation: int, driver: str = DRIVER_NAME) -> dict:
     return {
         "driver": driver,
         "nodeName": node_name,
@@ -77,7 +77,7 @@ class SyncPlan:
 
 
 def plan_sync(
-    existing: list[dict], node_name: str, node_uid: str, devices: list[DeviceRef], driver: str = C.DRIVER_NAME
+    existing: list[dict], node_name: str, node_uid: str, devices: list[DeviceRef], driver: str = DRIVER_NAME
 ) -> SyncPlan:
     """Keep one matching slice (oldest name first), else rewrite one or create one; drop the rest."""
     ours = sorted(

@@ -6,7 +6,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from cdriver.api import constants as C
+from cdriver.api import constants
 from cdriver.checkpoint import CheckpointStore, ClaimState
 from cdriver.kube.events import EventRecorder
 from cdriver.kube.informer import Informer
@@ -66,7 +66,7 @@ class PluginState:
     def clique(self, domain_id: str) -> dict | None:
         if self.cliques is None or not self.discovery.clique_id:
             return None
-        name = C.clique_object_name(domain_id, self.discovery.clique_id)
+        name = constants.clique_object_name(domain_id, self.discovery.clique_id)
         return self.cliques.get_by_name(name, self.config.namespace)
 
     def node_object(self) -> dict | None:

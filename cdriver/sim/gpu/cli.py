@@ -12,7 +12,7 @@ from typing import NoReturn
 
 import click
 
-from cdriver.api import constants as c
+from cdriver.api import constants
 from cdriver.errors import CdriverError
 from cdriver.nvml.discover import IMEX_CHANNEL_COUNT
 from cdriver.sim.gpu.topology import ENV_SIM_TOPOLOGY
@@ -24,7 +24,7 @@ def _fail(exc: CdriverError) -> NoReturn:
 
 
 _driver_root_option = click.option(
-    "--driver-root", type=click.Path(file_okay=False, path_type=Path), default=None, envvar=c.ENV_DRIVER_ROOT,
+    "--driver-root", type=click.Path(file_okay=False, path_type=Path), default=None, envvar=constants.ENV_DRIVER_ROOT,
     help="Load libnvidia-ml.so.1 from this driver root (env NVIDIA_DRIVER_ROOT); default: the system loader.")
 
 
@@ -55,7 +55,7 @@ def nvidia_smi_cmd(driver_root: Path | None, list_gpus: bool, rest: tuple[str, .
 @click.command("driver-root")
 @click.option("--root", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Directory to lay the driver root out in (created if missing).")
-@click.option("--node", "node_name", required=True, envvar=c.ENV_NODE_NAME,
+@click.option("--node", "node_name", required=True, envvar=constants.ENV_NODE_NAME,
               help="Node name whose identity to use (env NODE_NAME).")
 @click.option("--topology", type=click.Path(dir_okay=False, path_type=Path), envvar=ENV_SIM_TOPOLOGY,
               default=None, help="Topology document (env CDRIVER_SIM_TOPOLOGY); default: the demo topology.")
@@ -117,7 +117,7 @@ def topology_validate(path: Path) -> None:
 
 @topology_group.command("identity")
 @click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--node", "node_name", required=True, envvar=c.ENV_NODE_NAME, help="Node name (env NODE_NAME).")
+@click.option("--node", "node_name", required=True, envvar=constants.ENV_NODE_NAME, help="Node name (env NODE_NAME).")
 def topology_identity(path: Path, node_name: str) -> None:
     """Print a node's clique label `<clusterUUID>.<cliqueId>`."""
     from cdriver.sim.gpu.topology import clique_label, load_topology

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cdriver.api import constants as c
+from cdriver.api import constants
 from cdriver.errors import CdriverError
 from cdriver.imex.config import IMEX_CTL_BINARY, IMEX_DAEMON_BINARY
 from cdriver.nvml.discover import FABRIC_MGMT_CAP_PATH
@@ -95,8 +95,8 @@ class DriverRoot:
         """`base` (default: os.environ) plus what a process on this node needs to see its NVML."""
         env = dict(os.environ if base is None else base)
         env[ENV_SIM_NVML_CONFIG] = str(self.nvml_config)
-        env[c.ENV_NODE_NAME] = self.node_name
-        env[c.ENV_DRIVER_ROOT] = str(self.root)
+        env[constants.ENV_NODE_NAME] = self.node_name
+        env[constants.ENV_DRIVER_ROOT] = str(self.root)
         previous = env.get("LD_LIBRARY_PATH")
         env["LD_LIBRARY_PATH"] = str(self.lib_dir) + (f":{previous}" if previous else "")
         return env

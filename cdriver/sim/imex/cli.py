@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 import psutil
 
-from cdriver.api import constants as c
+from cdriver.api import constants
 from cdriver.errors import CdriverError
 from cdriver.imex.config import IMEX_CMD_PORT, IMEX_DAEMON_BINARY, IMEX_SERVER_PORT
 from cdriver.imex.ctl import DEFAULT_HOST_IMEX_SOCKET, IMEX_READY_OUTPUT
@@ -73,7 +73,7 @@ def _fail(message: str, code: int = 1) -> NoReturn:
 
 
 _root_option = click.option(
-    "--driver-root", required=True, type=click.Path(file_okay=False, path_type=Path), envvar=c.ENV_DRIVER_ROOT,
+    "--driver-root", required=True, type=click.Path(file_okay=False, path_type=Path), envvar=constants.ENV_DRIVER_ROOT,
     help="The simulated node's driver root (env NVIDIA_DRIVER_ROOT).")
 
 

@@ -38,7 +38,7 @@ from cdriver.imex.config import (
     read_nodes_config,
 )
 from cdriver.imex.hosts import read_hosts_file
-from cdriver.sim.imex import protocol as p
+from cdriver.sim.imex import protocol
 
 PROG = IMEX_DAEMON_BINARY
 COMMAND_TIMEOUT = 5.0
@@ -63,14 +63,14 @@ class Link:
 class StandinDaemon:
     """One stand-in IMEX daemon; `run()` serves until SIGTERM/SIGINT."""
 
-    def __init__(self, config_path: str, timing: p.Timing, hosts_path: str, log: logging.Logger) -> None:
+    def __init__(self, config_path: str, timing: protocol.Timing, hosts_path: str, log: logging.Logger) -> None:
         self.config_path = config_path
         self.timing = timing
         self.hosts_path = hosts_path
         self.log = log
         self.cfg: ImexConfig = read_config(config_path)
         self.members = self._load_members()
-        self_ip = p.choose_self_address(self.cfg, self.members, p.local_addresses())
+        self_ip = protocol.choose_self_address(self.cfg, self.members, protocol.local_addresses())
         if self_ip is None:
             raise StartupError(
                 f"cannot tell which nodes config entry is this node: none of "
@@ -90,10 +90,10 @@ class StandinDaemon:
 
     # --- configuration -------------------------------------------------------------------
 
-    def _load_members(self) -> list[p.Member]:
+    def _load_members(self) -> list[protocol.Member]:
         entries = read_nodes_config(self.cfg.node_config_file)
         hosts_text = read_hosts_file(self.hosts_path)
-        return p.resolve_members(entries, hosts_text)
+        return protocol.resolve_members(entries, hosts_text)
 
     def peer_ips(self) -> set[str]:
         """Resolved member addresses other than this node."""
@@ -109,7 +109,7 @@ class StandinDaemon:
         loop.add_signal_handler(signal.SIGTERM, self._request_stop, "SIGTERM")
         loop.add_signal_handler(signal.SIGINT, self._request_stop, "SIGINT")
         loop.add_signal_handler(signal.SIGUSR1, self._on_sigusr1)
-        self.state = p.STATE_READY
+        self.state = protocol.STATE_READY
         self.log.info(
             "%s: node %s ready (NO GPU mode); %d of %d nodes config entries resolved; peers: %s",
             self.config_path, self.self_ip, sum(m.ip is not None for m in self.members),
@@ -124,7 +124,7 @@ class StandinDaemon:
 
     def _request_stop(self, name: str) -> None:
         self.log.info("%s received, shutting down", name)
-        self.state = p.STATE_SHUTTING_DOWN
+        self.state = protocol.STATE_SHUTTING_DOWN
         if self._stop is not None:
             self._stop.set()
 
@@ -144,7 +144,7 @@ class StandinDaemon:
         if not cfg.cmd_enabled:
             self.log.info("command service disabled (IMEX_CMD_ENABLED=0)")
             return
-        host = p.command_host(cfg, self.self_ip)
+        host = protocol.command_host(cfg, self.self_ip)
         self.servers.append(
             await _start_tcp(self._on_command, host, cfg.cmd_port, KEY_CMD_PORT, KEY_CMD_BIND_INTERFACE_IP)
         )
@@ -152,7 +152,7 @@ class StandinDaemon:
             _clear_stale_socket(cfg.cmd_unix_path)
             try:
                 server = await asyncio.start_unix_server(
-                    self._on_command, path=cfg.cmd_unix_path, limit=p.MAX_LINE
+                    self._on_command, path=cfg.cmd_unix_path, limit=protocol.MAX_LINE
                 )
             except OSError as e:
                 raise StartupError(
@@ -235,20 +235,20 @@ class StandinDaemon:
             try:
                 local = (self.self_ip, 0) if _same_family(ip, self.self_ip) else None
                 reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(ip, port, local_addr=local, limit=p.MAX_LINE),
+                    asyncio.open_connection(ip, port, local_addr=local, limit=protocol.MAX_LINE),
                     self.timing.peer_timeout,
                 )
-                writer.write(p.encode(p.hello(self.self_ip, self.state)))
+                writer.write(protocol.encode(protocol.hello(self.self_ip, self.state)))
                 await writer.drain()
                 line = await asyncio.wait_for(reader.readline(), self.timing.peer_timeout)
                 if not line:
                     raise ConnectionError("peer closed the connection before its hello")
-                _node, version, _status = p.parse_hello(p.decode(line))
+                _node, version, _status = protocol.parse_hello(protocol.decode(line))
             except (OSError, TimeoutError, CdriverError, ValueError) as e:
                 if writer is not None:
                     writer.close()
                 attempt += 1
-                delay = p.retry_delay(attempt, self.timing)
+                delay = protocol.retry_delay(attempt, self.timing)
                 level = logging.INFO if attempt == 1 else logging.DEBUG
                 self.log.log(level, "peer %s:%d unreachable (%s); retry %d in %.1fs",
                              ip, port, _reason(e), attempt, delay)
@@ -261,7 +261,7 @@ class StandinDaemon:
             await self._run_link(Link(ip, writer, True, version, time.monotonic()), reader)
             attempt = 1
             try:
-                await asyncio.wait_for(wake.wait(), p.retry_delay(1, self.timing))
+                await asyncio.wait_for(wake.wait(), protocol.retry_delay(1, self.timing))
             except TimeoutError:
                 pass
 
@@ -272,8 +272,8 @@ class StandinDaemon:
             task.add_done_callback(self._tasks.discard)
         try:
             line = await asyncio.wait_for(reader.readline(), self.timing.peer_timeout)
-            node, version, _status = p.parse_hello(p.decode(line))
-            writer.write(p.encode(p.hello(self.self_ip, self.state)))
+            node, version, _status = protocol.parse_hello(protocol.decode(line))
+            writer.write(protocol.encode(protocol.hello(self.self_ip, self.state)))
             await writer.drain()
         except (OSError, TimeoutError, CdriverError, ValueError) as e:
             self.log.debug("rejected peer connection: %s", _reason(e))
@@ -296,13 +296,13 @@ class StandinDaemon:
                 line = await asyncio.wait_for(reader.readline(), self.timing.peer_timeout)
                 if not line:
                     break
-                msg = p.decode(line)
+                msg = protocol.decode(line)
                 link.last_rx = time.monotonic()
-                if msg.get("type") == p.MSG_HEARTBEAT:
+                if msg.get("type") == protocol.MSG_HEARTBEAT:
                     seen = msg.get("connected")
                     seen = seen if isinstance(seen, list) else []
                     link.sees = frozenset(x for x in seen if isinstance(x, str))
-                    if msg.get("status") == p.STATE_SHUTTING_DOWN:
+                    if msg.get("status") == protocol.STATE_SHUTTING_DOWN:
                         reason = "peer is shutting down"
                         break
         except TimeoutError:
@@ -316,7 +316,7 @@ class StandinDaemon:
             beats.cancel()
             link.writer.close()
             links.discard(link)
-            if not links and self.state == p.STATE_READY:
+            if not links and self.state == protocol.STATE_READY:
                 self.log.warning("peer %s lost: %s", link.peer, reason)
 
     async def _heartbeats(self, link: Link) -> None:
@@ -324,7 +324,7 @@ class StandinDaemon:
         try:
             while True:
                 seq += 1
-                link.writer.write(p.encode(p.heartbeat(seq, self.state, self.connected_peers())))
+                link.writer.write(protocol.encode(protocol.heartbeat(seq, self.state, self.connected_peers())))
                 await asyncio.wait_for(link.writer.drain(), self.timing.peer_timeout)
                 await asyncio.sleep(self.timing.heartbeat)
         except (OSError, TimeoutError, RuntimeError):
@@ -335,7 +335,7 @@ class StandinDaemon:
     def domain_report(self, hostnames: bool = False) -> dict:
         """The `-N -j` document for this node's view of the domain."""
         views = {
-            ip: p.PeerView(
+            ip: protocol.PeerView(
                 connected=True,
                 version=next(iter(links)).version,
                 sees=frozenset().union(*(link.sees for link in links)),
@@ -343,7 +343,7 @@ class StandinDaemon:
             for ip, links in self.links.items()
             if links
         }
-        report, self.previous_report = p.build_domain_report(
+        report, self.previous_report = protocol.build_domain_report(
             self.members, self.self_ip, self.state, views, time.time(), self.previous_report, hostnames
         )
         return report
@@ -351,15 +351,15 @@ class StandinDaemon:
     async def _on_command(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             line = await asyncio.wait_for(reader.readline(), COMMAND_TIMEOUT)
-            msg = p.decode(line)
+            msg = protocol.decode(line)
             cmd = msg.get("cmd")
-            if cmd == p.CMD_QUERY:
+            if cmd == protocol.CMD_QUERY:
                 reply: dict = {"ok": True, "status": self.state}
-            elif cmd == p.CMD_DOMAIN:
+            elif cmd == protocol.CMD_DOMAIN:
                 reply = {"ok": True, "domain": self.domain_report(bool(msg.get("hostnames")))}
             else:
                 reply = {"ok": False, "error": f"unknown command {cmd!r}"}
-            writer.write(p.encode(reply))
+            writer.write(protocol.encode(reply))
             await writer.drain()
         except (OSError, TimeoutError, CdriverError, ValueError) as e:
             self.log.debug("command connection failed: %s", _reason(e))
@@ -384,7 +384,7 @@ def _same_family(a: str, b: str) -> bool:
 
 async def _start_tcp(handler, host: str, port: int, port_key: str, ip_key: str) -> asyncio.AbstractServer:
     try:
-        return await asyncio.start_server(handler, host=host, port=port, limit=p.MAX_LINE)
+        return await asyncio.start_server(handler, host=host, port=port, limit=protocol.MAX_LINE)
     except OSError as e:
         if e.errno == errno.EADDRINUSE:
             raise StartupError(
@@ -473,11 +473,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     set_process_name()
     try:
-        timing = p.Timing.from_env()
+        timing = protocol.Timing.from_env()
         cfg = read_config(args.config)
         log = _make_logger(cfg)
         log.info("starting with config %s", args.config)
-        daemon = StandinDaemon(args.config, timing, p.hosts_file_path(), log)
+        daemon = StandinDaemon(args.config, timing, protocol.hosts_file_path(), log)
         return asyncio.run(daemon.run())
     except CdriverError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)

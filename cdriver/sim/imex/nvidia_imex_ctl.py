@@ -18,7 +18,7 @@ from cdriver.errors import CdriverError
 from cdriver.imex.config import DEFAULT_IMEX_CONFIG, IMEX_CTL_BINARY, KEY_CMD_ENABLED, read_config, read_nodes_config
 from cdriver.imex.ctl import IMEX_READY_OUTPUT
 from cdriver.imex.hosts import read_hosts_file
-from cdriver.sim.imex import protocol as p
+from cdriver.sim.imex import protocol
 
 PROG = IMEX_CTL_BINARY
 DEFAULT_TIMEOUT_MS = 5000
@@ -50,10 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def resolve_target(args: argparse.Namespace) -> p.CommandTarget:
+def resolve_target(args: argparse.Namespace) -> protocol.CommandTarget:
     """Where to reach the daemon's command service, from -u / -i / the config."""
     if args.unix_socket:
-        return p.CommandTarget(unix_path=args.unix_socket)
+        return protocol.CommandTarget(unix_path=args.unix_socket)
     if args.inet:
         host, port_text = args.inet
         try:
@@ -62,21 +62,21 @@ def resolve_target(args: argparse.Namespace) -> p.CommandTarget:
             port = 0
         if not 1 <= port <= 65535:
             raise CtlError(f"-i {host} {port_text}: the port must be a number from 1 to 65535")
-        return p.CommandTarget(host=host, port=port)
+        return protocol.CommandTarget(host=host, port=port)
     config_path = args.config or DEFAULT_IMEX_CONFIG
     cfg = read_config(config_path)
     if not cfg.cmd_enabled:
         raise CtlError(f"{config_path}: {KEY_CMD_ENABLED}=0, the command service is off; set it to 1")
     self_ip = None
     if not cfg.cmd_bind_ip:
-        members = p.resolve_members(
-            read_nodes_config(cfg.node_config_file), read_hosts_file(p.hosts_file_path())
+        members = protocol.resolve_members(
+            read_nodes_config(cfg.node_config_file), read_hosts_file(protocol.hosts_file_path())
         )
-        self_ip = p.choose_self_address(cfg, members, p.local_addresses())
-    return p.CommandTarget(host=p.command_host(cfg, self_ip), port=cfg.cmd_port)
+        self_ip = protocol.choose_self_address(cfg, members, protocol.local_addresses())
+    return protocol.CommandTarget(host=protocol.command_host(cfg, self_ip), port=cfg.cmd_port)
 
 
-def request(target: p.CommandTarget, message: dict, timeout: float) -> dict:
+def request(target: protocol.CommandTarget, message: dict, timeout: float) -> dict:
     """Send one command and return the daemon's reply."""
     try:
         if target.unix_path:
@@ -92,9 +92,9 @@ def request(target: p.CommandTarget, message: dict, timeout: float) -> dict:
         ) from None
     with sock:
         try:
-            sock.sendall(p.encode(message))
+            sock.sendall(protocol.encode(message))
             data = b""
-            while not data.endswith(b"\n") and len(data) <= p.MAX_LINE:
+            while not data.endswith(b"\n") and len(data) <= protocol.MAX_LINE:
                 chunk = sock.recv(65536)
                 if not chunk:
                     break
@@ -103,21 +103,21 @@ def request(target: p.CommandTarget, message: dict, timeout: float) -> dict:
             raise CtlError(f"IMEX daemon at {target.describe()} did not answer: {e.strerror or e}") from None
     if not data:
         raise CtlError(f"IMEX daemon at {target.describe()} closed the connection without an answer")
-    reply = p.decode(data.strip())
+    reply = protocol.decode(data.strip())
     if not reply.get("ok"):
         raise CtlError(f"IMEX daemon at {target.describe()} refused the command: {reply.get('error')}")
     return reply
 
 
-def _print_domain(target: p.CommandTarget, args: argparse.Namespace, timeout: float) -> None:
-    reply = request(target, {"cmd": p.CMD_DOMAIN, "hostnames": args.hostnames}, timeout)
+def _print_domain(target: protocol.CommandTarget, args: argparse.Namespace, timeout: float) -> None:
+    reply = request(target, {"cmd": protocol.CMD_DOMAIN, "hostnames": args.hostnames}, timeout)
     report = reply.get("domain")
     if not isinstance(report, dict):
         raise CtlError(f"IMEX daemon at {target.describe()} sent no domain status")
     if args.json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
     else:
-        sys.stdout.write(p.render_domain_text(report))
+        sys.stdout.write(protocol.render_domain_text(report))
     sys.stdout.flush()
 
 
@@ -128,8 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         target = resolve_target(args)
         if args.query:
-            status = request(target, {"cmd": p.CMD_QUERY}, timeout).get("status")
-            if status == p.STATE_READY:
+            status = request(target, {"cmd": protocol.CMD_QUERY}, timeout).get("status")
+            if status == protocol.STATE_READY:
                 sys.stdout.write(IMEX_READY_OUTPUT + "\n")
                 return 0
             sys.stdout.write(f"IMEX daemon is not ready (state {status})\n")

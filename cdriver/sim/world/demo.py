@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdriver.api import constants as c
+from cdriver.api import constants
 from cdriver.imex.config import IMEX_CTL_BINARY, IMEXD_CONFIG
 from cdriver.nvml.discover import channel_device_path
-from cdriver.sim.world import scenario as s
+from cdriver.sim.world import scenario
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
 
 DEMO_NAMESPACE = "demo"
@@ -73,8 +73,8 @@ def run_demo(world: SimWorld, echo: Callable[[str], None] = print) -> DemoReport
     clique0_nodes = sorted(node.name for node in world.nodes if node.clique == clique0)
     try:
         def create() -> str:
-            s.ensure_namespace(raw, DEMO_NAMESPACE)
-            cd = raw.create(s.CDS, s.compute_domain(CD_NAME, DEMO_NAMESPACE, TEMPLATE), DEMO_NAMESPACE)
+            scenario.ensure_namespace(raw, DEMO_NAMESPACE)
+            cd = raw.create(scenario.CDS, scenario.compute_domain(CD_NAME, DEMO_NAMESPACE, TEMPLATE), DEMO_NAMESPACE)
             state["uid"] = cd["metadata"]["uid"]
             return f"ComputeDomain {DEMO_NAMESPACE}/{CD_NAME} uid {state['uid']}"
 
@@ -82,15 +82,15 @@ def run_demo(world: SimWorld, echo: Callable[[str], None] = print) -> DemoReport
         uid = state["uid"]
 
         def template() -> str:
-            rct = s.wait_for(f"ResourceClaimTemplate {DEMO_NAMESPACE}/{TEMPLATE}",
-                             lambda: raw.get_or_none(s.RCTS, TEMPLATE, DEMO_NAMESPACE), 60)
+            rct = scenario.wait_for(f"ResourceClaimTemplate {DEMO_NAMESPACE}/{TEMPLATE}",
+                                    lambda: raw.get_or_none(scenario.RCTS, TEMPLATE, DEMO_NAMESPACE), 60)
             params = rct["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]
             if params.get("domainID") != uid:
-                raise s.ScenarioError(f"template domainID {params.get('domainID')!r} != CD uid {uid}")
+                raise scenario.ScenarioError(f"template domainID {params.get('domainID')!r} != CD uid {uid}")
             return (f"template {TEMPLATE}: deviceClass "
                     f"{rct['spec']['spec']['devices']['requests'][0]['exactly']['deviceClassName']}, "
                     f"opaque {params['kind']} domainID={params['domainID']} "
-                    f"allocationMode={params.get('allocationMode', c.ALLOCATION_MODE_SINGLE)}")
+                    f"allocationMode={params.get('allocationMode', constants.ALLOCATION_MODE_SINGLE)}")
 
         n.check("the controller generated the workload claim template", template)
 
@@ -98,13 +98,14 @@ def run_demo(world: SimWorld, echo: Callable[[str], None] = print) -> DemoReport
 
         def workload() -> str:
             for name in names:
-                raw.create(s.PODS, s.workload_pod(name, DEMO_NAMESPACE, TEMPLATE, clique=clique0, group="demo"),
+                raw.create(scenario.PODS,
+                           scenario.workload_pod(name, DEMO_NAMESPACE, TEMPLATE, clique=clique0, group="demo"),
                            DEMO_NAMESPACE)
-            pods = s.wait_pods_running(raw, DEMO_NAMESPACE, names, timeout=150)
+            pods = scenario.wait_pods_running(raw, DEMO_NAMESPACE, names, timeout=150)
             state["pods"] = pods
             placed = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
             if sorted(placed.values()) != clique0_nodes:
-                raise s.ScenarioError(f"pods placed on {placed}, want one per node of clique {clique0}")
+                raise scenario.ScenarioError(f"pods placed on {placed}, want one per node of clique {clique0}")
             return "\n".join(f"{k} Running on {v}" for k, v in sorted(placed.items()))
 
         n.check(f"two workload pods on clique {clique0} start", workload)
@@ -112,10 +113,10 @@ def run_demo(world: SimWorld, echo: Callable[[str], None] = print) -> DemoReport
         def claims() -> str:
             lines = []
             for pod in state["pods"]:
-                claim = s.claim_of(raw, pod)
-                results = s.allocation(claim)
-                if not results or results[0]["device"] != c.DEVICE_CHANNEL_0:
-                    raise s.ScenarioError(f"claim {claim['metadata']['name']} allocation {results}")
+                claim = scenario.claim_of(raw, pod)
+                results = scenario.allocation(claim)
+                if not results or results[0]["device"] != constants.DEVICE_CHANNEL_0:
+                    raise scenario.ScenarioError(f"claim {claim['metadata']['name']} allocation {results}")
                 r = results[0]
                 lines.append(f"{pod['metadata']['name']}: claim {claim['metadata']['name']} -> "
                              f"{r['driver']} pool {r['pool']} device {r['device']}")
@@ -124,35 +125,35 @@ def run_demo(world: SimWorld, echo: Callable[[str], None] = print) -> DemoReport
         n.check("each workload claim is allocated channel-0 from its node's pool", claims)
 
         def labels() -> str:
-            labelled = s.nodes_labelled(raw, uid)
+            labelled = scenario.nodes_labelled(raw, uid)
             if labelled != clique0_nodes:
-                raise s.ScenarioError(f"nodes labelled {labelled}, want {clique0_nodes}")
-            return f"{c.LABEL_COMPUTE_DOMAIN}={uid} on {', '.join(labelled)}"
+                raise scenario.ScenarioError(f"nodes labelled {labelled}, want {clique0_nodes}")
+            return f"{constants.LABEL_COMPUTE_DOMAIN}={uid} on {', '.join(labelled)}"
 
         n.check("the kubelet plugin labelled both nodes for the domain", labels)
 
         def daemons() -> str:
-            pods = s.daemon_pods(raw, DRIVER_NAMESPACE, uid)
+            pods = scenario.daemon_pods(raw, DRIVER_NAMESPACE, uid)
             lines = []
             for pod in pods:
-                claim = s.claim_of(raw, pod, pod["spec"]["resourceClaims"][0]["name"])
-                dev = s.allocation(claim)[0]["device"]
+                claim = scenario.claim_of(raw, pod, pod["spec"]["resourceClaims"][0]["name"])
+                dev = scenario.allocation(claim)[0]["device"]
                 lines.append(f"{pod['metadata']['name']} on {pod['spec']['nodeName']} "
-                             f"({s.pod_phase(pod)}, ready={s.pod_ready(pod)}), claim {claim['metadata']['name']} "
-                             f"-> {dev}")
+                             f"({scenario.pod_phase(pod)}, ready={scenario.pod_ready(pod)}), "
+                             f"claim {claim['metadata']['name']} -> {dev}")
             if sorted(p["spec"]["nodeName"] for p in pods) != clique0_nodes:
-                raise s.ScenarioError(f"daemon pods: {lines}")
-            return f"DaemonSet {c.daemon_object_name(uid)}\n" + "\n".join(lines)
+                raise scenario.ScenarioError(f"daemon pods: {lines}")
+            return f"DaemonSet {constants.daemon_object_name(uid)}\n" + "\n".join(lines)
 
         n.check("the IMEX daemon DaemonSet runs one pod per labelled node", daemons)
 
         def cliques() -> str:
-            entries = s.clique_entries(raw, DRIVER_NAMESPACE, uid)
-            name = c.clique_object_name(uid, clique0)
+            entries = scenario.clique_entries(raw, DRIVER_NAMESPACE, uid)
+            name = constants.clique_object_name(uid, clique0)
             daemons = entries.get(name) or []
-            ready = sorted(d["nodeName"] for d in daemons if d.get("status") == c.STATUS_READY)
+            ready = sorted(d["nodeName"] for d in daemons if d.get("status") == constants.STATUS_READY)
             if ready != clique0_nodes:
-                raise s.ScenarioError(f"clique {name}: {daemons}")
+                raise scenario.ScenarioError(f"clique {name}: {daemons}")
             return "\n".join(f"{name}: {d['nodeName']} {d['ipAddress']} index {d['index']} {d['status']}"
                              for d in sorted(daemons, key=lambda d: d["index"]))
 
@@ -161,9 +162,9 @@ def run_demo(world: SimWorld, echo: Callable[[str], None] = print) -> DemoReport
         def cdi() -> str:
             lines = []
             for pod in state["pods"]:
-                claim = s.claim_of(raw, pod)
+                claim = scenario.claim_of(raw, pod)
                 node = world.node(pod["spec"]["nodeName"])
-                spec_name = f"{c.CDI_VENDOR}-claim_{claim['metadata']['uid']}.json"
+                spec_name = f"{constants.CDI_VENDOR}-claim_{claim['metadata']['uid']}.json"
                 spec_file = node.agent.layout.root / "var/run/cdi" / spec_name
                 spec = json.loads(spec_file.read_text())
                 ids = [f"{spec['kind']}={d['name']}" for d in spec["devices"]]
@@ -179,26 +180,26 @@ def run_demo(world: SimWorld, echo: Callable[[str], None] = print) -> DemoReport
                 dev = channel_device_path(0)
                 out = exec_in_pod(world, DEMO_NAMESPACE, pod, ["sh", "-c", f"test -c {dev} && ls -l {dev}"])
                 if out.returncode != 0:
-                    raise s.ScenarioError(f"{pod['metadata']['name']}: {dev} is not a character device inside the "
-                                          f"container: {out.stdout!r} {out.stderr!r}")
+                    raise scenario.ScenarioError(f"{pod['metadata']['name']}: {dev} is not a character device "
+                                                 f"inside the container: {out.stdout!r} {out.stderr!r}")
                 lines.append(f"{pod['metadata']['name']}: {_text(out.stdout).strip()}")
             return "\n".join(lines)
 
         n.check(f"{channel_device_path(0)} is a character device inside each container", channel)
 
         def domain_up() -> str:
-            pod = s.daemon_pods(raw, DRIVER_NAMESPACE, uid)[0]
+            pod = scenario.daemon_pods(raw, DRIVER_NAMESPACE, uid)[0]
 
-            def probe() -> s.Seen:
+            def probe() -> scenario.Seen:
                 out = exec_in_pod(world, DRIVER_NAMESPACE, pod,
                                   [IMEX_CTL_BINARY, "-c", IMEXD_CONFIG, "-N", "-j"])
                 try:
                     doc = json.loads(_text(out.stdout))
                 except json.JSONDecodeError:
-                    return s.Seen(False, None, f"{_text(out.stdout)!r} {_text(out.stderr)!r}")
-                return s.Seen(doc.get("status") == "UP", doc, json.dumps(doc)[:300])
+                    return scenario.Seen(False, None, f"{_text(out.stdout)!r} {_text(out.stderr)!r}")
+                return scenario.Seen(doc.get("status") == "UP", doc, json.dumps(doc)[:300])
 
-            doc = s.wait_for("IMEX domain UP", probe, 60)
+            doc = scenario.wait_for("IMEX domain UP", probe, 60)
             nodes = doc.get("nodes") or {}
             return f"domain {doc['status']}: " + ", ".join(
                 f"{v.get('host')} {v.get('status')} {v.get('version')}" for v in nodes.values())
@@ -207,17 +208,17 @@ def run_demo(world: SimWorld, echo: Callable[[str], None] = print) -> DemoReport
 
         def cleanup() -> str:
             for name in names:
-                raw.delete(s.PODS, name, DEMO_NAMESPACE)
-            raw.delete(s.CDS, CD_NAME, DEMO_NAMESPACE)
+                raw.delete(scenario.PODS, name, DEMO_NAMESPACE)
+            raw.delete(scenario.CDS, CD_NAME, DEMO_NAMESPACE)
 
-            def gone() -> s.Seen:
-                left = s.generated_objects(raw, DRIVER_NAMESPACE, uid)
-                pods = [p for p in names if raw.get_or_none(s.PODS, p, DEMO_NAMESPACE)]
-                cd = raw.get_or_none(s.CDS, CD_NAME, DEMO_NAMESPACE)
+            def gone() -> scenario.Seen:
+                left = scenario.generated_objects(raw, DRIVER_NAMESPACE, uid)
+                pods = [p for p in names if raw.get_or_none(scenario.PODS, p, DEMO_NAMESPACE)]
+                cd = raw.get_or_none(scenario.CDS, CD_NAME, DEMO_NAMESPACE)
                 ok = not any(left.values()) and not pods and cd is None
-                return s.Seen(ok, left, json.dumps({**left, "workload pods": pods, "cd": bool(cd)}))
+                return scenario.Seen(ok, left, json.dumps({**left, "workload pods": pods, "cd": bool(cd)}))
 
-            left = s.wait_for("every generated object to be deleted", gone, 120)
+            left = scenario.wait_for("every generated object to be deleted", gone, 120)
             return "nothing remains: " + ", ".join(f"{k}: {len(v)}" for k, v in left.items())
 
         n.check("delete the workload and the ComputeDomain; nothing remains", cleanup)

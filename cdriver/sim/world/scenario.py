@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cdriver.api import constants as c
+from cdriver.api import constants
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.errors import CdriverError
 from cdriver.kube.raw import RESOURCES, ApiError
@@ -64,11 +64,11 @@ class Seen:
 
 
 # -- objects --------------------------------------------------------------------------------
-def compute_domain(name: str, namespace: str, template: str, mode: str = c.ALLOCATION_MODE_SINGLE,
+def compute_domain(name: str, namespace: str, template: str, mode: str = constants.ALLOCATION_MODE_SINGLE,
                    num_nodes: int = 0) -> dict:
     """A ComputeDomain asking for a workload claim template named `template`."""
     return {
-        "apiVersion": c.API_VERSION, "kind": c.KIND_COMPUTE_DOMAIN,
+        "apiVersion": constants.API_VERSION, "kind": constants.KIND_COMPUTE_DOMAIN,
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"numNodes": num_nodes,
                  "channel": {"resourceClaimTemplate": {"name": template}, "allocationMode": mode}},
@@ -81,7 +81,7 @@ def workload_pod(name: str, namespace: str, template: str, clique: str | None = 
     affinity: dict[str, Any] = {}
     if clique:
         affinity["nodeAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": c.LABEL_NODE_CLIQUE, "operator": "In", "values": [clique]}]}]}}
+            {"matchExpressions": [{"key": constants.LABEL_NODE_CLIQUE, "operator": "In", "values": [clique]}]}]}}
     if group:
         affinity["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [{
             "labelSelector": {"matchLabels": {"demo.cdriver/group": group}},
@@ -163,17 +163,17 @@ def allocation(claim: dict) -> list[dict]:
 
 
 def nodes_labelled(raw: Any, cd_uid: str) -> list[str]:
-    items = raw.list(NODES, label_selector=f"{c.LABEL_COMPUTE_DOMAIN}={cd_uid}")["items"]
+    items = raw.list(NODES, label_selector=f"{constants.LABEL_COMPUTE_DOMAIN}={cd_uid}")["items"]
     return sorted(n["metadata"]["name"] for n in items)
 
 
 def daemon_pods(raw: Any, namespace: str, cd_uid: str) -> list[dict]:
-    return raw.list(PODS, namespace=namespace, label_selector=f"{c.LABEL_COMPUTE_DOMAIN}={cd_uid}")["items"]
+    return raw.list(PODS, namespace=namespace, label_selector=f"{constants.LABEL_COMPUTE_DOMAIN}={cd_uid}")["items"]
 
 
 def clique_entries(raw: Any, namespace: str, cd_uid: str) -> dict[str, list[dict]]:
     """clique object name -> its daemons entries, for one CD."""
-    items = raw.list(CLIQUES, namespace=namespace, label_selector=f"{c.LABEL_COMPUTE_DOMAIN}={cd_uid}")["items"]
+    items = raw.list(CLIQUES, namespace=namespace, label_selector=f"{constants.LABEL_COMPUTE_DOMAIN}={cd_uid}")["items"]
     if not items:  # clique objects may carry only their name; fall back to the name prefix
         items = [i for i in raw.list(CLIQUES, namespace=namespace)["items"]
                  if i["metadata"]["name"].startswith(f"{cd_uid}.")]
@@ -182,7 +182,7 @@ def clique_entries(raw: Any, namespace: str, cd_uid: str) -> dict[str, list[dict
 
 def generated_objects(raw: Any, driver_namespace: str, cd_uid: str) -> dict[str, list[str]]:
     """Everything the driver created for a CD that still exists (empty lists when clean)."""
-    sel = f"{c.LABEL_COMPUTE_DOMAIN}={cd_uid}"
+    sel = f"{constants.LABEL_COMPUTE_DOMAIN}={cd_uid}"
     return {
         "resourceclaimtemplates": sorted(f"{t['metadata']['namespace']}/{t['metadata']['name']}"
                                          for t in raw.list(RCTS, label_selector=sel)["items"]),

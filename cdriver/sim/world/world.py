@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cdriver.api import constants as c
+from cdriver.api import constants
 from cdriver.api.imex_mode import IMEX_MODE_DRIVER_MANAGED, IMEX_MODE_HOST_MANAGED
 from cdriver.errors import CdriverError
 
@@ -206,7 +206,7 @@ class SimWorld:
             labels = {"nvidia.com/gpu.present": "true"}
             if clique:
                 # What GPU feature discovery sets on a real node.
-                labels[c.LABEL_NODE_CLIQUE] = clique
+                labels[constants.LABEL_NODE_CLIQUE] = clique
             agent = NodeAgent(self.raw, name, node_ip(i), self.settings.base_dir / "nodes" / name, labels=labels,
                               options=options, topology=str(path), pki_dir=self.cluster.pki.dir,
                               fabric_state="completed" if fabric else "not_supported")
@@ -252,7 +252,7 @@ class SimWorld:
             ready_plugins = {p["spec"].get("nodeName") for p in pods if _is_plugin(p) and _pod_ready(p)}
             controller_ready = any(_is_controller(p) and _pod_ready(p) for p in pods)
             slices = self.raw.list(RESOURCES["resourceslices"])["items"]
-            published = {s["spec"].get("nodeName") for s in slices if s["spec"].get("driver") == c.DRIVER_NAME}
+            published = {s["spec"].get("nodeName") for s in slices if s["spec"].get("driver") == constants.DRIVER_NAME}
             if controller_ready and want <= ready_plugins and want <= published:
                 return
             last = (f"controller ready: {controller_ready}; plugins ready on {sorted(ready_plugins)}; "
