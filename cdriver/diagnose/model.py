@@ -116,9 +116,11 @@ def fold(key: str, title: str, parts: list[Link]) -> Link:
     if not parts:
         return Link(key, title, Verdict.SKIP, "no workload pod to check")
     worst = max(parts, key=lambda p: SEVERITY[p.verdict])
-    evidence = [line for p in parts for line in p.evidence]
+    evidence = list(dict.fromkeys(line for p in parts for line in p.evidence))
+    same = sum(1 for p in parts if p.verdict == worst.verdict) - 1
+    summary = worst.summary + (f" (and {same} more pod(s) {worst.verdict.value})" if same else "")
     ids: dict[str, Any] = {}
     for p in parts:
         ids.update(p.ids)
     hidden = next((p.hidden for p in parts if p.hidden), "")
-    return Link(key, title, worst.verdict, worst.summary, evidence, ids, worst.causes, worst.next_command, hidden)
+    return Link(key, title, worst.verdict, summary, evidence, ids, worst.causes, worst.next_command, hidden)
