@@ -1,0 +1,272 @@
+"""End to end, `cdriver diagnose` on a simulated cluster: each boundary that can break locally is
+broken for real, and diagnose must name that boundary first, with its evidence, in text and JSON.
+
+One cluster serves every case; each case uses its own namespace and cleans up after itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from cdriver.api import constants as c
+from cdriver.kube.raw import RESOURCES
+from cdriver.sim import scenario as s
+from cdriver.sim.world import DRIVER_NAMESPACE, SimWorld
+from tests.conftest import chart_device_classes
+from tests.e2e.conftest import start_world
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.e2e
+
+NON_FABRIC_NODE = "cpu-1"
+DEPLOYMENTS = RESOURCES["deployments"]
+DEVICE_CLASSES = RESOURCES["deviceclasses"]
+
+
+@pytest.fixture(scope="module")
+def world() -> Iterator[SimWorld]:
+    yield from start_world({"nodes": 4, "extra_nodes": (NON_FABRIC_NODE,)})
+
+
+def diagnose(world: SimWorld, *args: str) -> subprocess.CompletedProcess:
+    """`cdriver diagnose ARGS` as a user runs it: a separate process with the cluster's kubeconfig."""
+    env = {**os.environ, "KUBECONFIG": str(world.kubeconfig)}
+    return subprocess.run([sys.executable, "-m", "cdriver", "diagnose", *args, "--kubectl", str(world.kubectl)],
+                          capture_output=True, text=True, timeout=120, env=env)
+
+
+def first_broken(world: SimWorld, target: list[str], key: str, verdict: str = "FAIL",
+                 timeout: float = 90.0) -> tuple[dict, str]:
+    """Wait until diagnose names `key` as the first broken link; return (JSON chain, text output)."""
+    seen: dict = {}
+
+    def probe() -> tuple[dict, str] | None:
+        out = diagnose(world, *target, "-o", "json")
+        doc = json.loads(out.stdout) if out.stdout.strip().startswith("{") else {"raw": out.stdout + out.stderr}
+        seen["doc"] = doc
+        chain = (doc.get("chains") or [{}])[0]
+        if chain.get("firstBroken") != key:
+            return None
+        link = next(lk for lk in chain["links"] if lk["key"] == key)
+        if link["verdict"] != verdict:
+            return None
+        assert out.returncode == (1 if verdict == "FAIL" else 3), out.stdout
+        text = diagnose(world, *target)
+        assert text.returncode == out.returncode
+        return chain, text.stdout
+
+    return wait_for(probe, timeout, lambda: f"diagnose {' '.join(target)} to name {key} {verdict} first; last: "
+                    f"{json.dumps(seen.get('doc'))[:3000]}", interval=1.0)
+
+
+def link_of(chain: dict, key: str) -> dict:
+    return next(lk for lk in chain["links"] if lk["key"] == key)
+
+
+def assert_text_leads_with(text: str, key: str, *needles: str) -> None:
+    lines = text.splitlines()
+    assert lines[1].startswith(f"FIRST BROKEN LINK: FAIL {key}:"), text
+    for needle in needles:
+        assert needle in text, (needle, text)
+
+
+def cliques(world: SimWorld) -> list[str]:
+    return sorted({n.clique for n in world.nodes if n.clique})
+
+
+def clique_nodes(world: SimWorld, clique: str) -> list[str]:
+    return sorted(n.name for n in world.nodes if n.clique == clique)
+
+
+def new_domain(world: SimWorld, ns: str, name: str, num_nodes: int = 0, wait_template: bool = True) -> str:
+    s.ensure_namespace(world.raw, ns)
+    cd = world.raw.create(s.CDS, s.compute_domain(name, ns, f"{name}-channel", num_nodes=num_nodes), ns)
+    if wait_template:
+        s.wait_for("workload template", lambda: world.raw.get_or_none(s.RCTS, f"{name}-channel", ns), 60)
+    return cd["metadata"]["uid"]
+
+
+def remove(world: SimWorld, ns: str, pods: list[str], cd: str, uid: str) -> None:
+    for pod in pods:
+        if world.raw.get_or_none(s.PODS, pod, ns):
+            world.raw.delete(s.PODS, pod, ns)
+    if world.raw.get_or_none(s.CDS, cd, ns):
+        world.raw.delete(s.CDS, cd, ns)
+
+    def gone() -> bool:
+        left = s.generated_objects(world.raw, DRIVER_NAMESPACE, uid)
+        return (not any(left.values()) and not any(world.raw.get_or_none(s.PODS, p, ns) for p in pods)
+                and world.raw.get_or_none(s.CDS, cd, ns) is None)
+
+    s.wait_for(f"domain {ns}/{cd} and its pods to be deleted", gone, 120)
+
+
+def test_healthy_domain_passes_every_link_then_a_label_removed_by_hand_is_named(
+        world: SimWorld, e2e_namespace: str) -> None:
+    ns, raw = e2e_namespace, world.raw
+    clique = cliques(world)[0]
+    nodes = clique_nodes(world, clique)
+    uid = new_domain(world, ns, "good")
+    names = [f"w{i}" for i in range(len(nodes))]
+    for name in names:
+        raw.create(s.PODS, s.workload_pod(name, ns, "good-channel", clique=clique, group=ns), ns)
+    pods = s.wait_pods_running(raw, ns, names, 150)
+
+    def healthy() -> subprocess.CompletedProcess | None:
+        out = diagnose(world, "computedomain", "good", "-n", ns, "--exec", "-o", "json")
+        return out if out.returncode == 0 else None
+
+    out = wait_for(healthy, 90, lambda: f"diagnose to pass:\n{diagnose(world, 'cd', 'good', '-n', ns).stdout}",
+                   interval=1.0)
+    chain = json.loads(out.stdout)["chains"][0]
+    assert chain["firstBroken"] is None and chain["mode"] == c.IMEX_MODE_DRIVER_MANAGED
+    assert {lk["key"]: lk["verdict"] for lk in chain["links"]} == {
+        k: "PASS" for k in ("installation", "resourceslices", "computedomain", "template", "workload", "allocation",
+                            "node-label", "daemon", "clique", "cdi", "device")}
+    assert link_of(chain, "computedomain")["ids"]["cdUID"] == uid
+    for pod in pods:
+        label = f"pod {ns}/{pod['metadata']['name']}"
+        claim = s.claim_of(raw, pod)
+        alloc = link_of(chain, "allocation")["ids"][label]
+        assert (alloc["claimUID"], alloc["node"], alloc["device"]) == (
+            claim["metadata"]["uid"], pod["spec"]["nodeName"], c.DEVICE_CHANNEL_0)
+        assert link_of(chain, "cdi")["ids"][label]["cdiID"] == (
+            f"{c.CDI_KIND_CLAIM}={claim['metadata']['uid']}-{c.DEVICE_CHANNEL_0}")
+        assert link_of(chain, "clique")["ids"][label]["cliqueID"] == clique
+    text = diagnose(world, "computedomain", "good", "-n", ns, "--exec")
+    assert text.returncode == 0
+    assert text.stdout.splitlines()[1] == "every link holds"
+    assert "result: all links PASS (exit 0)" in text.stdout
+    print("\n--- sample: healthy domain\n" + text.stdout)
+
+    victim = nodes[-1]
+    out = world.kubectl_cmd("label", "node", victim, f"{c.LABEL_COMPUTE_DOMAIN}-")
+    assert out.returncode == 0, out.stderr
+    chain, text = first_broken(world, ["pod", names[-1], "-n", ns], "node-label")
+    assert victim in link_of(chain, "node-label")["summary"]
+    assert_text_leads_with(text, "node-label", f"node {victim}: {c.LABEL_COMPUTE_DOMAIN}=<unset>",
+                           f"next: kubectl get node {victim}")
+    print("\n--- sample: node label removed by hand\n" + text)
+    remove(world, ns, names, "good", uid)
+
+
+def test_template_name_conflict(world: SimWorld, e2e_namespace: str) -> None:
+    ns, raw = e2e_namespace, world.raw
+    s.ensure_namespace(raw, ns)
+    raw.create(s.RCTS, {"metadata": {"name": "taken-channel", "namespace": ns}, "spec": {"spec": {"devices": {
+        "requests": [{"name": "x", "exactly": {"deviceClassName": c.DEVICE_CLASS_DEFAULT_CHANNEL}}]}}}}, ns)
+    uid = new_domain(world, ns, "taken", wait_template=False)
+    chain, text = first_broken(world, ["computedomain", "taken", "-n", ns], "template")
+    assert "name conflict" in link_of(chain, "template")["summary"]
+    assert_text_leads_with(text, "template", f"ResourceClaimTemplate {ns}/taken-channel",
+                           f"next: kubectl -n {ns} get resourceclaimtemplate taken-channel -o yaml")
+    remove(world, ns, [], "taken", uid)
+
+
+def test_num_nodes_larger_than_the_nodes_available(world: SimWorld, e2e_namespace: str) -> None:
+    ns = e2e_namespace
+    uid = new_domain(world, ns, "big", num_nodes=9)
+    chain, text = first_broken(world, ["computedomain", "big", "-n", ns], "computedomain")
+    fabric = sum(1 for n in world.nodes if n.clique)
+    assert f"spec.numNodes is 9 but only {fabric} fabric-attached node(s)" in link_of(chain, "computedomain")["summary"]
+    assert_text_leads_with(text, "computedomain", f"uid {uid}")
+    remove(world, ns, [], "big", uid)
+
+
+def test_deletion_blocked_by_a_finalizer(world: SimWorld, e2e_namespace: str) -> None:
+    ns, raw = e2e_namespace, world.raw
+    uid = new_domain(world, ns, "held")
+    raw.patch(s.CDS, "held", [{"op": "add", "path": "/metadata/finalizers/-", "value": "example.com/hold"}], ns,
+              patch_type="json")
+    raw.delete(s.CDS, "held", ns)
+    chain, text = first_broken(world, ["computedomain", "held", "-n", ns], "computedomain")
+    assert "blocked by finalizer(s) example.com/hold" in link_of(chain, "computedomain")["summary"]
+    assert_text_leads_with(text, "computedomain", "do not force-remove it first")
+    raw.patch(s.CDS, "held", {"metadata": {"finalizers": None}}, ns)
+    remove(world, ns, [], "held", uid)
+
+
+def test_non_fabric_node_selected(world: SimWorld, e2e_namespace: str) -> None:
+    ns, raw = e2e_namespace, world.raw
+    uid = new_domain(world, ns, "flat")
+    raw.create(s.PODS, s.workload_pod("w", ns, "flat-channel", node=NON_FABRIC_NODE), ns)
+    chain, text = first_broken(world, ["pod", "w", "-n", ns], "allocation")
+    assert NON_FABRIC_NODE in link_of(chain, "allocation")["summary"]
+    assert_text_leads_with(text, "allocation", f"on node {NON_FABRIC_NODE}", "not attached to an NVLink fabric")
+    remove(world, ns, ["w"], "flat", uid)
+
+
+def test_claim_not_referenced_by_the_container(world: SimWorld, e2e_namespace: str) -> None:
+    ns, raw = e2e_namespace, world.raw
+    uid = new_domain(world, ns, "unused")
+    pod = s.workload_pod("w", ns, "unused-channel", node=NON_FABRIC_NODE)
+    pod["spec"]["containers"][0]["resources"] = {}
+    raw.create(s.PODS, pod, ns)
+    chain, text = first_broken(world, ["pod", "w", "-n", ns], "workload")
+    assert "no container lists it" in link_of(chain, "workload")["summary"]
+    assert_text_leads_with(text, "workload", "containers using it: none")
+    remove(world, ns, ["w"], "unused", uid)
+
+
+def test_nvidia_imex_failing_at_start(world: SimWorld, e2e_namespace: str) -> None:
+    """Another process holds the IMEX port on the node: nvidia-imex cannot start there."""
+    ns, raw = e2e_namespace, world.raw
+    node = world.node(clique_nodes(world, cliques(world)[1])[0])
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    holder.bind((node.ip, c.IMEX_SERVER_PORT))
+    holder.listen()
+    try:
+        uid = new_domain(world, ns, "blocked")
+        raw.create(s.PODS, s.workload_pod("w", ns, "blocked-channel", node=node.name), ns)
+        chain, text = first_broken(world, ["pod", "w", "-n", ns], "daemon")
+        link = link_of(chain, "daemon")
+        assert c.EVENT_REASON_IMEX_PORT_CONFLICT in link["summary"]
+        assert link["ids"][f"pod {ns}/w"]["node"] == node.name
+        assert_text_leads_with(text, "daemon", f"IMEX port {c.IMEX_SERVER_PORT} on pod IP {node.ip}",
+                               f"-c {c.DAEMON_CONTAINER_NAME}")
+        print("\n--- sample: nvidia-imex cannot start\n" + text)
+    finally:
+        holder.close()
+    remove(world, ns, ["w"], "blocked", uid)
+
+
+def test_device_class_missing(world: SimWorld, e2e_namespace: str) -> None:
+    ns, raw = e2e_namespace, world.raw
+    uid = new_domain(world, ns, "nocls")
+    raw.delete(DEVICE_CLASSES, c.DEVICE_CLASS_DEFAULT_CHANNEL)
+    try:
+        chain, text = first_broken(world, ["computedomain", "nocls", "-n", ns], "installation")
+        assert f"DeviceClass {c.DEVICE_CLASS_DEFAULT_CHANNEL} is missing" in link_of(chain, "installation")["summary"]
+        assert_text_leads_with(text, "installation", "next: kubectl get deviceclass")
+    finally:
+        for body in chart_device_classes():
+            if raw.get_or_none(DEVICE_CLASSES, body["metadata"]["name"]) is None:
+                raw.create(DEVICE_CLASSES, body)
+    remove(world, ns, [], "nocls", uid)
+
+
+def test_controller_scaled_to_zero(world: SimWorld, e2e_namespace: str) -> None:
+    ns, raw = e2e_namespace, world.raw
+    uid = new_domain(world, ns, "orphan")
+    (dep,) = raw.list(DEPLOYMENTS, DRIVER_NAMESPACE, label_selector="app.kubernetes.io/component=controller")["items"]
+    name = dep["metadata"]["name"]
+    raw.patch(DEPLOYMENTS, name, {"spec": {"replicas": 0}}, DRIVER_NAMESPACE)
+    try:
+        chain, text = first_broken(world, ["computedomain", "orphan", "-n", ns], "installation")
+        assert "scaled to 0 replicas" in link_of(chain, "installation")["summary"]
+        assert_text_leads_with(text, "installation", f"Deployment {DRIVER_NAMESPACE}/{name}: ")
+        out = diagnose(world, "--all", "-o", "json")
+        assert json.loads(out.stdout)["exitCode"] == 1
+    finally:
+        raw.patch(DEPLOYMENTS, name, {"spec": {"replicas": 1}}, DRIVER_NAMESPACE)
+    wait_for(lambda: (raw.get(DEPLOYMENTS, name, DRIVER_NAMESPACE).get("status") or {}).get("readyReplicas"), 120,
+             "the controller to be ready again")
+    remove(world, ns, [], "orphan", uid)
