@@ -28,6 +28,7 @@ pytestmark = pytest.mark.e2e
 NON_FABRIC_NODE = "cpu-1"
 DEPLOYMENTS = RESOURCES["deployments"]
 DEVICE_CLASSES = RESOURCES["deviceclasses"]
+PLUGIN_SELECTOR = "app.kubernetes.io/component=kubelet-plugin"
 
 
 @pytest.fixture(scope="module")
@@ -236,6 +237,32 @@ def test_nvidia_imex_failing_at_start(world: SimWorld, e2e_namespace: str) -> No
     finally:
         holder.close()
     remove(world, ns, ["w"], "blocked", uid)
+
+
+def plugin_pods_ready(world: SimWorld) -> bool:
+    pods = world.raw.list(s.PODS, DRIVER_NAMESPACE, label_selector=PLUGIN_SELECTOR)["items"]
+    ready = {p["spec"].get("nodeName") for p in pods if s.pod_ready(p) and not p["metadata"].get("deletionTimestamp")}
+    return ready >= {n.name for n in world.nodes}
+
+
+def test_plugin_not_running_on_a_node(world: SimWorld, e2e_namespace: str) -> None:
+    ns, raw = e2e_namespace, world.raw
+    node = clique_nodes(world, cliques(world)[1])[-1]
+    uid = new_domain(world, ns, "noplugin")
+    (ds,) = raw.list(s.DAEMONSETS, DRIVER_NAMESPACE, label_selector=PLUGIN_SELECTOR)["items"]
+    name = ds["metadata"]["name"]
+    raw.patch(s.DAEMONSETS, name, {"spec": {"template": {"spec": {"affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": [node]}]}]}}}}}}}, DRIVER_NAMESPACE)
+    try:
+        chain, text = first_broken(world, ["computedomain", "noplugin", "-n", ns], "resourceslices", timeout=120)
+        assert f"node {node}:" in link_of(chain, "resourceslices")["summary"]
+        assert_text_leads_with(text, "resourceslices", "no plugin pod",
+                               f"--field-selector spec.nodeName={node}")
+    finally:
+        raw.patch(s.DAEMONSETS, name, {"spec": {"template": {"spec": {"affinity": None}}}}, DRIVER_NAMESPACE)
+    wait_for(lambda: plugin_pods_ready(world), 180, "every node's kubelet plugin to be ready again")
+    remove(world, ns, [], "noplugin", uid)
 
 
 def test_device_class_missing(world: SimWorld, e2e_namespace: str) -> None:
