@@ -124,7 +124,7 @@ def check_slices(snap: Snapshot, mode: str, nodes: list[str]) -> Link:
                     f"no node is labelled {C.LABEL_NODE_CLIQUE} and no workload is placed: nothing can offer channels",
                     next_command=f"kubectl get nodes -L {C.LABEL_NODE_CLIQUE}")
     evidence: list[str] = []
-    broken: list[tuple[str, bool]] = []  # (problem, still bootstrapping)
+    broken: list[tuple[bool, str, str]] = []  # (still bootstrapping, node, problem)
     for node in nodes:
         devices = sorted({d.get("name") for s in snap.slices_of(node)
                           for d in (s.get("spec") or {}).get("devices") or []})
@@ -137,12 +137,13 @@ def check_slices(snap: Snapshot, mode: str, nodes: list[str]) -> Link:
         if missing or plugin is None or not pod_ready(plugin):
             young = plugin is not None and snap.age(plugin) < SETTLE_SECONDS and pod_restarts(plugin) < REPEATS_STABLE
             what = f"missing {', '.join(missing)}" if missing else "published"
-            broken.append((f"node {node}: {what}, {plugin_text}", young))
+            broken.append((young, node, f"node {node}: {what}, {plugin_text}"))
     if broken:
-        verdict = Verdict.WAIT if all(y for _, y in broken) else Verdict.FAIL
-        node = broken[0][0].split(":")[0].split()[-1]
+        broken.sort(key=lambda b: b[0])  # stable failures first
+        verdict = Verdict.WAIT if broken[0][0] else Verdict.FAIL
+        node = broken[0][1]
         ns = snap.driver_namespace or "<driver namespace>"
-        return link(key, title, verdict, "; ".join(p for p, _ in broken), evidence,
+        return link(key, title, verdict, "; ".join(b[2] for b in broken), evidence,
                     next_command=f"kubectl -n {ns} get pods -o wide --field-selector spec.nodeName={node}; "
                                  f"kubectl get resourceslices --field-selector spec.nodeName={node} -o yaml")
     return link(key, title, Verdict.PASS, f"{', '.join(want)} published on {', '.join(nodes)}", evidence)

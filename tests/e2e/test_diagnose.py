@@ -148,9 +148,10 @@ def test_healthy_domain_passes_every_link_then_a_label_removed_by_hand_is_named(
     print("\n--- sample: healthy domain\n" + text.stdout)
 
     victim = nodes[-1]
+    (on_victim,) = [p["metadata"]["name"] for p in pods if p["spec"]["nodeName"] == victim]
     out = world.kubectl_cmd("label", "node", victim, f"{c.LABEL_COMPUTE_DOMAIN}-")
     assert out.returncode == 0, out.stderr
-    chain, text = first_broken(world, ["pod", names[-1], "-n", ns], "node-label")
+    chain, text = first_broken(world, ["pod", on_victim, "-n", ns], "node-label")
     assert victim in link_of(chain, "node-label")["summary"]
     assert_text_leads_with(text, "node-label", f"node {victim}: {c.LABEL_COMPUTE_DOMAIN}=<unset>",
                            f"next: kubectl get node {victim}")
