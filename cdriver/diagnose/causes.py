@@ -58,6 +58,7 @@ CAUSES: dict[str, list[str]] = {
     "cdi": [
         "global Ready is not local readiness: Prepare waits for the node's own daemon or host socket",
         "the node is not fabric-attached, so the claim was prepared without channel devices",
+        "another claim holds the same channel on this node (node-local checkpoint ownership)",
         "the runtime does not apply CDI edits",
     ],
     "device": [

@@ -232,6 +232,8 @@ def check_template(snap: Snapshot, cd: dict) -> Link:
         return link(key, title, Verdict.FAIL, f"{cond.get('reason')}: {cond.get('message')}", evidence, ids,
                     f"kubectl -n {ns} describe computedomain {name}")
     verdict = Verdict.WAIT if snap.age(cd) < SETTLE_SECONDS else Verdict.FAIL
+    dep = snap.controller()
+    logs = (f"kubectl -n {ns_of(dep)} logs deployment/{name_of(dep)} --tail=50" if dep
+            else "kubectl get deployments -A -l app.kubernetes.io/component=controller")
     return link(key, title, verdict, f"ResourceClaimTemplate {ns}/{tname} does not exist yet", evidence, ids,
-                f"kubectl -n {ns} get events --field-selector involvedObject.name={name}; "
-                f"kubectl -n {snap.driver_namespace or '<driver namespace>'} logs deployment/<controller> --tail=50")
+                f"kubectl -n {ns} get events --field-selector involvedObject.name={name}; {logs}")
