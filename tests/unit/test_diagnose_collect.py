@@ -75,3 +75,13 @@ def test_cli_without_a_cluster_exits_could_not_run(tmp_path) -> None:
     result = CliRunner().invoke(command, ["cd", "x", "--kubeconfig", str(cfg)])
     assert result.exit_code == 2
     assert result.output.startswith("cdriver diagnose could not run:")
+
+
+def test_help_says_read_only_and_the_kubectl_plugin_offers_diagnose() -> None:
+    from cdriver.cli import cli
+    from cdriver.diagnose.cli import plugin
+
+    for group, args in ((cli, ["diagnose", "--help"]), (plugin, ["diagnose", "--help"])):
+        result = CliRunner().invoke(group, args)
+        assert result.exit_code == 0
+        assert "Strictly read-only" in result.output and "3 only waits" in result.output
