@@ -55,7 +55,7 @@ def run(kind: str | None, name: str | None, namespace: str, all_: bool, do_exec:
             return Diagnosis([ch.diagnose_pod(snap, namespace, name or "")])
         return Diagnosis([ch.diagnose_computedomain(snap, namespace, name or "")])
     except ch.TargetNotFound as exc:
-        hidden = snap.forbidden.get("pods" if kind == "pod" else "computedomains")
+        hidden = snap.refused("pods" if kind == "pod" else "computedomains", "" if all_ else namespace)
         why = f" (listing was forbidden: {hidden})" if hidden else ""
         return Diagnosis(error=f"{exc}{why}; check the name and namespace (-n)")
 

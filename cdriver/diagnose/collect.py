@@ -57,12 +57,13 @@ class Collector:
                 seen.add(key)
                 bucket.append(obj)
 
-    def _call(self, kind: str, fn: Any) -> Any:
+    def _call(self, kind: str, fn: Any, namespace: str | None = None) -> Any:
         try:
             return fn()
         except ApiError as exc:
             if exc.forbidden:
-                self.data["forbidden"].setdefault(kind, exc.message or "forbidden")
+                self.data["forbidden"].setdefault(kind if namespace is None else f"{kind}/{namespace}",
+                                                  exc.message or "forbidden")
                 return None
             if exc.not_found:  # e.g. the CRD is not installed: nothing of that kind exists
                 return None
@@ -71,7 +72,8 @@ class Collector:
             raise CollectError(f"cannot reach the API server {self.raw.server}: {exc}") from exc
 
     def list(self, kind: str, namespace: str | None = None, label_selector: str | None = None) -> list[dict]:
-        result = self._call(kind, lambda: self.raw.list(SOURCES[kind], namespace, label_selector=label_selector))
+        result = self._call(kind, lambda: self.raw.list(SOURCES[kind], namespace, label_selector=label_selector),
+                            namespace)
         items = list((result or {}).get("items") or [])
         self._add(kind, items)
         return items

@@ -48,8 +48,8 @@ def hidden(key: str, title: str, kind: str, message: str, alternative: str) -> L
 # -- 1. installation ------------------------------------------------------------------------
 def check_installation(snap: Snapshot, mode: str) -> Link:
     key, title = "installation", "driver installation (controller, DeviceClasses, CRDs)"
-    if "deployments" in snap.forbidden:
-        return hidden(key, title, "deployments", snap.forbidden["deployments"],
+    if snap.refused("deployments", snap.driver_namespace):
+        return hidden(key, title, "deployments", snap.refused("deployments", snap.driver_namespace),
                       "pass --driver-namespace of a namespace you can read")
     evidence: list[str] = []
     problems: list[str] = []
@@ -82,8 +82,8 @@ def check_installation(snap: Snapshot, mode: str) -> Link:
     wanted = [C.DEVICE_CLASS_DEFAULT_CHANNEL]
     if mode != C.IMEX_MODE_HOST_MANAGED:
         wanted.append(C.DEVICE_CLASS_DAEMON)
-    if "deviceclasses" in snap.forbidden:
-        evidence.append(f"DeviceClasses not checked: {snap.forbidden['deviceclasses']}")
+    if snap.refused("deviceclasses"):
+        evidence.append(f"DeviceClasses not checked: {snap.refused('deviceclasses')}")
     else:
         for name in wanted:
             if snap.find("deviceclasses", name) is None:
@@ -93,8 +93,8 @@ def check_installation(snap: Snapshot, mode: str) -> Link:
                             "(resources.computeDomains.enabled=true)")
             else:
                 evidence.append(f"DeviceClass {name}")
-    if "crds" in snap.forbidden:
-        evidence.append(f"CRDs not checked: {snap.forbidden['crds']}")
+    if snap.refused("crds"):
+        evidence.append(f"CRDs not checked: {snap.refused('crds')}")
     else:
         for name in CRD_NAMES:
             crd = snap.find("crds", name)
@@ -115,8 +115,8 @@ def check_installation(snap: Snapshot, mode: str) -> Link:
 # -- 2. ResourceSlices ----------------------------------------------------------------------
 def check_slices(snap: Snapshot, mode: str, nodes: list[str]) -> Link:
     key, title = "resourceslices", f"ResourceSlices of {C.DRIVER_NAME} with {C.DEVICE_CHANNEL_0}"
-    if "resourceslices" in snap.forbidden:
-        return hidden(key, title, "resourceslices", snap.forbidden["resourceslices"],
+    if snap.refused("resourceslices"):
+        return hidden(key, title, "resourceslices", snap.refused("resourceslices"),
                       "ask an administrator to run `kubectl get resourceslices`")
     want = [C.DEVICE_CHANNEL_0] + ([] if mode == C.IMEX_MODE_HOST_MANAGED else [C.DEVICE_DAEMON_0])
     if not nodes:
@@ -189,7 +189,7 @@ def check_domain(snap: Snapshot, cd: dict, mode: str) -> Link:
         return link(key, title, verdict, f"the controller has not admitted the ComputeDomain (no {C.FINALIZER} "
                     "finalizer)", evidence, ids, describe)
     fabric = snap.fabric_nodes()
-    if mode != C.IMEX_MODE_HOST_MANAGED and num_nodes > len(fabric) and "nodes" not in snap.forbidden:
+    if mode != C.IMEX_MODE_HOST_MANAGED and num_nodes > len(fabric) and not snap.refused("nodes"):
         return link(key, title, Verdict.FAIL,
                     f"spec.numNodes is {num_nodes} but only {len(fabric)} fabric-attached node(s) exist; the "
                     "status can never become Ready (numNodes is deprecated: use 0)", evidence, ids,
@@ -206,8 +206,8 @@ def check_template(snap: Snapshot, cd: dict) -> Link:
     key, title = "template", "workload ResourceClaimTemplate"
     uid, ns, name = uid_of(cd), ns_of(cd), name_of(cd)
     tname = template_name(cd)
-    if "resourceclaimtemplates" in snap.forbidden:
-        return hidden(key, title, "resourceclaimtemplates", snap.forbidden["resourceclaimtemplates"],
+    if snap.refused("resourceclaimtemplates", ns):
+        return hidden(key, title, "resourceclaimtemplates", snap.refused("resourceclaimtemplates", ns),
                       f"ask for read access to namespace {ns}")
     rct = snap.find("resourceclaimtemplates", tname, ns)
     cond = ready_condition(cd)

@@ -109,8 +109,8 @@ def check_workload(w: Workload) -> Link:
 # -- 6. claim allocation ----------------------------------------------------------------------------
 def check_allocation(snap: Snapshot, w: Workload) -> Link:
     key, title = "allocation", "workload claim allocation (pool, device, node)"
-    if "resourceclaims" in snap.forbidden:
-        return hidden(key, title, "resourceclaims", snap.forbidden["resourceclaims"],
+    if snap.refused("resourceclaims", ns_of(w.pod)):
+        return hidden(key, title, "resourceclaims", snap.refused("resourceclaims", ns_of(w.pod)),
                       f"ask for read access to namespace {ns_of(w.pod)}")
     young = snap.age(w.pod) < SETTLE_SECONDS
     sched = [e for e in _warnings(snap, w.pod, (FAILED_SCHEDULING,))]
@@ -147,8 +147,8 @@ def check_node_label(snap: Snapshot, w: Workload, uid: str, mode: str) -> Link:
     key, title = "node-label", f"node label {C.LABEL_COMPUTE_DOMAIN}"
     if mode == C.IMEX_MODE_HOST_MANAGED:
         return link(key, title, Verdict.SKIP, "host-managed IMEX: no per-domain node label is expected")
-    if "nodes" in snap.forbidden:
-        return hidden(key, title, "nodes", snap.forbidden["nodes"], "ask an administrator for `kubectl get nodes`")
+    if snap.refused("nodes"):
+        return hidden(key, title, "nodes", snap.refused("nodes"), "ask an administrator for `kubectl get nodes`")
     node = w.node
     if not node or not w.results():
         return link(key, title, Verdict.SKIP, f"{w.label}: not allocated to a node yet")
@@ -187,8 +187,9 @@ def check_daemon(snap: Snapshot, w: Workload, uid: str, mode: str, label_ok: boo
     if mode == C.IMEX_MODE_HOST_MANAGED:
         return link(key, title, Verdict.SKIP, "host-managed IMEX: no daemon DaemonSet or pods are expected")
     ns = snap.driver_namespace
-    if "pods" in snap.forbidden:
-        return hidden(key, title, "pods", snap.forbidden["pods"], f"ask for read access to namespace {ns}")
+    if snap.refused("pods", ns):
+        return hidden(key, title, "pods", snap.refused("pods", ns), f"ask for read access to namespace {ns}, or pass "
+                      "--driver-namespace")
     ds_name = C.daemon_object_name(uid)
     ds = snap.find("daemonsets", ds_name, ns)
     node = w.node
@@ -249,8 +250,8 @@ def check_clique(snap: Snapshot, w: Workload, cd: dict, daemon_ok: bool) -> Link
     node = w.node
     if not node or not daemon_ok:
         return link(key, title, Verdict.SKIP, f"{w.label}: no ready daemon on its node to register yet")
-    if "cliques" in snap.forbidden:
-        return hidden(key, title, "computedomaincliques", snap.forbidden["cliques"],
+    if snap.refused("cliques", ns):
+        return hidden(key, title, "computedomaincliques", snap.refused("cliques", ns),
                       f"ask for read access to namespace {ns}")
     clique_id = labels_of(snap.node(node) or {}).get(C.LABEL_NODE_CLIQUE, "")
     obj_name = C.clique_object_name(uid, clique_id)

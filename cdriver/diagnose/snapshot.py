@@ -1,7 +1,7 @@
 """Read-only views over a snapshot: the plain dicts the API returned, and the time they were read.
 
-A snapshot is a dict with ``now`` (RFC 3339), ``driverNamespace``, ``forbidden`` (kind ->
-the API's message for every list RBAC refused), ``exec`` ("ns/pod" -> {rc, output}) and one
+A snapshot is a dict with ``now`` (RFC 3339), ``driverNamespace``, ``forbidden`` ("kind" or
+"kind/namespace" -> the API's message for every list RBAC refused), ``exec`` ("ns/pod" -> {rc, output}) and one
 list of objects per kind: crds, deviceclasses, deployments, daemonsets, pods, nodes,
 resourceslices, computedomains, cliques, resourceclaimtemplates, resourceclaims, events.
 """
@@ -61,6 +61,10 @@ class Snapshot:
         self.forbidden: dict[str, str] = dict(data.get("forbidden") or {})
         self.exec: dict[str, dict] = dict(data.get("exec") or {})
         self.exec_enabled = bool(data.get("execEnabled"))
+
+    def refused(self, kind: str, namespace: str = "") -> str:
+        """RBAC's message if listing `kind` (in `namespace`, or cluster-wide) was refused, else ''."""
+        return (self.forbidden.get(f"{kind}/{namespace}", "") if namespace else "") or self.forbidden.get(kind, "")
 
     def items(self, kind: str) -> list[dict]:
         return list(self.data.get(kind) or [])
