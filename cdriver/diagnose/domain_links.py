@@ -124,6 +124,7 @@ def check_slices(snap: Snapshot, mode: str, nodes: list[str]) -> Link:
                     f"no node is labelled {C.LABEL_NODE_CLIQUE} and no workload is placed: nothing can offer channels",
                     next_command=f"kubectl get nodes -L {C.LABEL_NODE_CLIQUE}")
     evidence: list[str] = []
+    plugin_hidden = bool(snap.refused("pods", snap.driver_namespace))
     broken: list[tuple[bool, str, str]] = []  # (still bootstrapping, node, problem)
     for node in nodes:
         devices = sorted({d.get("name") for s in snap.slices_of(node)
@@ -131,10 +132,12 @@ def check_slices(snap: Snapshot, mode: str, nodes: list[str]) -> Link:
         plugin = snap.plugin_pod(node)
         plugin_text = (f"plugin pod {name_of(plugin)} {'Ready' if pod_ready(plugin) else 'not ready'}"
                        if plugin else "no plugin pod")
+        if plugin_hidden:
+            plugin_text = "plugin pod not visible (RBAC)"
         missing = [d for d in want if d not in devices]
         pools = sorted({((s.get("spec") or {}).get("pool") or {}).get("name", "") for s in snap.slices_of(node)})
         evidence.append(f"{node}: pool {','.join(pools) or '-'} devices {','.join(devices) or 'none'}; {plugin_text}")
-        if missing or plugin is None or not pod_ready(plugin):
+        if missing or (not plugin_hidden and (plugin is None or not pod_ready(plugin))):
             young = plugin is not None and snap.age(plugin) < SETTLE_SECONDS and pod_restarts(plugin) < REPEATS_STABLE
             what = f"missing {', '.join(missing)}" if missing else "published"
             broken.append((young, node, f"node {node}: {what}, {plugin_text}"))

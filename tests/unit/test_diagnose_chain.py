@@ -357,3 +357,14 @@ def test_text_leads_with_the_first_broken_link_and_json_names_it() -> None:
     assert doc["chains"][0]["links"][0]["nextCommand"].startswith("kubectl")
     assert Diagnosis(error="cannot reach").exit_code == EXIT_COULD_NOT_RUN
 
+
+
+def test_refusal_in_the_driver_namespace_hides_only_the_daemon_links() -> None:
+    data = healthy()
+    data["pods"] = [p for p in data["pods"] if p["metadata"]["namespace"] == NS]
+    data["forbidden"]["pods/cdriver-system"] = 'pods is forbidden: User "dev" cannot list'
+    chain = run(data)
+    v = verdicts(chain)
+    assert (v["workload"], v["allocation"], v["daemon"]) == ("PASS", "PASS", "SKIP")
+    assert "cannot list pods: forbidden" in next(lk for lk in chain.links if lk.key == "daemon").hidden
+    assert chain.exit_code == EXIT_COULD_NOT_RUN
