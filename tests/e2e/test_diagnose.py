@@ -12,8 +12,10 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import yaml
 
 from cdriver.api import constants as c
 from cdriver.kube.raw import RESOURCES
@@ -36,9 +38,9 @@ def world() -> Iterator[SimWorld]:
     yield from start_world({"nodes": 4, "extra_nodes": (NON_FABRIC_NODE,)})
 
 
-def diagnose(world: SimWorld, *args: str) -> subprocess.CompletedProcess:
+def diagnose(world: SimWorld, *args: str, kubeconfig: str = "") -> subprocess.CompletedProcess:
     """`cdriver diagnose ARGS` as a user runs it: a separate process with the cluster's kubeconfig."""
-    env = {**os.environ, "KUBECONFIG": str(world.kubeconfig)}
+    env = {**os.environ, "KUBECONFIG": kubeconfig or str(world.kubeconfig)}
     return subprocess.run([sys.executable, "-m", "cdriver", "diagnose", *args, "--kubectl", str(world.kubectl)],
                           capture_output=True, text=True, timeout=120, env=env)
 
@@ -157,6 +159,45 @@ def test_healthy_domain_passes_every_link_then_a_label_removed_by_hand_is_named(
                            f"next: kubectl get node {victim}")
     print("\n--- sample: node label removed by hand\n" + text)
     remove(world, ns, names, "good", uid)
+
+
+def namespace_reader_kubeconfig(world: SimWorld, ns: str, path: Path) -> Path:
+    """A kubeconfig of a service account that may only get/list in `ns`."""
+    raw = world.raw
+    raw.create(RESOURCES["serviceaccounts"], {"metadata": {"name": "reader", "namespace": ns}}, ns)
+    raw.create(RESOURCES["roles"], {"metadata": {"name": "reader", "namespace": ns}, "rules": [
+        {"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list"]}]}, ns)
+    raw.create(RESOURCES["rolebindings"], {"metadata": {"name": "reader", "namespace": ns},
+                                           "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                                       "name": "reader"},
+                                           "subjects": [{"kind": "ServiceAccount", "name": "reader",
+                                                         "namespace": ns}]}, ns)
+    token = raw.create_subresource(RESOURCES["serviceaccounts"], "reader", "token", {
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}},
+        namespace=ns)["status"]["token"]
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "reader",
+        "clusters": [{"name": "local", "cluster": {"server": world.cluster.server,
+                                                   "certificate-authority": str(world.cluster.ca_file)}}],
+        "users": [{"name": "reader", "user": {"token": token}}],
+        "contexts": [{"name": "reader", "context": {"cluster": "local", "user": "reader"}}]}))
+    return path
+
+
+def test_rbac_hidden_objects_are_named_and_the_run_is_incomplete(world: SimWorld, e2e_namespace: str,
+                                                                 tmp_path: Path) -> None:
+    ns = e2e_namespace
+    uid = new_domain(world, ns, "private")
+    cfg = namespace_reader_kubeconfig(world, ns, tmp_path / "reader.kubeconfig")
+    out = diagnose(world, "computedomain", "private", "-n", ns, "-o", "json", kubeconfig=str(cfg))
+    assert out.returncode == 2, out.stdout + out.stderr
+    chain = json.loads(out.stdout)["chains"][0]
+    assert "cannot list resourceslices: forbidden" in link_of(chain, "resourceslices")["hidden"]
+    assert link_of(chain, "template")["verdict"] == "PASS"  # the namespace itself is readable
+    text = diagnose(world, "computedomain", "private", "-n", ns, kubeconfig=str(cfg))
+    assert text.returncode == 2
+    assert "NOT FULLY CHECKED" in text.stdout and "run as a user who can" in text.stdout
+    remove(world, ns, [], "private", uid)
 
 
 def test_template_name_conflict(world: SimWorld, e2e_namespace: str) -> None:
