@@ -294,7 +294,7 @@ def check_host_socket(snap: Snapshot, w: Workload) -> Link:
            if plugin else f"on node {node}: systemctl status {C.HOST_IMEX_SERVICE}")
     if w.started:
         return link(key, title, Verdict.PASS, f"the plugin found the host IMEX service READY on {node}",
-                    evidence[:0] + [f"{w.label} started on {node}"], ids)
+                    [f"{w.label} prepared and started on {node}"], ids)
     if failures:
         stable = event_count(failures[-1]) >= REPEATS_STABLE or snap.age(w.pod) >= SETTLE_SECONDS
         return link(key, title, Verdict.FAIL if stable else Verdict.WAIT,
