@@ -43,8 +43,9 @@ def diagnose_domain(snap: Snapshot, cd: dict, only_pod: dict | None = None) -> C
                     D.check_domain(snap, cd, mode), D.check_template(snap, cd)]
     if not workloads:
         chain.links.append(D.link("workload", "workload pod references the channel claim", Verdict.SKIP,
-                                  f"no pod in {ns_of(cd)} uses ResourceClaimTemplate {D.template_name(cd)!r} yet; "
-                                  "the per-node links are checked once one does"))
+                                  f"no pod in {ns_of(cd)} uses ResourceClaimTemplate {D.template_name(cd)!r} yet "
+                                  "(so zero daemon pods is expected); the per-node links are checked once one "
+                                  "does"))
         return chain
     per_pod: dict[str, list[Link]] = {}
     for w in workloads:
