@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cdriver.api import constants as C
+from cdriver.diagnose.causes import CAUSES
 from cdriver.diagnose.domain_links import REPEATS_STABLE, SETTLE_SECONDS, hidden, link
 from cdriver.diagnose.model import Link, Verdict
 from cdriver.diagnose.snapshot import (
@@ -78,6 +79,12 @@ def claim_users(pod: dict, claim_ref: str) -> list[str]:
     containers = (spec.get("initContainers") or []) + (spec.get("containers") or [])
     return [str(c.get("name")) for c in containers
             if any(r.get("name") == claim_ref for r in (c.get("resources") or {}).get("claims") or [])]
+
+
+def first_clause(message: str, limit: int = 200) -> str:
+    """The message up to its first ';' (Event messages put the fix after it), at most `limit` characters."""
+    head = message.split("; ", 1)[0]
+    return head if len(head) <= limit else head[: limit - 3] + "..."
 
 
 def _warnings(snap: Snapshot, obj: dict, reasons: tuple[str, ...] = ()) -> list[dict]:
@@ -163,9 +170,11 @@ def check_node_label(snap: Snapshot, w: Workload, uid: str, mode: str) -> Link:
         return link(key, title, Verdict.FAIL, f"node {node} is labelled for another ComputeDomain ({value})",
                     evidence, ids, show)
     if w.started:
-        return link(key, title, Verdict.FAIL,
-                    f"node {node} lost its label although {w.label} was prepared there (removed by hand?): the "
-                    "daemon DaemonSet no longer selects the node", evidence, ids, show)
+        out = link(key, title, Verdict.FAIL,
+                   f"node {node} lost its label although {w.label} was prepared there (removed by hand?): the "
+                   "daemon DaemonSet no longer selects the node", evidence, ids, show)
+        out.causes = CAUSES[key][1:]
+        return out
     failures = _warnings(snap, w.pod, (FAILED_PREPARE,))
     stable = failures and event_count(failures[-1]) >= REPEATS_STABLE and snap.age(w.pod) >= SETTLE_SECONDS
     evidence += [event_line(e) for e in failures[-1:]]
@@ -217,9 +226,11 @@ def check_daemon(snap: Snapshot, w: Workload, uid: str, mode: str, label_ok: boo
     failures = _warnings(snap, pod, DAEMON_FAILURE_REASONS)
     if failures:
         evidence.append(event_line(failures[-1]))
-        return link(key, title, Verdict.FAIL, f"nvidia-imex in daemon pod {name_of(pod)} failed: "
-                    f"{failures[-1].get('reason')}: {str(failures[-1].get('message', ''))[:200]}", evidence, ids,
-                    logs)
+        out = link(key, title, Verdict.FAIL, f"nvidia-imex in daemon pod {name_of(pod)} failed: "
+                   f"{failures[-1].get('reason')}: {first_clause(str(failures[-1].get('message', '')))}", evidence,
+                   ids, logs)
+        out.causes = [CAUSES[key][3], CAUSES[key][2]]
+        return out
     ref = next((c.get("name") for c in (pod.get("spec") or {}).get("resourceClaims") or []), "")
     dclaim = snap.claim(claim_name_of(pod, ref), ns) if ref else None
     dresults = [r for r in allocation_results(dclaim or {}) if r.get("driver") == C.DRIVER_NAME]
@@ -347,7 +358,8 @@ def check_device(snap: Snapshot, w: Workload) -> Link:
     output = str(result.get("output", "")).strip()
     lines = [ln for ln in output.splitlines() if ln.strip()]
     channel = [ln for ln in lines if ln.startswith("c") and ln.split()[-1] == "channel0"]
-    evidence = [f"{w.label}: $ ls -l {C.IMEX_CHANNELS_DEV_DIR}"] + [f"  {ln}" for ln in lines[:4]]
+    shown = [ln for ln in lines if not ln.startswith("total ")][:4] or ["<no output>"]
+    evidence = [f"{w.label}: ls -l {C.IMEX_CHANNELS_DEV_DIR}: {ln}" for ln in shown]
     if int(result.get("rc", 1)) != 0 or not channel:
         return link(key, title, Verdict.FAIL, f"{w.label}: no character device channel0 in {C.IMEX_CHANNELS_DEV_DIR}",
                     evidence, {}, cmd)
