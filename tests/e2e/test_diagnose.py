@@ -157,7 +157,7 @@ def test_healthy_domain_passes_every_link_then_a_label_removed_by_hand_is_named(
     assert victim in link_of(chain, "node-label")["summary"]
     assert_text_leads_with(text, "node-label", f"node {victim}: {c.LABEL_COMPUTE_DOMAIN}=<unset>",
                            f"next: kubectl get node {victim}")
-    print("\n--- sample: node label removed by hand\n" + text)
+    print("\n--- sample: node label removed by hand\n" + diagnose(world, "pod", on_victim, "-n", ns, "-q").stdout)
     remove(world, ns, names, "good", uid)
 
 
@@ -275,7 +275,6 @@ def test_nvidia_imex_failing_at_start(world: SimWorld, e2e_namespace: str) -> No
         assert link["ids"][f"pod {ns}/w"]["node"] == node.name
         assert_text_leads_with(text, "daemon", f"IMEX port {c.IMEX_SERVER_PORT} on pod IP {node.ip}",
                                f"-c {c.DAEMON_CONTAINER_NAME}")
-        print("\n--- sample: nvidia-imex cannot start\n" + text)
     finally:
         holder.close()
     remove(world, ns, ["w"], "blocked", uid)
