@@ -3,6 +3,7 @@ CDI device ID, and the device inside the container. Each returns one `Link` for 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from cdriver.api import constants as C
@@ -210,8 +211,8 @@ def check_daemon(snap: Snapshot, w: Workload, uid: str, mode: str, label_ok: boo
         return link(key, title, verdict, f"daemon DaemonSet {ns}/{ds_name} does not exist", evidence, {},
                     f"kubectl -n {ns} get daemonsets -l {C.LABEL_COMPUTE_DOMAIN}={uid}")
     if not node or not label_ok:
-        return link(key, title, Verdict.SKIP, f"{w.label}: its node is not labelled for the domain, so no daemon "
-                    "pod is expected there yet", evidence)
+        return link(key, title, Verdict.SKIP, f"{w.label}: its node is not labelled for the domain, so the "
+                    "DaemonSet places no daemon pod there", evidence)
     pod = daemon_pod_on(snap, uid, node)
     list_cmd = f"kubectl -n {ns} get pods -o wide -l {C.LABEL_COMPUTE_DOMAIN}={uid}"
     if pod is None:
@@ -308,9 +309,9 @@ def check_host_socket(snap: Snapshot, w: Workload) -> Link:
                     [f"{w.label} prepared and started on {node}"], ids)
     if failures:
         stable = event_count(failures[-1]) >= REPEATS_STABLE or snap.age(w.pod) >= SETTLE_SECONDS
+        problem = first_clause(re.sub(r"^claim \S+ ", "", str(failures[-1].get("message", ""))), 300)
         return link(key, title, Verdict.FAIL if stable else Verdict.WAIT,
-                    f"host IMEX service on {node} is not READY: {str(failures[-1].get('message', ''))[:200]}",
-                    evidence, ids, cmd)
+                    f"host IMEX service on {node} is not READY: {problem}", evidence, ids, cmd)
     return link(key, title, Verdict.WAIT, f"{w.label} is not prepared yet on {node}", evidence, ids, _describe(w))
 
 

@@ -111,8 +111,8 @@ def remove(world: SimWorld, ns: str, pods: list[str], cd: str, uid: str) -> None
     s.wait_for(f"domain {ns}/{cd} and its pods to be deleted", gone, 120)
 
 
-def test_healthy_domain_passes_every_link_then_a_label_removed_by_hand_is_named(
-        world: SimWorld, e2e_namespace: str) -> None:
+def test_healthy_then_label_removed(world: SimWorld, e2e_namespace: str) -> None:
+    """A healthy domain passes every link; then a node label removed by hand is named."""
     ns, raw = e2e_namespace, world.raw
     clique = cliques(world)[0]
     nodes = clique_nodes(world, clique)

@@ -301,11 +301,13 @@ def test_host_managed_expects_no_daemon_objects_and_checks_the_socket() -> None:
     pod = find(data, "pods", "w1")
     pod["status"] = {"phase": "Pending", "resourceClaimStatuses": pod["status"]["resourceClaimStatuses"]}
     claim = find(data, "resourceclaims", "w1-channel-abc")
-    data["events"].append(event(claim, C.EVENT_REASON_HOST_IMEX_NOT_READY, "no socket at /etc/nvidia-imex/x.sock",
-                                count=4))
+    data["events"].append(event(claim, C.EVENT_REASON_HOST_IMEX_NOT_READY,
+                                "claim ml/w1-channel-abc:claim-uid-1: readiness check failed for socket "
+                                "/etc/nvidia-imex/x.sock: no such file; start the host service", count=4))
     chain = run(data)
     assert first(chain) == ("host-socket", "FAIL")
-    assert "no socket" in chain.first_broken.summary
+    assert chain.first_broken.summary == ("host IMEX service on node-1 is not READY: readiness check failed for "
+                                          "socket /etc/nvidia-imex/x.sock: no such file")
 
 
 def test_rbac_hidden_slices_are_reported_and_exit_could_not_run() -> None:
