@@ -336,7 +336,8 @@ def check_cdi(snap: Snapshot, w: Workload) -> Link:
     stable = bool(failures) and event_count(failures[-1]) >= REPEATS_STABLE and snap.age(w.pod) >= SETTLE_SECONDS
     return link(key, title, Verdict.FAIL if stable else Verdict.WAIT,
                 f"{w.label}: Prepare has not completed on {w.node}"
-                + (" and keeps failing" if stable else " (waiting for the node's daemon is expected while it starts)"),
+                + (" and keeps failing" if stable
+                   else " (a wait for local readiness is expected while the node's IMEX side starts)"),
                 evidence, ids, _describe(w))
 
 
