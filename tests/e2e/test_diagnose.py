@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -148,6 +149,14 @@ def test_healthy_then_label_removed(world: SimWorld, e2e_namespace: str) -> None
     assert text.stdout.splitlines()[1] == "every link holds"
     assert "result: all links PASS (exit 0)" in text.stdout
     print("\n--- sample: healthy domain\n" + text.stdout)
+    # The same as a kubectl plugin: kubectl finds kubectl-cdriver on PATH.
+    plugin_dir = os.path.dirname(shutil.which("kubectl-cdriver") or sys.executable)
+    env = {**os.environ, "PATH": f"{plugin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+           "KUBECONFIG": str(world.kubeconfig)}
+    out = subprocess.run([str(world.kubectl), "cdriver", "diagnose", "computedomain", "good", "-n", ns],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.splitlines()[0] == f"computedomain {ns}/good  (IMEX mode: {c.IMEX_MODE_DRIVER_MANAGED})"
 
     victim = nodes[-1]
     (on_victim,) = [p["metadata"]["name"] for p in pods if p["spec"]["nodeName"] == victim]
