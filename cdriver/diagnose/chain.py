@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from cdriver.api import constants as C
 from cdriver.diagnose import domain_links as D
+from cdriver.diagnose import names as N
 from cdriver.diagnose import pod_links as P
 from cdriver.diagnose.model import Chain, Link, Verdict, fold
 from cdriver.diagnose.snapshot import Snapshot, name_of, ns_of, uid_of
@@ -52,7 +52,7 @@ def diagnose_domain(snap: Snapshot, cd: dict, only_pod: dict | None = None) -> C
         alloc = P.check_allocation(snap, w)
         label = P.check_node_label(snap, w, uid, mode)
         daemon = P.check_daemon(snap, w, uid, mode, label.verdict == Verdict.PASS)
-        if mode == C.IMEX_MODE_HOST_MANAGED:
+        if mode == N.IMEX_MODE_HOST_MANAGED:
             ready = P.check_host_socket(snap, w)
         else:
             ready = P.check_clique(snap, w, cd, daemon.verdict == Verdict.PASS)

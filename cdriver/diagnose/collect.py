@@ -11,7 +11,7 @@ import subprocess
 from typing import Any
 
 from cdriver.api import constants as C
-from cdriver.diagnose.snapshot import COMPONENT_CONTROLLER, LABEL_COMPONENT
+from cdriver.diagnose.snapshot import COMPONENT_CONTROLLER, ENV_IMEX_MODE, LABEL_COMPONENT
 from cdriver.errors import CdriverError
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
 
@@ -89,7 +89,7 @@ class Collector:
             self.data["forbidden"].pop("deployments")
             deps = self.list("deployments", driver_namespace, selector)
         if not driver_namespace:
-            controller = next((d for d in deps if any(e.get("name") == "IMEX_MODE" for ctr in
+            controller = next((d for d in deps if any(e.get("name") == ENV_IMEX_MODE for ctr in
                                d["spec"]["template"]["spec"].get("containers") or [] for e in ctr.get("env") or [])),
                               None)
             driver_namespace = (controller or {}).get("metadata", {}).get("namespace") or C.DEFAULT_DRIVER_NAMESPACE

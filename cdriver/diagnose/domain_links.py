@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cdriver.api import constants as C
+from cdriver.diagnose import names as N
 from cdriver.diagnose.causes import CAUSES
 from cdriver.diagnose.model import Link, Verdict
 from cdriver.diagnose.snapshot import (
@@ -80,7 +81,7 @@ def check_installation(snap: Snapshot, mode: str) -> Link:
             wait = young
             next_cmd = f"kubectl -n {ns_of(dep)} logs deployment/{name_of(dep)} --tail=50"
     wanted = [C.DEVICE_CLASS_DEFAULT_CHANNEL]
-    if mode != C.IMEX_MODE_HOST_MANAGED:
+    if mode != N.IMEX_MODE_HOST_MANAGED:
         wanted.append(C.DEVICE_CLASS_DAEMON)
     if snap.refused("deviceclasses"):
         evidence.append(f"DeviceClasses not checked: {snap.refused('deviceclasses')}")
@@ -118,7 +119,7 @@ def check_slices(snap: Snapshot, mode: str, nodes: list[str]) -> Link:
     if snap.refused("resourceslices"):
         return hidden(key, title, "resourceslices", snap.refused("resourceslices"),
                       "ask an administrator to run `kubectl get resourceslices`")
-    want = [C.DEVICE_CHANNEL_0] + ([] if mode == C.IMEX_MODE_HOST_MANAGED else [C.DEVICE_DAEMON_0])
+    want = [C.DEVICE_CHANNEL_0] + ([] if mode == N.IMEX_MODE_HOST_MANAGED else [C.DEVICE_DAEMON_0])
     if not nodes:
         return link(key, title, Verdict.FAIL,
                     f"no node is labelled {C.LABEL_NODE_CLIQUE} and no workload is placed: nothing can offer channels",
@@ -154,7 +155,7 @@ def check_slices(snap: Snapshot, mode: str, nodes: list[str]) -> Link:
 
 # -- 3. the ComputeDomain -------------------------------------------------------------------
 def ready_condition(cd: dict) -> dict:
-    return next((c for c in (cd.get("status") or {}).get("conditions") or [] if c.get("type") == C.CONDITION_READY), {})
+    return next((c for c in (cd.get("status") or {}).get("conditions") or [] if c.get("type") == N.CONDITION_READY), {})
 
 
 def check_domain(snap: Snapshot, cd: dict, mode: str) -> Link:
@@ -192,7 +193,7 @@ def check_domain(snap: Snapshot, cd: dict, mode: str) -> Link:
         return link(key, title, verdict, f"the controller has not admitted the ComputeDomain (no {C.FINALIZER} "
                     "finalizer)", evidence, ids, describe)
     fabric = snap.fabric_nodes()
-    if mode != C.IMEX_MODE_HOST_MANAGED and num_nodes > len(fabric) and not snap.refused("nodes"):
+    if mode != N.IMEX_MODE_HOST_MANAGED and num_nodes > len(fabric) and not snap.refused("nodes"):
         return link(key, title, Verdict.FAIL,
                     f"spec.numNodes is {num_nodes} but only {len(fabric)} fabric-attached node(s) exist; the "
                     "status can never become Ready (numNodes is deprecated: use 0)", evidence, ids,

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 
 from cdriver.api import constants as C
+from cdriver.diagnose import names as N
 from cdriver.diagnose.causes import CAUSES
 from cdriver.diagnose.domain_links import REPEATS_STABLE, SETTLE_SECONDS, hidden, link
 from cdriver.diagnose.model import Link, Verdict
@@ -30,10 +31,10 @@ from cdriver.diagnose.snapshot import (
 from cdriver.roles.kubelet_plugin.cdi_edits import claim_device_id
 
 #: Warning reasons of the IMEX daemon that mean nvidia-imex could not start or keeps dying.
-DAEMON_FAILURE_REASONS = (C.EVENT_REASON_IMEX_START_FAILED, C.EVENT_REASON_IMEX_PORT_CONFLICT,
-                          C.EVENT_REASON_IMEX_RESTARTED)
-FAILED_PREPARE = "FailedPrepareDynamicResources"
-FAILED_SCHEDULING = "FailedScheduling"
+DAEMON_FAILURE_REASONS = (N.EVENT_IMEX_START_FAILED, N.EVENT_IMEX_PORT_CONFLICT,
+                          N.EVENT_IMEX_RESTARTED)
+FAILED_PREPARE = N.EVENT_FAILED_PREPARE
+FAILED_SCHEDULING = N.EVENT_FAILED_SCHEDULING
 
 
 @dataclass
@@ -153,7 +154,7 @@ def check_allocation(snap: Snapshot, w: Workload) -> Link:
 # -- 7. node label ------------------------------------------------------------------------------------
 def check_node_label(snap: Snapshot, w: Workload, uid: str, mode: str) -> Link:
     key, title = "node-label", f"node label {C.LABEL_COMPUTE_DOMAIN}"
-    if mode == C.IMEX_MODE_HOST_MANAGED:
+    if mode == N.IMEX_MODE_HOST_MANAGED:
         return link(key, title, Verdict.SKIP, "host-managed IMEX: no per-domain node label is expected")
     if snap.refused("nodes"):
         return hidden(key, title, "nodes", snap.refused("nodes"), "ask an administrator for `kubectl get nodes`")
@@ -194,7 +195,7 @@ def daemon_pod_on(snap: Snapshot, uid: str, node: str) -> dict | None:
 
 def check_daemon(snap: Snapshot, w: Workload, uid: str, mode: str, label_ok: bool) -> Link:
     key, title = "daemon", "IMEX daemon DaemonSet, its pod on the node, and the daemon claim"
-    if mode == C.IMEX_MODE_HOST_MANAGED:
+    if mode == N.IMEX_MODE_HOST_MANAGED:
         return link(key, title, Verdict.SKIP, "host-managed IMEX: no daemon DaemonSet or pods are expected")
     ns = snap.driver_namespace
     if snap.refused("pods", ns):
@@ -223,7 +224,7 @@ def check_daemon(snap: Snapshot, w: Workload, uid: str, mode: str, label_ok: boo
     evidence.append(f"daemon pod {name_of(pod)} on {node} IP {pod_ip(pod) or '-'}: {pod_phase(pod)}"
                     f"{' ' + pod_waiting(pod) if pod_waiting(pod) else ''}, ready={pod_ready(pod)}, "
                     f"restarts {pod_restarts(pod)}")
-    logs = f"kubectl -n {ns} logs {name_of(pod)} -c {C.DAEMON_CONTAINER_NAME} --tail=50"
+    logs = f"kubectl -n {ns} logs {name_of(pod)} -c {N.DAEMON_CONTAINER} --tail=50"
     failures = _warnings(snap, pod, DAEMON_FAILURE_REASONS)
     if failures:
         evidence.append(event_line(failures[-1]))
@@ -297,13 +298,13 @@ def check_host_socket(snap: Snapshot, w: Workload) -> Link:
     node = w.node
     if not node or w.claim is None:
         return link(key, title, Verdict.SKIP, f"{w.label}: not allocated to a node yet")
-    failures = _warnings(snap, w.claim, (C.EVENT_REASON_HOST_IMEX_NOT_READY,))
+    failures = _warnings(snap, w.claim, (N.EVENT_HOST_IMEX_NOT_READY,))
     evidence = [event_line(e) for e in failures[-1:]]
     ids = {w.label: {"node": node}}
     plugin = snap.plugin_pod(node)
     cmd = (f"kubectl -n {snap.driver_namespace} logs {name_of(plugin)} --tail=50; on node {node}: "
-           f"systemctl status {C.HOST_IMEX_SERVICE}; {C.IMEX_CTL_BINARY} -q --u=<imex.hostSocketPath>"
-           if plugin else f"on node {node}: systemctl status {C.HOST_IMEX_SERVICE}")
+           f"systemctl status {N.HOST_IMEX_SERVICE}; {N.IMEX_CTL} -q --u=<imex.hostSocketPath>"
+           if plugin else f"on node {node}: systemctl status {N.HOST_IMEX_SERVICE}")
     if w.started:
         return link(key, title, Verdict.PASS, f"the plugin found the host IMEX service READY on {node}",
                     [f"{w.label} prepared and started on {node}"], ids)
@@ -323,7 +324,7 @@ def check_cdi(snap: Snapshot, w: Workload) -> Link:
     r = w.results()[0]
     cdi_id = claim_device_id(uid_of(w.claim), str(r.get("device")))
     ids = {w.label: {"cdiID": cdi_id, "claimUID": uid_of(w.claim)}}
-    not_injected = _warnings(snap, w.claim, (C.EVENT_REASON_CHANNEL_NOT_INJECTED,))
+    not_injected = _warnings(snap, w.claim, (N.EVENT_CHANNEL_NOT_INJECTED,))
     if not_injected:
         return link(key, title, Verdict.FAIL, f"{w.label}: the claim was prepared without IMEX channel devices "
                     f"(node {w.node} is not fabric-attached)", [event_line(not_injected[-1])], ids,
@@ -347,23 +348,23 @@ def exec_key(pod: dict) -> str:
 
 
 def check_device(snap: Snapshot, w: Workload) -> Link:
-    key, title = "device", f"{C.IMEX_CHANNELS_DEV_DIR} inside the container"
+    key, title = "device", f"{N.CHANNELS_DIR} inside the container"
     if not snap.exec_enabled:
         return link(key, title, Verdict.SKIP, "not checked: add --exec to run `ls -l "
-                    f"{C.IMEX_CHANNELS_DEV_DIR}` in the container (kubectl exec)")
+                    f"{N.CHANNELS_DIR}` in the container (kubectl exec)")
     if not w.started:
         return link(key, title, Verdict.SKIP, f"{w.label} has not started")
     result = snap.exec.get(exec_key(w.pod))
-    cmd = f"kubectl -n {ns_of(w.pod)} exec {name_of(w.pod)} -- ls -l {C.IMEX_CHANNELS_DEV_DIR}"
+    cmd = f"kubectl -n {ns_of(w.pod)} exec {name_of(w.pod)} -- ls -l {N.CHANNELS_DIR}"
     if result is None:
         return link(key, title, Verdict.SKIP, f"{w.label}: exec was not run")
     output = str(result.get("output", "")).strip()
     lines = [ln for ln in output.splitlines() if ln.strip()]
     channel = [ln for ln in lines if ln.startswith("c") and ln.split()[-1] == "channel0"]
     shown = [ln for ln in lines if not ln.startswith("total ")][:4] or ["<no output>"]
-    evidence = [f"{w.label}: ls -l {C.IMEX_CHANNELS_DEV_DIR}: {ln}" for ln in shown]
+    evidence = [f"{w.label}: ls -l {N.CHANNELS_DIR}: {ln}" for ln in shown]
     if int(result.get("rc", 1)) != 0 or not channel:
-        return link(key, title, Verdict.FAIL, f"{w.label}: no character device channel0 in {C.IMEX_CHANNELS_DEV_DIR}",
+        return link(key, title, Verdict.FAIL, f"{w.label}: no character device channel0 in {N.CHANNELS_DIR}",
                     evidence, {}, cmd)
-    return link(key, title, Verdict.PASS, f"{w.label}: {C.channel_device_path(0)} is a character device", evidence,
-                {w.label: {"device": C.channel_device_path(0)}})
+    return link(key, title, Verdict.PASS, f"{w.label}: {N.CHANNEL_0_PATH} is a character device", evidence,
+                {w.label: {"device": N.CHANNEL_0_PATH}})

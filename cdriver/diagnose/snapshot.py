@@ -12,6 +12,7 @@ import datetime as dt
 from typing import Any
 
 from cdriver.api import constants as C
+from cdriver.diagnose import names as N
 
 KINDS = ("crds", "deviceclasses", "deployments", "daemonsets", "pods", "nodes", "resourceslices",
          "computedomains", "cliques", "resourceclaimtemplates", "resourceclaims", "events")
@@ -110,8 +111,8 @@ class Snapshot:
         if value:
             return value
         if self.items("deviceclasses") and not self.find("deviceclasses", C.DEVICE_CLASS_DAEMON):
-            return C.IMEX_MODE_HOST_MANAGED
-        return C.IMEX_MODE_DRIVER_MANAGED
+            return N.IMEX_MODE_HOST_MANAGED
+        return N.IMEX_MODE_DRIVER_MANAGED
 
     def plugin_pod(self, node: str) -> dict | None:
         for pod in self.pods_in(self.driver_namespace):

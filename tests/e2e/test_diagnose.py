@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from cdriver.api import constants as c
+from cdriver.diagnose import names as N
 from cdriver.kube.raw import RESOURCES
 from cdriver.sim import scenario as s
 from cdriver.sim.world import DRIVER_NAMESPACE, SimWorld
@@ -32,6 +33,7 @@ NON_FABRIC_NODE = "cpu-1"
 DEPLOYMENTS = RESOURCES["deployments"]
 DEVICE_CLASSES = RESOURCES["deviceclasses"]
 PLUGIN_SELECTOR = "app.kubernetes.io/component=kubelet-plugin"
+IMEX_PORT = 50000  # the IMEX server port every simulated node's daemon listens on
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +132,7 @@ def test_healthy_then_label_removed(world: SimWorld, e2e_namespace: str) -> None
     out = wait_for(healthy, 90, lambda: f"diagnose to pass:\n{diagnose(world, 'cd', 'good', '-n', ns).stdout}",
                    interval=1.0)
     chain = json.loads(out.stdout)["chains"][0]
-    assert chain["firstBroken"] is None and chain["mode"] == c.IMEX_MODE_DRIVER_MANAGED
+    assert chain["firstBroken"] is None and chain["mode"] == N.IMEX_MODE_DRIVER_MANAGED
     assert {lk["key"]: lk["verdict"] for lk in chain["links"]} == {
         k: "PASS" for k in ("installation", "resourceslices", "computedomain", "template", "workload", "allocation",
                             "node-label", "daemon", "clique", "cdi", "device")}
@@ -156,7 +158,7 @@ def test_healthy_then_label_removed(world: SimWorld, e2e_namespace: str) -> None
     out = subprocess.run([str(world.kubectl), "cdriver", "diagnose", "computedomain", "good", "-n", ns],
                          capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.splitlines()[0] == f"computedomain {ns}/good  (IMEX mode: {c.IMEX_MODE_DRIVER_MANAGED})"
+    assert out.stdout.splitlines()[0] == f"computedomain {ns}/good  (IMEX mode: {N.IMEX_MODE_DRIVER_MANAGED})"
 
     victim = nodes[-1]
     (on_victim,) = [p["metadata"]["name"] for p in pods if p["spec"]["nodeName"] == victim]
@@ -273,17 +275,17 @@ def test_nvidia_imex_failing_at_start(world: SimWorld, e2e_namespace: str) -> No
     node = world.node(clique_nodes(world, cliques(world)[1])[0])
     holder = socket.socket()
     holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    holder.bind((node.ip, c.IMEX_SERVER_PORT))
+    holder.bind((node.ip, IMEX_PORT))
     holder.listen()
     try:
         uid = new_domain(world, ns, "blocked")
         raw.create(s.PODS, s.workload_pod("w", ns, "blocked-channel", node=node.name), ns)
         chain, text = first_broken(world, ["pod", "w", "-n", ns], "daemon")
         link = link_of(chain, "daemon")
-        assert c.EVENT_REASON_IMEX_PORT_CONFLICT in link["summary"]
+        assert N.EVENT_IMEX_PORT_CONFLICT in link["summary"]
         assert link["ids"][f"pod {ns}/w"]["node"] == node.name
-        assert_text_leads_with(text, "daemon", f"IMEX port {c.IMEX_SERVER_PORT} on pod IP {node.ip}",
-                               f"-c {c.DAEMON_CONTAINER_NAME}")
+        assert_text_leads_with(text, "daemon", f"IMEX port {IMEX_PORT} on pod IP {node.ip}",
+                               f"-c {N.DAEMON_CONTAINER}")
     finally:
         holder.close()
     remove(world, ns, ["w"], "blocked", uid)

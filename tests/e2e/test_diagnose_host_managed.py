@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cdriver.api import constants as c
+from cdriver.diagnose import names as N
 from cdriver.sim import scenario as s
 from cdriver.sim.host_imex import HostImexService
 from cdriver.sim.world import SimWorld
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def world() -> Iterator[SimWorld]:
-    yield from start_world({"nodes": 1, "imex_mode": c.IMEX_MODE_HOST_MANAGED})
+    yield from start_world({"nodes": 1, "imex_mode": N.IMEX_MODE_HOST_MANAGED})
 
 
 def test_missing_host_socket_is_named_then_the_service_makes_every_link_hold(world: SimWorld,
@@ -32,11 +32,11 @@ def test_missing_host_socket_is_named_then_the_service_makes_every_link_hold(wor
     cd = raw.create(s.CDS, s.compute_domain("host", ns, "host-channel"), ns)
     raw.create(s.PODS, s.workload_pod("w", ns, "host-channel", node=node.name), ns)
     chain, text = first_broken(world, ["pod", "w", "-n", ns], "host-socket", timeout=120)
-    assert chain["mode"] == c.IMEX_MODE_HOST_MANAGED
+    assert chain["mode"] == N.IMEX_MODE_HOST_MANAGED
     verdicts = {lk["key"]: lk["verdict"] for lk in chain["links"]}
     assert (verdicts["node-label"], verdicts["daemon"]) == ("SKIP", "SKIP")
     assert "imex_ctrl.sock" in link_of(chain, "host-socket")["summary"]
-    assert_text_leads_with(text, "host-socket", f"systemctl status {c.HOST_IMEX_SERVICE}")
+    assert_text_leads_with(text, "host-socket", f"systemctl status {N.HOST_IMEX_SERVICE}")
     print("\n--- sample: host-managed socket missing\n" + text)
 
     service = HostImexService(node.agent.driver_root, node.ip)

@@ -7,6 +7,7 @@ import copy
 from typing import Any
 
 from cdriver.api import constants as C
+from cdriver.diagnose import names as N
 
 DRIVER_NS = "cdriver-system"
 NS = "ml"
@@ -56,19 +57,19 @@ def workload_pod(name: str, node: str, claim: str, template: str = "cd-channel",
 def daemon_pod(node: str, index: int) -> dict:
     name = f"computedomain-daemon-{index}"
     return {"metadata": _meta(name, DRIVER_NS, {C.LABEL_COMPUTE_DOMAIN: UID}),
-            "spec": {"nodeName": node, "containers": [{"name": C.DAEMON_CONTAINER_NAME}],
-                     "resourceClaims": [{"name": C.DAEMON_POD_CLAIM_NAME,
+            "spec": {"nodeName": node, "containers": [{"name": N.DAEMON_CONTAINER}],
+                     "resourceClaims": [{"name": "compute-domain-daemon",
                                          "resourceClaimTemplateName": C.daemon_object_name(UID)}]},
             "status": {"phase": "Running", "conditions": _ready(), "podIP": f"10.0.1.{index}",
-                       "containerStatuses": [{"name": C.DAEMON_CONTAINER_NAME, "restartCount": 0,
+                       "containerStatuses": [{"name": N.DAEMON_CONTAINER, "restartCount": 0,
                                               "state": {"running": {}}}],
-                       "resourceClaimStatuses": [{"name": C.DAEMON_POD_CLAIM_NAME,
+                       "resourceClaimStatuses": [{"name": "compute-domain-daemon",
                                                   "resourceClaimName": f"{name}-claim"}]}}
 
 
-def healthy(mode: str = C.IMEX_MODE_DRIVER_MANAGED) -> dict[str, Any]:
+def healthy(mode: str = N.IMEX_MODE_DRIVER_MANAGED) -> dict[str, Any]:
     """Two workload pods Running on node-0 and node-1; every link holds."""
-    host = mode == C.IMEX_MODE_HOST_MANAGED
+    host = mode == N.IMEX_MODE_HOST_MANAGED
     plugin_labels = {"app.kubernetes.io/component": "kubelet-plugin"}
     data: dict[str, Any] = {
         "now": NOW, "driverNamespace": DRIVER_NS, "forbidden": {}, "exec": {},

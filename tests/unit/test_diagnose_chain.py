@@ -7,6 +7,7 @@ import json
 import pytest
 
 from cdriver.api import constants as C
+from cdriver.diagnose import names as N
 from cdriver.diagnose.chain import TargetNotFound, diagnose_all, diagnose_computedomain, diagnose_pod
 from cdriver.diagnose.model import EXIT_COULD_NOT_RUN, EXIT_FAILED, EXIT_PASS, EXIT_WAITING, Chain, Diagnosis
 from cdriver.diagnose.render import render_json, render_text
@@ -223,11 +224,11 @@ def test_imex_start_failure_event_is_the_daemon() -> None:
     pod = find(data, "pods", "computedomain-daemon-1")
     pod["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
     make_young(pod)
-    data["events"].append(event(pod, C.EVENT_REASON_IMEX_PORT_CONFLICT,
+    data["events"].append(event(pod, N.EVENT_IMEX_PORT_CONFLICT,
                                 "IMEX port 50000 on pod IP 10.0.1.1 is already in use by process 42"))
     chain = run(data)
     assert first(chain) == ("daemon", "FAIL")
-    assert C.EVENT_REASON_IMEX_PORT_CONFLICT in chain.first_broken.summary
+    assert N.EVENT_IMEX_PORT_CONFLICT in chain.first_broken.summary
     assert "computedomain-daemon-1" in evidence(chain, "daemon")
 
 
@@ -255,16 +256,16 @@ def test_prepare_waiting_on_a_converging_clique_is_a_wait() -> None:
     pod["status"] = {"phase": "Pending", "resourceClaimStatuses": pod["status"]["resourceClaimStatuses"]}
     make_young(pod)
     claim = find(data, "resourceclaims", "w1-channel-abc")
-    data["events"].append(event(claim, C.EVENT_REASON_WAITING_FOR_DAEMON, "not ready on node node-1", "Normal"))
+    data["events"].append(event(claim, N.EVENT_WAITING_FOR_DAEMON, "not ready on node node-1", "Normal"))
     chain = run(data)
     assert first(chain) == ("cdi", "WAIT")
-    assert C.EVENT_REASON_WAITING_FOR_DAEMON in evidence(chain, "cdi")
+    assert N.EVENT_WAITING_FOR_DAEMON in evidence(chain, "cdi")
 
 
 def test_channel_not_injected_on_a_non_fabric_node_is_the_cdi() -> None:
     data = healthy()
     claim = find(data, "resourceclaims", "w0-channel-abc")
-    data["events"].append(event(claim, C.EVENT_REASON_CHANNEL_NOT_INJECTED, "not attached to a fabric"))
+    data["events"].append(event(claim, N.EVENT_CHANNEL_NOT_INJECTED, "not attached to a fabric"))
     assert first(run(data)) == ("cdi", "FAIL")
 
 
@@ -292,16 +293,16 @@ def test_num_nodes_larger_than_fabric_nodes_is_the_domain() -> None:
 
 
 def test_host_managed_expects_no_daemon_objects_and_checks_the_socket() -> None:
-    data = healthy(C.IMEX_MODE_HOST_MANAGED)
+    data = healthy(N.IMEX_MODE_HOST_MANAGED)
     chain = run(data)
-    assert chain.mode == C.IMEX_MODE_HOST_MANAGED
+    assert chain.mode == N.IMEX_MODE_HOST_MANAGED
     assert chain.first_broken is None
     v = verdicts(chain)
     assert (v["node-label"], v["daemon"], v["host-socket"]) == ("SKIP", "SKIP", "PASS")
     pod = find(data, "pods", "w1")
     pod["status"] = {"phase": "Pending", "resourceClaimStatuses": pod["status"]["resourceClaimStatuses"]}
     claim = find(data, "resourceclaims", "w1-channel-abc")
-    data["events"].append(event(claim, C.EVENT_REASON_HOST_IMEX_NOT_READY,
+    data["events"].append(event(claim, N.EVENT_HOST_IMEX_NOT_READY,
                                 "claim ml/w1-channel-abc:claim-uid-1: readiness check failed for socket "
                                 "/etc/nvidia-imex/x.sock: no such file; start the host service", count=4))
     chain = run(data)
