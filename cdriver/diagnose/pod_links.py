@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 
 from cdriver.api import constants as C
+from cdriver.cdi.model import qualified_name
 from cdriver.diagnose import names as N
 from cdriver.diagnose.causes import CAUSES
 from cdriver.diagnose.domain_links import REPEATS_STABLE, SETTLE_SECONDS, hidden, link
@@ -28,7 +29,6 @@ from cdriver.diagnose.snapshot import (
     pod_waiting,
     uid_of,
 )
-from cdriver.roles.kubelet_plugin.cdi_edits import claim_device_id
 
 #: Warning reasons of the IMEX daemon that mean nvidia-imex could not start or keeps dying.
 DAEMON_FAILURE_REASONS = (N.EVENT_IMEX_START_FAILED, N.EVENT_IMEX_PORT_CONFLICT,
@@ -81,6 +81,11 @@ def claim_users(pod: dict, claim_ref: str) -> list[str]:
     containers = (spec.get("initContainers") or []) + (spec.get("containers") or [])
     return [str(c.get("name")) for c in containers
             if any(r.get("name") == claim_ref for r in (c.get("resources") or {}).get("claims") or [])]
+
+
+def claim_cdi_id(claim_uid: str, device: str) -> str:
+    """The CDI device ID the kubelet plugin returns for a claim's device (``<kind>=<claim uid>-<device>``)."""
+    return qualified_name(C.CDI_KIND_CLAIM, f"{claim_uid}-{device}")
 
 
 def first_clause(message: str, limit: int = 200) -> str:
@@ -322,7 +327,7 @@ def check_cdi(snap: Snapshot, w: Workload) -> Link:
     if w.claim is None or not w.results():
         return link(key, title, Verdict.SKIP, f"{w.label}: claim not allocated")
     r = w.results()[0]
-    cdi_id = claim_device_id(uid_of(w.claim), str(r.get("device")))
+    cdi_id = claim_cdi_id(uid_of(w.claim), str(r.get("device")))
     ids = {w.label: {"cdiID": cdi_id, "claimUID": uid_of(w.claim)}}
     not_injected = _warnings(snap, w.claim, (N.EVENT_CHANNEL_NOT_INJECTED,))
     if not_injected:

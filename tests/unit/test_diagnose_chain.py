@@ -371,3 +371,10 @@ def test_refusal_in_the_driver_namespace_hides_only_the_daemon_links() -> None:
     assert (v["workload"], v["allocation"], v["daemon"]) == ("PASS", "PASS", "SKIP")
     assert "cannot list pods: forbidden" in next(lk for lk in chain.links if lk.key == "daemon").hidden
     assert chain.exit_code == EXIT_COULD_NOT_RUN
+
+
+def test_cdi_id_is_the_one_the_kubelet_plugin_returns() -> None:
+    from cdriver.diagnose.pod_links import claim_cdi_id
+    from cdriver.roles.kubelet_plugin.cdi_edits import claim_device_id
+
+    assert claim_cdi_id("3f39d516", C.DEVICE_CHANNEL_0) == claim_device_id("3f39d516", C.DEVICE_CHANNEL_0)
