@@ -23,6 +23,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "imex-daemon": "cdriver.roles.imex_daemon.cli:command",
     "host-check": "cdriver.roles.host_check:command",
     "sim": "cdriver.sim.cli:command",
+    "diagnose": "cdriver.diagnose.cli:command",
 }
 
 

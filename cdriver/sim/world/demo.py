@@ -3,8 +3,9 @@
 Creates a ComputeDomain and a two-pod workload pinned to clique 0, then walks the evidence
 chain a user would follow on a real NVL72 rack — CD uid → generated template → claim
 allocation → node label → daemon pod and claim → clique entry Ready → CDI ID → channel device
-inside each container → IMEX domain UP — and finally deletes everything and shows that
-nothing remains. Every step is a check; the demo fails on the first one that does not hold.
+inside each container → IMEX domain UP → `cdriver diagnose` passing every link — and finally
+deletes everything and shows that nothing remains. Every step is a check; the demo fails on
+the first one that does not hold.
 """
 
 from __future__ import annotations
@@ -205,6 +206,19 @@ def run_demo(world: SimWorld, echo: Callable[[str], None] = print) -> DemoReport
                 f"{v.get('host')} {v.get('status')} {v.get('version')}" for v in nodes.values())
 
         n.check("the IMEX domain between the two daemons is UP", domain_up)
+
+        def diagnose() -> str:
+            from cdriver.diagnose.cli import run
+            from cdriver.diagnose.render import render_text
+
+            result = run("computedomain", CD_NAME, DEMO_NAMESPACE, False, True, str(world.kubeconfig), None,
+                         None, str(world.kubectl))
+            if result.exit_code != 0:
+                raise scenario.ScenarioError(
+                    f"diagnose found a broken link:\n{render_text(result)}")
+            return f"$ cdriver diagnose computedomain {CD_NAME} -n {DEMO_NAMESPACE} --exec\n{render_text(result)}"
+
+        n.check("cdriver diagnose finds every link of the domain holding", diagnose)
 
         def cleanup() -> str:
             for name in names:

@@ -1,0 +1,53 @@
+"""End to end, `cdriver diagnose` in host-managed IMEX mode: no daemon objects are expected, and a
+node whose host nvidia-imex service (its command socket) is missing is named at the host-socket link."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from cdriver.diagnose import names
+from cdriver.sim.imex.host_service import HostImexService
+from cdriver.sim.world import scenario
+from cdriver.sim.world.world import SimWorld
+from tests.e2e.conftest import start_world
+from tests.e2e.test_diagnose import assert_text_leads_with, diagnose, first_broken, link_of, remove
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def world() -> Iterator[SimWorld]:
+    yield from start_world({"nodes": 1, "imex_mode": names.IMEX_MODE_HOST_MANAGED})
+
+
+def test_missing_host_socket_is_named_then_the_service_makes_every_link_hold(world: SimWorld,
+                                                                             e2e_namespace: str) -> None:
+    ns, raw = e2e_namespace, world.raw
+    node = world.nodes[0]
+    scenario.ensure_namespace(raw, ns)
+    cd = raw.create(scenario.CDS, scenario.compute_domain("host", ns, "host-channel"), ns)
+    raw.create(scenario.PODS, scenario.workload_pod("w", ns, "host-channel", node=node.name), ns)
+    chain, text = first_broken(world, ["pod", "w", "-n", ns], "host-socket", timeout=120)
+    assert chain["mode"] == names.IMEX_MODE_HOST_MANAGED
+    verdicts = {lk["key"]: lk["verdict"] for lk in chain["links"]}
+    assert (verdicts["node-label"], verdicts["daemon"]) == ("SKIP", "SKIP")
+    assert "imex_ctrl.sock" in link_of(chain, "host-socket")["summary"]
+    assert_text_leads_with(text, "host-socket", f"systemctl status {names.HOST_IMEX_SERVICE}")
+    print("\n--- sample: host-managed socket missing\n" + text)
+
+    service = HostImexService(node.agent.driver_root, node.ip)
+    service.start()
+    try:
+        scenario.wait_pods_running(raw, ns, ["w"], 120)
+        out = wait_for(lambda: (o := diagnose(world, "pod", "w", "-n", ns, "--exec", "-o", "json")).returncode == 0
+                       and o, 60, "diagnose to pass once the host service runs", interval=1.0)
+        doc = json.loads(out.stdout)["chains"][0]
+        assert link_of(doc, "host-socket")["verdict"] == "PASS"
+        assert link_of(doc, "device")["verdict"] == "PASS"
+        remove(world, ns, ["w"], "host", cd["metadata"]["uid"])
+    finally:
+        service.stop()
