@@ -68,7 +68,8 @@ ALLOWED = {
 #: What every authenticated user may do (the API server's default discovery roles).
 EVERYONE = {("authorization.k8s.io", "selfsubjectaccessreviews", "create"),
             ("authorization.k8s.io", "selfsubjectrulesreviews", "create"),
-            ("authentication.k8s.io", "selfsubjectreviews", "create")}
+            ("authentication.k8s.io", "selfsubjectreviews", "create"),
+            *(("certificates.k8s.io", "clustertrustbundles", v) for v in READ)}
 
 # (verb, group, resource, subresource, namespaced-in-driver-ns) each role's code uses.
 USES = {
@@ -459,14 +460,15 @@ def test_namespace_user_cannot_ask_for_the_daemon_device_class(cluster, raw, nam
         {"name": "d", "firstAvailable": [{"name": "a", "deviceClassName": c.DEVICE_CLASS_DEFAULT_CHANNEL},
                                          {"name": "b", "deviceClassName": c.DEVICE_CLASS_DAEMON}]}]}}}
     denied(alice.create, CLAIMS, first_available, namespace)
-    template = {"metadata": {"name": "steal"}, "spec": daemon_class_claim("x")}
+    template = {"metadata": {"name": "steal"}, "spec": {"spec": daemon_class_claim("x")["spec"]}}
     msg = denied(alice.create, RCTS, template, namespace)
     assert f"resourceclaimtemplates {namespace}/steal is reserved" in msg
     channel = daemon_class_claim("channel")
     channel["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = c.DEVICE_CLASS_DEFAULT_CHANNEL
     alice.create(CLAIMS, channel, namespace)
     # The controller's daemon claim templates live in the driver namespace and stay allowed.
-    raw.create(RCTS, {"metadata": {"name": "daemon"}, "spec": daemon_class_claim("x")}, NS, dry_run=True)
+    raw.create(RCTS, {"metadata": {"name": "daemon"}, "spec": {"spec": daemon_class_claim("x")["spec"]}}, NS,
+               dry_run=True)
     # Nodes, slices and the driver namespace stay out of the user's reach (RBAC).
     user = denied(alice.patch, NODES, actors.node1, label_patch(c.LABEL_COMPUTE_DOMAIN, DOMAIN))
     assert "forbidden" in user
