@@ -107,6 +107,41 @@ def test_bootstrap_loop_injects_the_channel(world: SimWorld, e2e_namespace: str,
     delete_all(world, ns, names, "cd", uid)
 
 
+def test_daemon_claim_from_another_namespace_is_refused_and_the_victims_daemon_starts(
+        world: SimWorld, e2e_namespace: str) -> None:
+    """A hand-written daemon claim naming another namespace's domain is refused at admission
+    with the fix in the message; the victim's workload and its IMEX daemon start as usual."""
+    from cdriver.kube.raw import RESOURCES, ApiError
+
+    ns, raw = e2e_namespace, world.raw
+    clique = cliques(world)[0]
+    uid = create_domain(world, ns, "cd")
+    attacker = f"{ns[:55]}-thief"
+    s.ensure_namespace(raw, attacker)
+    steal = {"metadata": {"name": "steal"}, "spec": {"devices": {
+        "requests": [{"name": "daemon", "exactly": {"deviceClassName": c.DEVICE_CLASS_DAEMON}}],
+        "config": [{"requests": ["daemon"], "opaque": {"driver": c.DRIVER_NAME, "parameters": {
+            "apiVersion": c.API_VERSION, "kind": c.KIND_DAEMON_CONFIG, "domainID": uid}}}]}}}
+    try:
+        with pytest.raises(ApiError) as err:
+            raw.create(s.CLAIMS, steal, attacker)
+        assert f"deviceClassName {c.DEVICE_CLASS_DAEMON} in resourceclaims {attacker}/steal is reserved for the " \
+               f"IMEX daemons that the ComputeDomain controller runs in namespace {DRIVER_NAMESPACE}" in str(err.value)
+        assert c.DEVICE_CLASS_DEFAULT_CHANNEL in str(err.value)
+        assert raw.list(s.CLAIMS, attacker)["items"] == []
+        raw.create(s.PODS, s.workload_pod("w0", ns, "cd-channel", clique=clique, group=ns), ns)
+        pod = s.wait_pods_running(raw, ns, ["w0"], 150)[0]
+        assert is_char_device(world, ns, pod, c.channel_device_path(0))
+        daemons = s.daemon_pods(raw, DRIVER_NAMESPACE, uid)
+        assert [d["spec"]["nodeName"] for d in daemons] == [pod["spec"]["nodeName"]]
+        results = s.allocation(s.claim_of(raw, daemons[0], c.DAEMON_POD_CLAIM_NAME))
+        assert [(r["pool"], r["device"]) for r in results] == [(pod["spec"]["nodeName"], c.DEVICE_DAEMON_0)]
+        assert daemons[0]["metadata"]["labels"][c.LABEL_CLIQUE_ID] == clique
+    finally:
+        raw.delete(RESOURCES["namespaces"], attacker)
+    delete_all(world, ns, ["w0"], "cd", uid)
+
+
 def test_domain_spanning_both_cliques_peers_within_each_clique(world: SimWorld, e2e_namespace: str) -> None:
     ns, raw = e2e_namespace, world.raw
     uid = create_domain(world, ns, "wide")
