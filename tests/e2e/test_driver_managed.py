@@ -20,6 +20,7 @@ from cdriver.api import constants
 from cdriver.imex.config import IMEX_CTL_BINARY, IMEX_DAEMON_BINARY, IMEXD_CONFIG
 from cdriver.imex.hosts import HOSTS_BLOCK_HEADER
 from cdriver.nvml.discover import IMEX_CHANNELS_DEV_DIR, channel_device_path
+from cdriver.roles.controller.desired import DAEMON_POD_CLAIM_NAME
 from cdriver.sim.world import scenario
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
 from tests.e2e.conftest import exec_in, start_world, text
@@ -108,6 +109,42 @@ def test_bootstrap_loop_injects_the_channel(world: SimWorld, e2e_namespace: str,
         env = text(exec_in(world, ns, pod, ["ls", IMEX_CHANNELS_DEV_DIR]).stdout).split()
         assert ("channel1" in env) == (mode == constants.ALLOCATION_MODE_ALL)
     delete_all(world, ns, names, "cd", uid)
+
+
+def test_daemon_claim_from_another_namespace_is_refused_and_the_victims_daemon_starts(
+        world: SimWorld, e2e_namespace: str) -> None:
+    """A hand-written daemon claim naming another namespace's domain is refused at admission
+    with the fix in the message; the victim's workload and its IMEX daemon start as usual."""
+    from cdriver.kube.raw import RESOURCES, ApiError
+
+    ns, raw = e2e_namespace, world.raw
+    clique = cliques(world)[0]
+    uid = create_domain(world, ns, "cd")
+    attacker = f"{ns[:55]}-thief"
+    scenario.ensure_namespace(raw, attacker)
+    steal = {"metadata": {"name": "steal"}, "spec": {"devices": {
+        "requests": [{"name": "daemon", "exactly": {"deviceClassName": constants.DEVICE_CLASS_DAEMON}}],
+        "config": [{"requests": ["daemon"], "opaque": {"driver": constants.DRIVER_NAME, "parameters": {
+            "apiVersion": constants.API_VERSION, "kind": constants.KIND_DAEMON_CONFIG, "domainID": uid}}}]}}}
+    try:
+        with pytest.raises(ApiError) as err:
+            raw.create(scenario.CLAIMS, steal, attacker)
+        assert f"deviceClassName {constants.DEVICE_CLASS_DAEMON} in resourceclaims {attacker}/steal " \
+               f"is reserved for the " \
+               f"IMEX daemons that the ComputeDomain controller runs in namespace {DRIVER_NAMESPACE}" in str(err.value)
+        assert constants.DEVICE_CLASS_DEFAULT_CHANNEL in str(err.value)
+        assert raw.list(scenario.CLAIMS, attacker)["items"] == []
+        raw.create(scenario.PODS, scenario.workload_pod("w0", ns, "cd-channel", clique=clique, group=ns), ns)
+        pod = scenario.wait_pods_running(raw, ns, ["w0"], 150)[0]
+        assert is_char_device(world, ns, pod, channel_device_path(0))
+        daemons = scenario.daemon_pods(raw, DRIVER_NAMESPACE, uid)
+        assert [d["spec"]["nodeName"] for d in daemons] == [pod["spec"]["nodeName"]]
+        results = scenario.allocation(scenario.claim_of(raw, daemons[0], DAEMON_POD_CLAIM_NAME))
+        assert [(r["pool"], r["device"]) for r in results] == [(pod["spec"]["nodeName"], constants.DEVICE_DAEMON_0)]
+        assert daemons[0]["metadata"]["labels"][constants.LABEL_CLIQUE_ID] == clique
+    finally:
+        raw.delete(RESOURCES["namespaces"], attacker)
+    delete_all(world, ns, ["w0"], "cd", uid)
 
 
 def test_domain_spanning_both_cliques_peers_within_each_clique(world: SimWorld, e2e_namespace: str) -> None:

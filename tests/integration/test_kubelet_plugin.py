@@ -24,6 +24,7 @@ import grpc
 import pytest
 import yaml
 
+from cdriver.api import constants
 from cdriver.api.constants import (
     API_VERSION,
     CDI_KIND_CLAIM,
@@ -332,6 +333,29 @@ def allocated_claim(raw: RawClient, namespace: str, node_name: str, params: dict
     return raw.update_status(CLAIMS, claim, namespace)
 
 
+def reserve_for_daemon_pod(raw: RawClient, claim: dict, cd: dict, owner: str | None = None) -> dict:
+    """Reserve ``claim`` for a pod controlled by a DaemonSet (by default the domain's daemon
+    DaemonSet), as the scheduler does for a daemon pod. Neither DaemonSet nor pod is ever
+    scheduled: both select a node label no node has."""
+    ns = claim["metadata"]["namespace"]
+    never = {"cdriver-test/never": "true"}
+    match = {"app": f"ds-{uuid.uuid4().hex[:6]}"}
+    ds = raw.create(RESOURCES["daemonsets"], {
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": owner or constants.daemon_object_name(uid_of(cd)), "namespace": ns},
+        "spec": {"selector": {"matchLabels": match}, "template": {
+            "metadata": {"labels": match},
+            "spec": {"nodeSelector": never, "containers": [{"name": "c", "image": "none"}]}}}}, ns)
+    pod = raw.create(PODS, {"metadata": {
+        "name": f"{ds['metadata']['name'][:40]}-{uuid.uuid4().hex[:5]}", "namespace": ns, "labels": match,
+        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": ds["metadata"]["name"],
+                             "uid": uid_of(ds), "controller": True}]},
+        "spec": {"nodeSelector": never, "containers": [{"name": "c", "image": "none"}]}}, ns)
+    claim = raw.get(CLAIMS, claim["metadata"]["name"], ns)
+    claim["status"]["reservedFor"] = [{"resource": "pods", "name": pod["metadata"]["name"], "uid": uid_of(pod)}]
+    return raw.update_status(CLAIMS, claim, ns)
+
+
 def set_clique_ready(raw: RawClient, driver_ns: str, cd: dict, node: SimNode, status: str = "Ready") -> None:
     name = clique_object_name(cd["metadata"]["uid"], f"{CLUSTER_UUID}.3")
     daemons = [{"nodeName": node.name, "ipAddress": "127.0.0.1", "cliqueID": f"{CLUSTER_UUID}.3", "index": 0,
@@ -598,6 +622,41 @@ def test_node_of_another_domain_is_refused(plugin: PluginProcess, raw: RawClient
     assert node_label(raw, node) == uid_of(busy)
 
 
+def test_daemon_claim_is_prepared_only_for_the_domains_own_daemon_pod(
+        plugin_factory: Callable[..., PluginProcess], raw: RawClient, namespace: str, node: SimNode,
+        driver_ns: str) -> None:
+    """A hand-written daemon claim naming another namespace's domain gets nothing: no CDI spec,
+    no checkpoint record, no domain directory; the domain's own daemon claim still is prepared."""
+    plugin = plugin_factory(node)
+    kubelet = Kubelet(plugin)
+    victim = make_cd(raw, namespace)
+    attacker_ns = f"{namespace}-x"
+    raw.create(RESOURCES["namespaces"], {"metadata": {"name": attacker_ns}})
+    try:
+        stolen = allocated_claim(raw, attacker_ns, node.name, daemon_params(victim), device="daemon-0",
+                                 request="daemon")
+        stolen = reserve_for_daemon_pod(raw, stolen, victim)
+        res = kubelet.prepare(stolen)[uid_of(stolen)]
+        assert f"is accepted only in the driver namespace {driver_ns!r}, not in {attacker_ns!r}" in res.error
+        assert constants.DEVICE_CLASS_DEFAULT_CHANNEL in res.error
+    finally:
+        raw.delete(RESOURCES["namespaces"], attacker_ns)
+    # In the driver namespace, but for a pod of some other DaemonSet.
+    foreign = allocated_claim(raw, driver_ns, node.name, daemon_params(victim), device="daemon-0", request="daemon")
+    foreign = reserve_for_daemon_pod(raw, foreign, victim, owner="not-a-daemon")
+    res = kubelet.prepare(foreign)[uid_of(foreign)]
+    assert "is controlled by DaemonSet not-a-daemon" in res.error
+    assert f"pods of DaemonSet {driver_ns}/{constants.daemon_object_name(uid_of(victim))}" in res.error
+    assert plugin.claim_specs() == [] and plugin.checkpoint() == {}
+    assert not (plugin.plugin_dir / "domains" / uid_of(victim)).exists()
+    own = allocated_claim(raw, driver_ns, node.name, daemon_params(victim), device="daemon-0", request="daemon")
+    own = reserve_for_daemon_pod(raw, own, victim)
+    res = kubelet.prepare(own)[uid_of(own)]
+    assert res.error == ""
+    assert f"{constants.CDI_KIND_CLAIM}={uid_of(own)}-daemon-0" in list(res.devices[0].cdi_device_ids)
+    assert kubelet.unprepare(own) == {uid_of(own): ""}
+
+
 def test_daemon_claim_while_channel_claim_waits(plugin_factory: Callable[..., PluginProcess], raw: RawClient,
                                                 namespace: str, node: SimNode, driver_ns: str) -> None:
     import threading
@@ -606,6 +665,7 @@ def test_daemon_claim_while_channel_claim_waits(plugin_factory: Callable[..., Pl
     cd = make_cd(raw, namespace)
     channel = allocated_claim(raw, namespace, node.name, channel_params(cd))
     daemon = allocated_claim(raw, driver_ns, node.name, daemon_params(cd), device="daemon-0", request="daemon")
+    daemon = reserve_for_daemon_pod(raw, daemon, cd)
     kubelet = Kubelet(plugin)
     waiting: dict[str, Any] = {}
     t = threading.Thread(target=lambda: waiting.update(resp=kubelet.prepare(channel)))

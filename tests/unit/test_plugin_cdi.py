@@ -12,8 +12,14 @@ from cdriver.api import constants
 from cdriver.cdi.reader import CDIRegistry
 from cdriver.cdi.writer import claim_spec_name, write_spec
 from cdriver.imex.config import IMEX_CTL_BINARY, IMEX_DAEMON_BINARY
+from cdriver.nvml.discover import FABRIC_MGMT_CAP_PATH
 from cdriver.roles.kubelet_plugin import cdi_edits
-from cdriver.roles.kubelet_plugin.discovery import base_device_nodes, present_channel_count
+from cdriver.roles.kubelet_plugin.discovery import (
+    base_device_nodes,
+    fabric_mgmt_device,
+    present_channel_count,
+    restrictive_mode,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -109,3 +115,27 @@ def test_daemon_claims_mount_the_drivers_imex_binaries(tmp_path) -> None:
     ]
     assert all("ro" in m.options for m in mounts)
     assert imex_binary_mounts(tmp_path / "empty", Path("/")) == []
+
+
+def test_daemon_claim_gives_the_capability_device_the_base_specs_mode(tmp_path: Path):
+    """The driver declares the fabric-imex-mgmt node 0666, the node on disk is 0400: both CDI
+    specs that describe it say 0400, so a daemon claim never widens access to it."""
+    caps_major = 245
+    (tmp_path / "proc/driver/nvidia/capabilities").mkdir(parents=True)
+    (tmp_path / "proc/devices").write_text(f"Character devices:\n{caps_major} nvidia-caps\n\nBlock devices:\n")
+    (tmp_path / FABRIC_MGMT_CAP_PATH.lstrip("/")).write_text(
+        "DeviceFileMinor: 512\nDeviceFileMode: 438\nDeviceFileModify: 0\n")
+    (tmp_path / "dev/nvidia-caps").mkdir(parents=True)
+    os.mknod(tmp_path / "dev/nvidia-caps/nvidia-cap512", 0o400 | stat.S_IFCHR, os.makedev(caps_major, 512))
+    os.chmod(tmp_path / "dev/nvidia-caps/nvidia-cap512", 0o400)
+    cap = fabric_mgmt_device(tmp_path)
+    base_modes = {n.path: n.file_mode for n in base_device_nodes(tmp_path, tmp_path)}
+    assert cap.mode == base_modes[cap.path] == 0o400
+    edits = cdi_edits.daemon_edits("uuid.1", "cd", "n", "ns", tmp_path / "d", cap, tmp_path)
+    assert [n.file_mode for n in edits.device_nodes] == [0o400]
+
+
+def test_restrictive_mode_keeps_only_bits_both_grant():
+    assert restrictive_mode(0o666, 0o400) == 0o400
+    assert restrictive_mode(0o440, 0o604) == 0o400
+    assert restrictive_mode(0o100666, None) == 0o666

@@ -323,3 +323,66 @@ def test_plan_does_not_mutate_claim():
     before = copy.deepcopy(claim)
     claims.plan_claim(claim, NODE)
     assert claim == before
+
+
+# --- daemon claims belong to their domain's own daemon pods ---------------------------------
+
+DRIVER_NS = "cdriver-system"
+DAEMON_CONFIGS = [{"source": "FromClaim", "requests": ["daemon"],
+                   "opaque": {"driver": constants.DRIVER_NAME, "parameters": daemon_params()}}]
+
+
+def daemon_claim(ns=DRIVER_NS, reserved=(("ds-pod", "pod-uid"),), resource="pods"):
+    claim = make_claim(device="daemon-0", request="daemon", configs=DAEMON_CONFIGS, ns=ns)
+    claim["status"]["reservedFor"] = [{"resource": resource, "name": n, "uid": u} for n, u in reserved]
+    return claim
+
+
+def daemon_pod(owner=constants.daemon_object_name(CD_UID), uid="pod-uid", kind="DaemonSet", controller=True):
+    return {"metadata": {"name": "ds-pod", "namespace": DRIVER_NS, "uid": uid, "ownerReferences": [
+        {"apiVersion": "apps/v1", "kind": kind, "name": owner, "uid": "ds-uid", "controller": controller}]}}
+
+
+def test_daemon_claim_of_the_domains_own_daemon_pod_is_accepted():
+    claim = daemon_claim()
+    claims.check_daemon_claim_owner(claims.plan_claim(claim, NODE), DRIVER_NS, {"ds-pod": daemon_pod()}, claim)
+
+
+def test_daemon_claim_outside_the_driver_namespace_is_refused_with_the_fix():
+    claim = daemon_claim(ns="attacker")
+    with pytest.raises(claims.ClaimError) as err:
+        claims.check_daemon_claim_owner(claims.plan_claim(claim, NODE), DRIVER_NS, {}, claim)
+    assert err.value.permanent
+    msg = str(err.value)
+    assert "accepted only in the driver namespace 'cdriver-system', not in 'attacker'" in msg
+    assert constants.KIND_DAEMON_CONFIG in msg and CD_UID in msg and constants.DEVICE_CLASS_DEFAULT_CHANNEL in msg
+
+
+@pytest.mark.parametrize(("pod", "reason"), [
+    (daemon_pod(owner=constants.daemon_object_name("another-domain")),
+     f"controlled by DaemonSet {constants.daemon_object_name('another-domain')}"),
+    (daemon_pod(kind="ReplicaSet"), "controlled by no DaemonSet"),
+    (daemon_pod(controller=False), "controlled by no DaemonSet"),
+    (daemon_pod(uid="recreated"), "has UID recreated, not pod-uid"),
+    (None, "does not exist"),
+])
+def test_daemon_claim_of_another_pod_in_the_driver_namespace_is_refused(pod, reason):
+    claim = daemon_claim()
+    with pytest.raises(claims.ClaimError) as err:
+        claims.check_daemon_claim_owner(claims.plan_claim(claim, NODE), DRIVER_NS, {"ds-pod": pod}, claim)
+    assert err.value.permanent
+    assert reason in str(err.value)
+    assert f"pods of DaemonSet {DRIVER_NS}/{constants.daemon_object_name(CD_UID)}" in str(err.value)
+
+
+def test_daemon_claim_reserved_for_a_non_pod_is_refused():
+    claim = daemon_claim(resource="jobs")
+    with pytest.raises(claims.ClaimError, match="'ds-pod', which is not a pod"):
+        claims.check_daemon_claim_owner(claims.plan_claim(claim, NODE), DRIVER_NS, {"ds-pod": daemon_pod()}, claim)
+
+
+def test_daemon_claim_not_reserved_yet_is_retried():
+    claim = daemon_claim(reserved=())
+    with pytest.raises(claims.ClaimError) as err:
+        claims.check_daemon_claim_owner(claims.plan_claim(claim, NODE), DRIVER_NS, {}, claim)
+    assert not err.value.permanent

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from cdriver.api import constants
 from cdriver.api.constants import (
     DEVICE_TYPE_CHANNEL,
     DEVICE_TYPE_DAEMON,
@@ -276,6 +277,63 @@ def check_domain_namespace(plan: ClaimPlan, cd: Mapping | None) -> None:
         )
 
 
+def daemon_pods_reserving(claim: dict) -> list[tuple[str, str]]:
+    """(name, uid) of every consumer in the claim's status.reservedFor (pods are the only
+    consumers a daemon claim may have; other kinds come back with an empty uid and fail)."""
+    out = []
+    for consumer in (claim.get("status") or {}).get("reservedFor") or []:
+        if not isinstance(consumer, dict):
+            continue
+        is_pod = consumer.get("resource") == "pods" and not consumer.get("apiGroup")
+        out.append((str(consumer.get("name", "")), str(consumer.get("uid", "")) if is_pod else ""))
+    return out
+
+
+def _owning_daemonset(pod: Mapping) -> str:
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("kind") == "DaemonSet" and ref.get("apiVersion") == "apps/v1":
+            return str(ref.get("name", ""))
+    return ""
+
+
+def check_daemon_claim_owner(plan: ClaimPlan, driver_namespace: str, pods: Mapping[str, Mapping | None],
+                             claim: dict) -> None:
+    """A daemon claim is prepared only for its domain's own IMEX daemon pods (permanent error otherwise).
+
+    The claim must live in the driver namespace (no user outside it can create pods there),
+    and every pod it is reserved for must be controlled by the domain's daemon DaemonSet
+    ``computedomain-daemon-<domain UID>``. ``pods`` maps the reserved pod names to the pods
+    read from the API (None: not found).
+    """
+    fix = (f"daemon claims are created by the ComputeDomain controller for the domain's IMEX daemon "
+           f"DaemonSet only; workloads use the domain's channel ResourceClaimTemplate "
+           f"(deviceClassName {constants.DEVICE_CLASS_DEFAULT_CHANNEL})")
+    if plan.namespace != driver_namespace:
+        raise permanent(
+            f"claim {plan.label}: a {constants.KIND_DAEMON_CONFIG} claim (ComputeDomain UID {plan.domain_id}) "
+            f"is accepted "
+            f"only in the driver namespace {driver_namespace!r}, not in {plan.namespace!r}; {fix}"
+        )
+    want = constants.daemon_object_name(plan.domain_id)
+    consumers = daemon_pods_reserving(claim)
+    if not consumers:
+        raise retryable(f"claim {plan.label}: the claim is not reserved for any pod yet; kubelet retries")
+    for name, uid in consumers:
+        pod = pods.get(name) if uid else None
+        got_uid = str(((pod or {}).get("metadata") or {}).get("uid", ""))
+        owner = _owning_daemonset(pod or {})
+        if pod is None or got_uid != uid or owner != want:
+            what = "is not a pod" if not uid else (
+                "does not exist" if pod is None else
+                f"has UID {got_uid}, not {uid}" if got_uid != uid else
+                f"is controlled by {'DaemonSet ' + owner if owner else 'no DaemonSet'}")
+            raise permanent(
+                f"claim {plan.label}: reserved for {name!r}, which {what}; a {constants.KIND_DAEMON_CONFIG} claim "
+                f"(ComputeDomain UID {plan.domain_id}) is prepared only for pods of DaemonSet "
+                f"{driver_namespace}/{want}; {fix}"
+            )
+
+
 def check_claim_identity(claim: dict, uid: str) -> None:
     """The claim fetched from the API must be the one kubelet asked for."""
     got = uid_of(claim)
@@ -292,9 +350,11 @@ __all__ = [
     "ClaimPlan",
     "HeldDevice",
     "check_claim_identity",
+    "check_daemon_claim_owner",
     "check_devices_free",
     "check_domain_namespace",
     "config_for",
+    "daemon_pods_reserving",
     "decode_configs",
     "our_results",
     "plan_claim",

@@ -63,20 +63,41 @@ def check_driver_version(version: str, minimum: str = MIN_DRIVER_VERSION_DNS_NAM
         )
 
 
+def restrictive_mode(declared: int, on_disk: int | None) -> int:
+    """One file mode for a device node: the permission bits both the driver's capability
+    file and the node on disk grant (the node's own mode when it is stricter)."""
+    mode = declared & 0o7777
+    return mode if on_disk is None else mode & on_disk & 0o7777
+
+
 def fabric_mgmt_device(read_root: Path) -> CapDevice:
-    """The fabric-imex-mgmt capability device (for daemon claims on fabric nodes)."""
+    """The fabric-imex-mgmt capability device (for daemon claims on fabric nodes).
+
+    Its mode is the one the base CDI spec gives the same node, or stricter: a claim spec
+    never widens access to a device that the node's base spec already describes.
+    """
     from cdriver.nvml import discover as nvml
 
     try:
         cap = nvml.fabric_mgmt_capability(read_root)
     except CdriverError as exc:
         raise DiscoveryError(str(exc)) from None
-    return CapDevice(major=cap.major, minor=cap.minor, mode=cap.mode & 0o7777)
+    device = CapDevice(major=cap.major, minor=cap.minor, mode=cap.mode)
+    try:
+        on_disk: int | None = stat.S_IMODE(os.stat(dev_dir(read_root) / device.path.removeprefix("/dev/")).st_mode)
+    except OSError:
+        on_disk = None
+    return CapDevice(major=cap.major, minor=cap.minor, mode=restrictive_mode(cap.mode, on_disk))
+
+
+def dev_dir(read_root: Path) -> Path:
+    """The device directory of the driver root: ``<read_root>/dev`` when it exists, else /dev."""
+    return (read_root if (read_root / "dev").is_dir() else Path("/")) / "dev"
 
 
 def base_device_nodes(read_root: Path, dev_root: Path) -> list[DeviceNode]:
     """The NVIDIA character devices below ``<read_root>/dev`` (or /dev) except IMEX channels."""
-    dev = (read_root if (read_root / "dev").is_dir() else Path("/")) / "dev"
+    dev = dev_dir(read_root)
     nodes = []
     for sub, prefix in BASE_DEVICE_DIRS:
         directory = dev / sub if sub else dev

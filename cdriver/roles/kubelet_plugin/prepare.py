@@ -48,6 +48,7 @@ EVENT_REASON_HOST_IMEX_NOT_READY = "HostIMEXDaemonNotReady"
 log = logging.getLogger(__name__)
 
 CLAIMS = RESOURCES["resourceclaims"]
+PODS = RESOURCES["pods"]
 #: How long a channel claim waits for its ComputeDomain to show up in the cache.
 CD_APPEAR_TIMEOUT = 2.0
 EVENT_NOT_FABRIC = EVENT_REASON_CHANNEL_NOT_INJECTED
@@ -111,6 +112,7 @@ class Preparer:
             return Prepared(devices=[])
         cd = self._check_domain(plan)
         if plan.kind == KIND_DAEMON:
+            self._check_daemon_owner(plan, claim)
             return self._complete(plan, self._daemon_effects(plan, cd))
         if self.config.host_managed:
             if self.state.discovery.clique_id:
@@ -150,6 +152,19 @@ class Preparer:
             raise retryable(f"claim {ref}: cannot read ResourceClaim: {exc}") from None
         claims.check_claim_identity(claim, ref.uid)
         return claim
+
+    def _check_daemon_owner(self, plan: ClaimPlan, claim: dict) -> None:
+        """Refuse a daemon claim that is not its domain's own daemon pod's (see claims)."""
+        pods: dict[str, dict | None] = {}
+        if plan.namespace == self.config.namespace:
+            for name, uid in claims.daemon_pods_reserving(claim):
+                if not uid:
+                    continue
+                try:
+                    pods[name] = self.state.raw.get_or_none(PODS, name, plan.namespace)
+                except ApiError as exc:
+                    raise retryable(f"claim {plan.label}: cannot read pod {plan.namespace}/{name}: {exc}") from None
+        claims.check_daemon_claim_owner(plan, self.config.namespace, pods, claim)
 
     def _check_domain(self, plan: ClaimPlan) -> dict | None:
         """The claim's ComputeDomain from the cache (waiting briefly for a new one)."""
