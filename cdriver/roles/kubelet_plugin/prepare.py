@@ -307,7 +307,8 @@ class Preparer:
             done = self._completed(cp.claims.get(plan.uid))
             if done is not None:
                 return done
-            if started and plan.uid not in cp.claims:
+            current = cp.claims.get(plan.uid)
+            if started and (current is None or current.state == ClaimState.PREPARE_ABORTED):
                 raise retryable(f"claim {plan.label} was unprepared while it was being prepared; kubelet retries")
             if label_required and self.labeler.current() != plan.domain_id:
                 raise _LabelGone()
