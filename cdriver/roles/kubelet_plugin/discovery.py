@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cdriver import featuregates as fg
-from cdriver.api import constants as C
 from cdriver.cdi.model import DeviceNode
 from cdriver.errors import CdriverError
 from cdriver.roles.kubelet_plugin.cdi_edits import CapDevice, host_path
@@ -42,9 +41,6 @@ class NodeDiscovery:
     channel_major: int
     clique_id: str  # "" when no GPU is attached to a multi-node NVLink fabric
     driver_version: str = ""
-    #: Channels injected for allocationMode All: the channel nodes present below the dev root,
-    #: or every channel the driver supports when the root has none (the runtime creates them).
-    channel_count: int = C.IMEX_CHANNEL_COUNT
 
 
 def check_driver_version(version: str, minimum: str = MIN_DRIVER_VERSION_DNS_NAMES) -> None:
@@ -107,19 +103,6 @@ def base_device_nodes(read_root: Path, dev_root: Path) -> list[DeviceNode]:
     return nodes
 
 
-def present_channel_count(read_root: Path) -> int:
-    """How many channel nodes channel0..channelN-1 exist below ``<read_root>/dev`` (0 if none)."""
-    directory = read_root / C.IMEX_CHANNELS_DEV_DIR.lstrip("/")
-    try:
-        names = set(os.listdir(directory))
-    except OSError:
-        return 0
-    count = 0
-    while count < C.IMEX_CHANNEL_COUNT and f"channel{count}" in names:
-        count += 1
-    return count
-
-
 def discover(config: PluginConfig) -> NodeDiscovery:
     """Read channel major, clique ID and driver version; apply the version floor."""
     from cdriver.nvml import discover as nvml
@@ -139,7 +122,4 @@ def discover(config: PluginConfig) -> NodeDiscovery:
         clique_id,
         f", driver {version}" if version else "",
     )
-    present = present_channel_count(root)
-    return NodeDiscovery(
-        channel_major=major, clique_id=clique_id, driver_version=version, channel_count=present or C.IMEX_CHANNEL_COUNT
-    )
+    return NodeDiscovery(channel_major=major, clique_id=clique_id, driver_version=version)

@@ -186,7 +186,9 @@ class Preparer:
         if self.config.host_managed or not plan.all_channels:
             channels = [dev.ref.id if self.config.host_managed else 0]
         else:
-            channels = list(range(self.state.discovery.channel_count))
+            # As upstream: every channel the driver supports, whether or not its node exists
+            # on the host yet (the runtime creates nodes from type/major/minor).
+            channels = list(range(C.IMEX_CHANNEL_COUNT))
         return cdi_edits.channel_edits(channels, self.state.discovery.channel_major, self.config.dev_root)
 
     def _label_is_stale(self, other_domain: str) -> bool:
