@@ -16,6 +16,7 @@ from pathlib import Path
 from cdriver import featuregates as fg
 from cdriver.cdi.model import DeviceNode
 from cdriver.errors import CdriverError
+from cdriver.nvml.fabric_manager import has_local_fabric
 from cdriver.roles.kubelet_plugin.cdi_edits import CapDevice, host_path
 from cdriver.roles.kubelet_plugin.config import PluginConfig
 
@@ -110,7 +111,8 @@ def discover(config: PluginConfig) -> NodeDiscovery:
     root = config.read_root
     major = nvml.channel_major(str(root))
     strict = config.gates.enabled(fg.CRASH_ON_NVLINK_FABRIC_ERRORS)
-    clique_id = nvml.clique_id(str(root), strict=strict)
+    tolerate = config.gates.enabled(fg.FABRIC_MANAGER_PARTITIONING) and has_local_fabric(root)
+    clique_id = nvml.clique_id(str(root), strict=strict, tolerate_pending=tolerate)
     version = ""
     if config.gates.enabled(fg.IMEX_DAEMONS_WITH_DNS_NAMES) and not config.host_managed:
         version = nvml.driver_version(str(root))
