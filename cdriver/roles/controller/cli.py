@@ -55,12 +55,13 @@ def _fail(message: str, code: int = 2) -> None:
               envvar="DAEMON_PRIORITY_CLASS_NAME", show_default=True, show_envvar=True,
               help="PriorityClass of daemon pods, so they schedule ahead of the workloads "
                    "they serve ('' for none).")
-@click.option("--daemon-cpu", default=C.DEFAULT_DAEMON_CPU, envvar="DAEMON_CPU",
-              show_default=True, show_envvar=True,
-              help="CPU request and limit of the daemon container (Guaranteed QoS).")
-@click.option("--daemon-memory", default=C.DEFAULT_DAEMON_MEMORY, envvar="DAEMON_MEMORY",
-              show_default=True, show_envvar=True,
-              help="Memory request and limit of the daemon container (Guaranteed QoS).")
+@click.option("--daemon-cpu", default="", envvar="DAEMON_CPU", show_envvar=True,
+              help="CPU request and limit of the daemon container; unset: none, as upstream "
+                   "(set both this and --daemon-memory for Guaranteed QoS).")
+@click.option("--daemon-memory", default="", envvar="DAEMON_MEMORY", show_envvar=True,
+              help="Memory request and limit of the daemon container; unset: none, as upstream. "
+                   "A real nvidia-imex plus the daemon need more than 128Mi; size it from "
+                   "kubectl top on a running domain.")
 @click.option("--imex-mode", default="driverManaged", envvar=C.ENV_IMEX_MODE, show_default=True,
               show_envvar=True, help="driverManaged (daemons per domain) or hostManaged "
                                      "(host nvidia-imex service; needs gate "

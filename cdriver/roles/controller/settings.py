@@ -32,9 +32,10 @@ class ControllerSettings:
     host_managed: bool = False
     #: Priority class of daemon pods ("" = none).
     daemon_priority_class: str = C.DEFAULT_DAEMON_PRIORITY_CLASS
-    #: CPU and memory of the daemon container, used as both request and limit (Guaranteed QoS).
-    daemon_cpu: str = C.DEFAULT_DAEMON_CPU
-    daemon_memory: str = C.DEFAULT_DAEMON_MEMORY
+    #: CPU and memory of the daemon container, each used as both request and limit; "" leaves
+    #: it unset (the default, as upstream: nvidia-imex is never throttled or OOM-killed by it).
+    daemon_cpu: str = ""
+    daemon_memory: str = ""
 
     def problems(self) -> list[str]:
         """Every invalid setting, each naming the flag, the value and the fix."""
@@ -57,7 +58,7 @@ class ControllerSettings:
                        "valid PriorityClass name (use '' for none)")
         for flag, value, example in (("--daemon-cpu", self.daemon_cpu, "100m"),
                                      ("--daemon-memory", self.daemon_memory, "256Mi")):
-            if not _QUANTITY.match(value):
+            if value and not _QUANTITY.match(value):
                 out.append(f"{flag} {value!r} is not a Kubernetes quantity (e.g. {example})")
         return out
 
