@@ -794,7 +794,7 @@ def test_plugin_takes_over_an_upstream_checkpoint(plugin_factory: Callable[..., 
     from cdriver.checkpoint import read_boot_id
     from cdriver.checkpoint_upstream import go_json, kubelet_checksum
 
-    plugin = plugin_factory(node)
+    plugin = plugin_factory(node, extra_args=["--cleanup-interval", "1s"])
     plugin.stop()
     cd = make_cd(raw, namespace)
     set_clique_ready(raw, driver_ns, cd, node)
@@ -834,22 +834,21 @@ def test_plugin_takes_over_an_upstream_checkpoint(plugin_factory: Callable[..., 
     raw.delete(CLAIMS, bad["metadata"]["name"], namespace)
     wait_for(lambda: uid_of(bad) not in plugin.checkpoint(), 15, "the sweep of the stale upstream entry")
     assert f"partially prepared claim {namespace}/{bad['metadata']['name']}" in plugin.log_path.read_text()
-    # Channel ownership was kept: another claim cannot take channel 0; a new claim works.
-    taker = allocated_claim(raw, namespace, node.name, channel_params(cd))
-    assert f"channel 0 already allocated by claim {uid_of(running)}" in kubelet.prepare(taker)[uid_of(taker)].error
-    fresh = allocated_claim(raw, namespace, node.name, channel_params(cd), device="channel-2")
-    assert kubelet.prepare(fresh)[uid_of(fresh)].error == ""
+    # Channel ownership was kept: another claim cannot take channel 0 while the old one holds it.
+    fresh = allocated_claim(raw, namespace, node.name, channel_params(cd))
+    assert f"channel 0 already allocated by claim {uid_of(running)}" in kubelet.prepare(fresh)[uid_of(fresh)].error
 
-    # What cdriver leaves is an upstream checkpoint too: valid checksums, the live claims in v2/v1.
+    # What cdriver leaves is an upstream checkpoint too: valid checksums, the live claim in v2/v1.
     written = json.loads((plugin.plugin_dir / C.CHECKPOINT_FILE_NAME).read_text())
     v2 = written["v2"]
     assert v2["checksum"] == kubelet_checksum(go_json({**v2, "checksum": 0}))
     assert written["checksum"] == kubelet_checksum(go_json({"checksum": 0, "v1": written["v1"]}))
-    assert sorted(written["v1"]["preparedClaims"]) == sorted([uid_of(running), uid_of(fresh)])
+    assert list(written["v1"]["preparedClaims"]) == [uid_of(running)]
     assert v2["preparedClaims"][uid_of(running)]["preparedDevices"] == entries[uid_of(running)]["preparedDevices"]
 
+    # Unprepare of the old claim removes its spec and the label; then a new claim works.
     assert kubelet.unprepare(running) == {uid_of(running): ""}
-    assert not spec_path.exists()
-    assert node_label(raw, node) == uid_of(cd), "the fresh claim still uses the domain"
+    assert not spec_path.exists() and node_label(raw, node) is None
+    assert kubelet.prepare(fresh)[uid_of(fresh)].error == ""
     assert kubelet.unprepare(fresh) == {uid_of(fresh): ""}
     assert plugin.checkpoint() == {} and plugin.claim_specs() == [] and node_label(raw, node) is None
