@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cdriver.api import constants as c
-from tests.integration.test_helm_chart import CHART, NAMESPACE, by_kind, objects, render
+from tests.integration.test_helm_chart import CHART, NAMESPACE, by_kind, dry_run_render, objects, render
 
 pytestmark = pytest.mark.integration
 
@@ -120,16 +120,4 @@ def test_plain_helm_template_needs_no_kube_version(helm: Path) -> None:
 
 
 def test_upstream_values_render_passes_server_side_dry_run(helm: Path, raw) -> None:
-    from cdriver.kube.raw import RESOURCES, ApiError
-    from tests.integration.test_helm_chart import remove_device_classes
-
-    try:
-        raw.create(RESOURCES["namespaces"], {"metadata": {"name": NAMESPACE}})
-    except ApiError as e:
-        if not e.already_exists:
-            raise
-    remove_device_classes(raw)
-    by_kind_resource = {res.kind: res for res in RESOURCES.values()}
-    for doc in objects(helm, "-f", str(UPSTREAM_VALUES)):
-        res = by_kind_resource[doc["kind"]]
-        raw.create(res, doc, namespace=NAMESPACE if res.namespaced else None, dry_run=True)
+    dry_run_render(helm, raw, "-f", str(UPSTREAM_VALUES))
