@@ -87,6 +87,9 @@ class ClaimRecord:
     domain_id: str = ""
     kind: str = ""
     updated: float = field(default_factory=time.time)
+    #: The ResourceClaim status the upstream plugin recorded (claims taken over from it), kept
+    #: so that a switch back hands it the same entry; empty for claims cdriver prepared.
+    status: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -98,6 +101,7 @@ class ClaimRecord:
             "domainID": self.domain_id,
             "kind": self.kind,
             "updated": self.updated,
+            **({"status": copy.deepcopy(self.status)} if self.status else {}),
         }
 
     @classmethod
@@ -105,7 +109,7 @@ class ClaimRecord:
         _check_string(uid, f"{where} key", nonempty=True)
         data = _as_object(obj, where)
         fields = ("name", "namespace", "state", "devices", "cdiIDs", "domainID", "kind", "updated")
-        _check_keys(data, fields, fields, where)
+        _check_keys(data, (*fields, "status"), fields, where)
         state = data["state"]
         if state not in tuple(ClaimState):
             raise _Invalid(f"{where}.state: {state!r} is not one of {', '.join(ClaimState)}")
@@ -132,6 +136,7 @@ class ClaimRecord:
             domain_id=data["domainID"],
             kind=data["kind"],
             updated=float(updated),
+            status=_as_object(data.get("status", {}), f"{where}.status"),
         )
 
 

@@ -102,7 +102,7 @@ def _upstream_device(device: dict[str, Any]) -> dict[str, Any]:
 
 def _upstream_claim(record: Any) -> dict[str, Any]:
     state = str(record.state)
-    claim: dict[str, Any] = {"checkpointState": state, "status": {}}
+    claim: dict[str, Any] = {"checkpointState": state, "status": record.status or {}}
     if state == STATE_COMPLETED and record.devices:
         claim["preparedDevices"] = [{
             "devices": [_upstream_device(d) for d in record.devices],
@@ -264,13 +264,15 @@ def from_upstream(document: dict, make_record: Callable[..., Any], now: float | 
         state = claim.get("checkpointState") or STATE_COMPLETED
         if state not in (STATE_STARTED, STATE_COMPLETED, STATE_ABORTED):
             raise UpstreamLayoutError(f"{where}.checkpointState: unknown state {str(state)[:40]!r}")
-        admin = _admin_devices(_obj(claim.get("status"), f"{where}.status"))
+        status = _obj(claim.get("status"), f"{where}.status")
+        admin = _admin_devices(status)
         devices, kind, domain = _groups(claim.get("preparedDevices"), f"{where}.preparedDevices",
                                         _CURRENT_KEYS, admin)
         records[uid] = make_record(
             uid, name=str(claim.get("name", "")), namespace=str(claim.get("namespace", "")),
             state=state, devices=devices, cdi_ids=[i for d in devices for i in d["cdi_device_ids"]],
             domain_id=domain, kind=kind, updated=_parse_time(claim.get("abortedAt")) or now,
+            status=status,
         )
     return boot_id, records, layout
 
