@@ -96,3 +96,34 @@ def test_aborted_entries_expire_after_their_time_to_live():
         "started": ClaimRecord(uid="started", state=ClaimState.PREPARE_STARTED, updated=0.0),
     }
     assert expired_aborted(claims, 1000.0 + ABORTED_ENTRY_TTL, ABORTED_ENTRY_TTL) == ["old"]
+
+
+class RecordingLabeler:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str | None]] = []
+
+    def set_label(self, key: str, value: str | None) -> None:
+        self.calls.append((key, value))
+
+
+def test_clique_id_is_re_read_and_its_label_re_applied(tmp_path: Path):
+    from cdriver.nvml.discover import FabricError
+    from cdriver.roles.kubelet_plugin.clique_refresh import CliqueRefresher
+
+    state = _state(tmp_path)
+    state.labeler = RecordingLabeler()
+    answers: list[str | Exception] = ["", "uuid.5", FabricError("registration in progress")]
+
+    def read() -> str:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    refresher = CliqueRefresher(state, read, own_label=True)
+    assert refresher.refresh() == ""  # still no fabric: nothing to label
+    assert state.labeler.calls == []
+    assert refresher.refresh() == "uuid.5"  # the fabric registered after start
+    assert state.discovery.clique_id == "uuid.5"
+    assert refresher.refresh() == "uuid.5"  # a failed re-read keeps the known ID, label re-applied
+    assert state.labeler.calls == [("nvidia.com/gpu.clique", "uuid.5")] * 2

@@ -104,15 +104,24 @@ def base_device_nodes(read_root: Path, dev_root: Path) -> list[DeviceNode]:
     return nodes
 
 
+def read_clique_id(config: PluginConfig, strict: bool | None = None) -> str:
+    """This node's clique ID as NVML reports it now ("" without a multi-node fabric)."""
+    from cdriver.nvml import discover as nvml
+
+    root = config.read_root
+    if strict is None:
+        strict = config.gates.enabled(fg.CRASH_ON_NVLINK_FABRIC_ERRORS)
+    tolerate = config.gates.enabled(fg.FABRIC_MANAGER_PARTITIONING) and has_local_fabric(root)
+    return nvml.clique_id(str(root), strict=strict, tolerate_pending=tolerate)
+
+
 def discover(config: PluginConfig) -> NodeDiscovery:
     """Read channel major, clique ID and driver version; apply the version floor."""
     from cdriver.nvml import discover as nvml
 
     root = config.read_root
     major = nvml.channel_major(str(root))
-    strict = config.gates.enabled(fg.CRASH_ON_NVLINK_FABRIC_ERRORS)
-    tolerate = config.gates.enabled(fg.FABRIC_MANAGER_PARTITIONING) and has_local_fabric(root)
-    clique_id = nvml.clique_id(str(root), strict=strict, tolerate_pending=tolerate)
+    clique_id = read_clique_id(config)
     version = ""
     if config.gates.enabled(fg.IMEX_DAEMONS_WITH_DNS_NAMES) and not config.host_managed:
         version = nvml.driver_version(str(root))
