@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from cdriver.checkpoint import ClaimState
 from cdriver.dra.node_service import ClaimRef
 from cdriver.kube.raw import RESOURCES, ApiError
 from cdriver.roles.kubelet_plugin.errors import ClaimError
+from cdriver.roles.kubelet_plugin.periodic import Periodic
 from cdriver.roles.kubelet_plugin.state import PluginState
 
 log = logging.getLogger(__name__)
@@ -52,27 +52,8 @@ class Sweeper:
     def __init__(self, state: PluginState, unprepare: Callable[[ClaimRef], bool], interval: float) -> None:
         self.state = state
         self.unprepare = unprepare
-        self.interval = interval
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="sweeper", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.sweep()
-            except Exception:  # noqa: BLE001 - a failed sweep is retried next period
-                log.exception("cleanup sweep failed")
-            if self._stop.wait(self.interval):
-                return
+        self._periodic = Periodic("cleanup sweep", self.sweep, interval, at_start=True)
+        self.start, self.stop = self._periodic.start, self._periodic.stop
 
     def sweep(self) -> SweepReport:
         report = SweepReport()

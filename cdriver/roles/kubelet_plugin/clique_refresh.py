@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 from collections.abc import Callable
 
 from cdriver.api import constants as C
 from cdriver.errors import CdriverError
+from cdriver.roles.kubelet_plugin.periodic import Periodic
 from cdriver.roles.kubelet_plugin.state import PluginState
 
 log = logging.getLogger(__name__)
@@ -19,16 +19,15 @@ REFRESH_INTERVAL = 600.0
 
 
 class CliqueRefresher:
-    """Calls `refresh` every ``interval`` seconds in a thread."""
+    """Calls `refresh` every ``interval`` seconds in a thread (`start`, `stop`)."""
 
     def __init__(self, state: PluginState, read_clique: Callable[[], str], own_label: bool,
                  interval: float = REFRESH_INTERVAL) -> None:
         self.state = state
         self.read_clique = read_clique
         self.own_label = own_label
-        self.interval = interval
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._periodic = Periodic("clique refresh", self.refresh, interval, at_start=False)
+        self.start, self.stop = self._periodic.start, self._periodic.stop
 
     def refresh(self) -> str:
         """One round; returns the clique ID now in use ("" if none)."""
@@ -48,16 +47,3 @@ class CliqueRefresher:
             except CdriverError as exc:
                 log.warning("cannot re-apply node label %s=%s: %s", C.LABEL_NODE_CLIQUE, current, exc)
         return current
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="clique-refresh", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.refresh()
