@@ -1,16 +1,24 @@
 """The kubelet plugin's record of prepared claims: versioned, checksummed, locked, atomic.
 
-File format (JSON object)::
+File format (JSON object), readable by the upstream NVIDIA plugin as well::
 
-    {"version": 1, "checksum": "<sha256 hex>", "bootID": "<node boot id>",
-     "claims": {"<claim uid>": {"name", "namespace", "state", "devices", "cdiIDs",
-                                "domainID", "kind", "updated"}}}
+    {"checksum": N, "v1": {...}, "v2": {...},            # upstream's layout, see checkpoint_upstream
+     "cdriver": {"version": 1, "checksum": "<sha256 hex>", "bootID": "<node boot id>",
+                 "claims": {"<claim uid>": {"name", "namespace", "state", "devices", "cdiIDs",
+                                            "domainID", "kind", "updated"}}}}
 
-``checksum`` is the SHA-256 of the canonical JSON (sorted keys, no whitespace) of every other
-field. A file that cannot be read, fails the checksum, or has an unknown version is never
-discarded or rewritten: loading raises :class:`CheckpointError` naming the file and the
-recovery step. Writers serialise on ``<file>.lock`` (a real ``flock`` via filelock), so two
-processes never interleave read-modify-write cycles.
+The ``cdriver`` section is the complete record; its ``checksum`` is the SHA-256 of the
+canonical JSON (sorted keys, no whitespace) of its other fields. The upstream parts carry the
+same claims in upstream's form, so either driver can take over the node: upstream ignores the
+``cdriver`` key (and drops it when it rewrites the file); a file without it (written by
+upstream, in its current or older layout) is converted on load. A file that holds only the
+``cdriver`` fields at top level (older cdriver releases) is read too.
+
+A file that cannot be read, fails a checksum, or has an unknown version is never discarded or
+rewritten: loading raises :class:`CheckpointError` naming the file and the recovery step.
+Writers serialise on ``pu.lock`` next to the file (a real ``flock``, the lock file upstream's
+plugin takes around Prepare/Unprepare), so two plugins never interleave read-modify-write
+cycles.
 
 A node reboot voids every prepared claim (device nodes and transient CDI specs do not survive
 it); claims recorded under another boot id are dropped when the checkpoint is loaded.
@@ -36,6 +44,7 @@ from typing import Any
 import filelock
 
 from cdriver.atomic import atomic_write, remove_stale_temp_files
+from cdriver.checkpoint_upstream import UPSTREAM_KEYS, UpstreamLayoutError, from_upstream, to_upstream
 from cdriver.errors import CdriverError
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"  # changes on every boot
@@ -46,6 +55,10 @@ CHECKPOINT_VERSION = 1
 MAX_CHECKPOINT_BYTES = 64 * 1024 * 1024
 MAX_FIELD_LENGTH = 253  # uid, name, namespace, domainID, kind
 FILE_MODE = 0o600
+#: The lock file both plugins take (upstream holds it around each Prepare/Unprepare).
+LOCK_FILE_NAME = "pu.lock"
+#: Key of cdriver's own section in the shared file.
+SECTION = "cdriver"
 
 
 class CheckpointError(CdriverError):
@@ -57,6 +70,9 @@ class ClaimState(enum.StrEnum):
 
     PREPARE_STARTED = "PrepareStarted"
     PREPARE_COMPLETED = "PrepareCompleted"
+    #: Unprepared while Prepare had not finished; kept a while (``updated`` = when) so a
+    #: late Prepare retry of the same claim cannot bring its devices back.
+    PREPARE_ABORTED = "PrepareAborted"
 
 
 @dataclass
@@ -72,6 +88,9 @@ class ClaimRecord:
     domain_id: str = ""
     kind: str = ""
     updated: float = field(default_factory=time.time)
+    #: The ResourceClaim status the upstream plugin recorded (claims taken over from it), kept
+    #: so that a switch back hands it the same entry; empty for claims cdriver prepared.
+    status: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -83,6 +102,7 @@ class ClaimRecord:
             "domainID": self.domain_id,
             "kind": self.kind,
             "updated": self.updated,
+            **({"status": copy.deepcopy(self.status)} if self.status else {}),
         }
 
     @classmethod
@@ -90,7 +110,7 @@ class ClaimRecord:
         _check_string(uid, f"{where} key", nonempty=True)
         data = _as_object(obj, where)
         fields = ("name", "namespace", "state", "devices", "cdiIDs", "domainID", "kind", "updated")
-        _check_keys(data, fields, fields, where)
+        _check_keys(data, (*fields, "status"), fields, where)
         state = data["state"]
         if state not in tuple(ClaimState):
             raise _Invalid(f"{where}.state: {state!r} is not one of {', '.join(ClaimState)}")
@@ -117,6 +137,7 @@ class ClaimRecord:
             domain_id=data["domainID"],
             kind=data["kind"],
             updated=float(updated),
+            status=_as_object(data.get("status", {}), f"{where}.status"),
         )
 
 
@@ -191,8 +212,8 @@ def encode(checkpoint: Checkpoint) -> bytes:
     """File content for ``checkpoint``; it is decoded back first, so nothing unreadable is written."""
     payload = checkpoint.payload()
     try:
-        document = {"checksum": checksum(payload), **payload}
-        data = json.dumps(document, sort_keys=True, indent=1, allow_nan=False).encode() + b"\n"
+        document = {**to_upstream(checkpoint), SECTION: {"checksum": checksum(payload), **payload}}
+        data = json.dumps(document, indent=1, allow_nan=False).encode() + b"\n"
     except (TypeError, ValueError) as err:
         raise CheckpointError(f"checkpoint content is not plain JSON data ({err}); nothing was written") from None
     try:
@@ -230,10 +251,31 @@ def decode(data: bytes) -> Checkpoint:
     except RecursionError:
         raise _Invalid("JSON nested too deeply") from None
     document = _as_object(document, "checkpoint")
+    if SECTION in document:
+        return _decode_native(_as_object(document[SECTION], SECTION))
+    if "version" not in document and any(key in document for key in UPSTREAM_KEYS):
+        return _decode_upstream(document)
+    return _decode_native(document)
+
+
+def _decode_upstream(document: dict) -> Checkpoint:
+    def make_record(uid: str, **fields: Any) -> ClaimRecord:
+        _check_string(uid, "preparedClaims key", nonempty=True)
+        return ClaimRecord(uid=uid, **{**fields, "state": ClaimState(fields["state"])})
+
+    try:
+        boot_id, claims, layout = from_upstream(document, make_record)
+    except UpstreamLayoutError as err:
+        raise _Invalid(f"upstream checkpoint layout: {err}") from None
+    log.info("read the upstream driver's checkpoint (layout %s, %d claims); converted", layout, len(claims))
+    return Checkpoint(boot_id=boot_id, claims=claims)
+
+
+def _decode_native(document: dict) -> Checkpoint:
     version = document.get("version")
     if type(version) is not int or version != CHECKPOINT_VERSION:
         if version is None:
-            raise _Invalid("no 'version' field: not a cdriver checkpoint")
+            raise _Invalid("no 'version' field: neither a cdriver nor an upstream driver checkpoint")
         raise _Invalid(
             f"version {repr(version)[:40]} is not supported (this cdriver reads version {CHECKPOINT_VERSION})"
         )
@@ -280,11 +322,7 @@ def apply_boot_id(checkpoint: Checkpoint, boot_id: str) -> list[str]:
         return []
     dropped = []
     if checkpoint.boot_id:
-        dropped = sorted(
-            uid
-            for uid, rec in checkpoint.claims.items()
-            if rec.state in (ClaimState.PREPARE_STARTED, ClaimState.PREPARE_COMPLETED)
-        )
+        dropped = sorted(checkpoint.claims)
         for uid in dropped:
             del checkpoint.claims[uid]
     checkpoint.boot_id = boot_id
@@ -337,7 +375,7 @@ class CheckpointStore:
 
     def __init__(self, path: str | os.PathLike[str], boot_id: str | None = None, lock_timeout: float = 10):
         self.path = Path(path)
-        self.lock_path = self.path.with_name(self.path.name + ".lock")
+        self.lock_path = self.path.with_name(LOCK_FILE_NAME)
         self.lock_timeout = lock_timeout
         self._boot_id = boot_id
         self._lock = filelock.FileLock(self.lock_path, timeout=lock_timeout)

@@ -22,6 +22,8 @@ PASSTHROUGH_SUPPORT = "PassthroughSupport"
 DYNAMIC_MIG = "DynamicMIG"
 NVML_DEVICE_HEALTH_CHECK = "NVMLDeviceHealthCheck"
 DEVICE_METADATA = "DeviceMetadata"
+DRA_LIST_TYPE_ATTRIBUTES = "DRAListTypeAttributes"
+CONSUMABLE_SHARES = "ConsumableShares"
 # --- Generic gates of the Kubernetes gate registry ----------------------------------------
 CONTEXTUAL_LOGGING = "ContextualLogging"
 LOGGING_ALPHA_OPTIONS = "LoggingAlphaOptions"
@@ -56,6 +58,8 @@ KNOWN_GATES: dict[str, GateSpec] = {
         GateSpec(DYNAMIC_MIG, False, ALPHA),
         GateSpec(NVML_DEVICE_HEALTH_CHECK, False, ALPHA),
         GateSpec(DEVICE_METADATA, False, ALPHA),
+        GateSpec(DRA_LIST_TYPE_ATTRIBUTES, False, ALPHA),
+        GateSpec(CONSUMABLE_SHARES, False, ALPHA),
         GateSpec(CONTEXTUAL_LOGGING, True, BETA),
         GateSpec(LOGGING_ALPHA_OPTIONS, False, ALPHA),
         GateSpec(LOGGING_BETA_OPTIONS, True, BETA),
@@ -63,6 +67,14 @@ KNOWN_GATES: dict[str, GateSpec] = {
         GateSpec(ALL_BETA, False, BETA),
     )
 }
+
+#: Gates accepted so that a ``featureGates`` map shared with the GPU driver (or written
+#: for the upstream ComputeDomain driver) parses, but that change nothing in cdriver.
+WITHOUT_EFFECT: frozenset[str] = frozenset({
+    TIME_SLICING_SETTINGS, MPS_SUPPORT, PASSTHROUGH_SUPPORT, DYNAMIC_MIG,
+    NVML_DEVICE_HEALTH_CHECK, DEVICE_METADATA, DRA_LIST_TYPE_ATTRIBUTES, CONSUMABLE_SHARES,
+    LOGGING_ALPHA_OPTIONS, LOGGING_BETA_OPTIONS, CONTEXTUAL_LOGGING,
+})
 
 #: (gate, required gate): the first may only be on when the second is on too.
 REQUIRES: tuple[tuple[str, str], ...] = (
@@ -100,7 +112,10 @@ def _parse_bool(name: str, value: str) -> bool:
 def _check_name(name: str) -> None:
     if name not in KNOWN_GATES:
         known = ", ".join(sorted(KNOWN_GATES))
-        raise FeatureGateError(f"unknown feature gate {name!r}; known gates: {known}")
+        raise FeatureGateError(
+            f"unknown feature gate {name!r}: neither cdriver nor the upstream NVIDIA DRA driver "
+            f"knows it; remove it from --feature-gates / FEATURE_GATES (known gates: {known})"
+        )
 
 
 class FeatureGates:
@@ -173,6 +188,10 @@ class FeatureGates:
         return "".join(
             f"{name}={'true' if value else 'false'}," for name, value in self.to_map().items()
         )
+
+    def without_effect(self) -> list[str]:
+        """Explicitly set gates that cdriver accepts but does not act on, sorted."""
+        return sorted(name for name in self._explicit if name in WITHOUT_EFFECT)
 
     def violations(self) -> list[str]:
         """Every broken dependency/exclusivity rule, as an actionable sentence."""

@@ -11,6 +11,7 @@ import subprocess
 from typing import Any
 
 from cdriver.api import constants
+from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.diagnose.snapshot import COMPONENT_CONTROLLER, CRD_NAMES, ENV_IMEX_MODE, LABEL_COMPONENT
 from cdriver.errors import CdriverError
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
@@ -23,8 +24,8 @@ SOURCES = {
     "pods": RESOURCES["pods"],
     "nodes": RESOURCES["nodes"],
     "resourceslices": RESOURCES["resourceslices"],
-    "computedomains": RESOURCES[constants.PLURAL_COMPUTE_DOMAINS],
-    "cliques": RESOURCES[constants.PLURAL_COMPUTE_DOMAIN_CLIQUES],
+    "computedomains": COMPUTE_DOMAINS,
+    "cliques": COMPUTE_DOMAIN_CLIQUES,
     "resourceclaimtemplates": RESOURCES["resourceclaimtemplates"],
     "resourceclaims": RESOURCES["resourceclaims"],
     "events": RESOURCES["events"],

@@ -349,7 +349,7 @@ def read_fabric(driver_root: str | Path) -> list[GpuFabric]:
         return out
 
 
-def decide_clique_id(gpus: list[GpuFabric], strict: bool = True) -> str:
+def decide_clique_id(gpus: list[GpuFabric], strict: bool = True, tolerate_pending: bool = False) -> str:
     """`<clusterUUID>.<cliqueId>` shared by the fabric-attached GPUs, or "" if there are none.
 
     Strict (CrashOnNVLinkFabricErrors): a GPU whose fabric registration is not finished or
@@ -357,6 +357,10 @@ def decide_clique_id(gpus: list[GpuFabric], strict: bool = True) -> str:
     skipped with a warning (an unhealthy but registered GPU still counts). In both modes a
     GPU without fabric support, or with an all-zero cluster UUID, is skipped, and GPUs that
     disagree on the cluster UUID or clique ID raise FabricError.
+
+    ``tolerate_pending`` (FabricManagerPartitioning on a single-node NVLink system): a GPU whose
+    registration is not finished is skipped in either mode, since Fabric Manager registers GPUs
+    only when a partition holding them is activated.
     """
     found: set[tuple[str, int]] = set()
     for gpu in gpus:
@@ -369,6 +373,10 @@ def decide_clique_id(gpus: list[GpuFabric], strict: bool = True) -> str:
             continue
         state_name = FABRIC_STATE_NAMES.get(gpu.state, f"unknown ({gpu.state})")
         problem = None
+        if gpu.state != FABRIC_STATE_COMPLETED and tolerate_pending:
+            log.info("%s: ignoring incomplete NVLink registration (%s) on a single-node NVLink system "
+                     "(FabricManagerPartitioning); no clique from this GPU", where, state_name)
+            continue
         if gpu.state != FABRIC_STATE_COMPLETED:
             problem = (f"NVLink fabric registration is {state_name}, not completed; "
                        "wait for nvidia-fabricmanager to finish, then restart")
@@ -403,9 +411,9 @@ def decide_clique_id(gpus: list[GpuFabric], strict: bool = True) -> str:
     return f"{uuids[0]}.{cliques[0]}"
 
 
-def clique_id(driver_root: str | Path, strict: bool = True) -> str:
+def clique_id(driver_root: str | Path, strict: bool = True, tolerate_pending: bool = False) -> str:
     """This node's clique ID `<clusterUUID>.<cliqueId>`, or "" if it has no NVLink fabric."""
-    return decide_clique_id(read_fabric(driver_root), strict)
+    return decide_clique_id(read_fabric(driver_root), strict, tolerate_pending)
 
 
 def driver_version(driver_root: str | Path) -> str:

@@ -12,6 +12,7 @@ import click
 
 from cdriver.api.imex_mode import ImexConfig, resolve_imex_config
 from cdriver.errors import CdriverError
+from cdriver.featuregates import FeatureGates
 
 log = logging.getLogger(__name__)
 
@@ -27,11 +28,19 @@ def root_options(ctx: click.Context) -> dict:
 
 
 def resolve_imex(mode: str, isolation: str, feature_gates: str) -> ImexConfig:
-    """`resolve_imex_config`, logging a warning for each explicit gate the mode turns off."""
+    """`resolve_imex_config`, logging each explicit gate the mode turns off or cdriver ignores."""
     imex = resolve_imex_config(mode, isolation, feature_gates)
+    log_gates_without_effect(imex.gates)
     for name in imex.overridden:
         log.warning("feature gate %s is ignored in %s mode (no driver-run daemons)", name, imex.mode)
     return imex
+
+
+def log_gates_without_effect(gates: FeatureGates) -> None:
+    """One info line per explicitly set gate that cdriver accepts but does not act on."""
+    for name in gates.without_effect():
+        log.info("feature gate %s is accepted for compatibility with the upstream driver "
+                 "but has no effect in cdriver", name)
 
 
 def check_http_endpoint(endpoint: str) -> None:

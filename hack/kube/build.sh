@@ -83,6 +83,10 @@ if [[ "$want" == all || "$want" == kube ]]; then
     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
 fi
 if [[ "$want" == all || "$want" == helm ]]; then
-  build_component helm "$HELM_VERSION" "$HERE/helm" helm -- \
-    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}" helm.sh/helm/v3/cmd/helm
+  # Like a released helm, report the Kubernetes version of its client-go as the default
+  # (an unset default is v1.20, which fails charts' kubeVersion in `helm template`).
+  HELM_KUBE="-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37"
+  HELM_KUBE+=" -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37"
+  build_component helm "$HELM_VERSION-kube1.37" "$HERE/helm" helm -- \
+    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION} $HELM_KUBE" helm.sh/helm/v3/cmd/helm
 fi

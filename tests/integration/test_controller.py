@@ -225,7 +225,8 @@ def test_creates_exactly_the_expected_objects(raw, namespace, driver_ns, start_c
 
 def test_daemon_pod_scheduled_on_labelled_node(raw, namespace, driver_ns, start_controller,
                                                nodes):
-    start_controller(settings_for(driver_ns))
+    # Guaranteed QoS is the opt-in: both sizes set (unset by default, as upstream).
+    start_controller(settings_for(driver_ns, daemon_cpu="200m", daemon_memory="512Mi"))
     cd = raw.create(CDS, compute_domain("cd1", "chan"), namespace)
     uid = cd["metadata"]["uid"]
     wait_generated(raw, cd, driver_ns)

@@ -122,8 +122,8 @@ def test_install_into_default_namespace_is_refused(helm: Path) -> None:
     assert "default namespace is not supported" in out.stderr
 
 
-@pytest.mark.parametrize("mode_args", [[], HOST_MODE], ids=["driverManaged", "hostManaged"])
-def test_rendered_objects_pass_server_side_dry_run(helm: Path, raw, mode_args: list[str]) -> None:
+def dry_run_render(helm: Path, raw, *args: str) -> None:
+    """Create every rendered object with a server-side dry run (the API server validates it)."""
     from cdriver.kube.raw import RESOURCES, ApiError
 
     try:
@@ -133,10 +133,15 @@ def test_rendered_objects_pass_server_side_dry_run(helm: Path, raw, mode_args: l
             raise
     remove_device_classes(raw)
     by_kind_resource = {res.kind: res for res in RESOURCES.values()}
-    for doc in objects(helm, *mode_args):
+    for doc in objects(helm, *args):
         res = by_kind_resource[doc["kind"]]
         ns = NAMESPACE if res.namespaced else None
         raw.create(res, doc, namespace=ns, dry_run=True)
+
+
+@pytest.mark.parametrize("mode_args", [[], HOST_MODE], ids=["driverManaged", "hostManaged"])
+def test_rendered_objects_pass_server_side_dry_run(helm: Path, raw, mode_args: list[str]) -> None:
+    dry_run_render(helm, raw, *mode_args)
 
 
 def test_install_upgrade_uninstall_leaves_no_orphans(helm: Path, cluster, raw) -> None:

@@ -56,6 +56,7 @@ from cdriver.dra.gen.pluginregistration.v1 import api_pb2 as reg_pb2
 from cdriver.dra.gen.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from cdriver.imex.config import IMEX_CONFIG_TEMPLATE_NAME, IMEX_CTL_BINARY, IMEX_DAEMON_BINARY, IMEXD_TEMPLATE_NAME
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.nvml.discover import IMEX_CHANNEL_COUNT
 from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME, DRA_SOCKET_NAME, REGISTRATION_SOCKET_NAME
 from tests.waiting import wait_for
 
@@ -563,8 +564,10 @@ def test_all_mode_injects_every_channel(plugin: PluginProcess, raw: RawClient, n
     assert res.error == ""
     assert list(res.devices[0].cdi_device_ids) == [f"{CDI_KIND_CLAIM}={uid_of(claim)}-channel-0"]
     edits = CDIRegistry([str(plugin.cdi_root)]).resolve(list(res.devices[0].cdi_device_ids))
+    # Every channel the driver supports, as upstream injects them, not only the nodes present.
     assert sorted((n.path, n.minor) for n in edits.device_nodes) == sorted(
-        (f"/dev/nvidia-caps-imex-channels/channel{i}", i) for i in range(CHANNELS))
+        (f"/dev/nvidia-caps-imex-channels/channel{i}", i) for i in range(IMEX_CHANNEL_COUNT))
+    assert IMEX_CHANNEL_COUNT == 2048 > CHANNELS
     assert kubelet.unprepare(claim) == {uid_of(claim): ""}
 
 
@@ -855,3 +858,80 @@ def test_incomplete_fabric_fails_start_with_a_clear_message(tmp_path: Path) -> N
     assert "Traceback" not in out.stderr
     error = [line for line in out.stderr.splitlines() if line.startswith("Error:")]
     assert error and "fabric" in error[0].lower()
+
+
+def _upstream_checkpoint(claims: dict[str, dict], boot_id: str) -> bytes:
+    """A checkpoint file as the upstream plugin writes it (current layout, kubelet checksums)."""
+    from cdriver.checkpoint_upstream import go_json, kubelet_checksum
+
+    v2 = {"checksum": 0, "preparedClaims": dict(sorted(claims.items())), "nodeBootID": boot_id}
+    v2["checksum"] = kubelet_checksum(go_json(v2))
+    v1 = {"preparedClaims": {uid: {"status": c["status"], "preparedDevices": c["preparedDevices"]}
+                             for uid, c in v2["preparedClaims"].items()
+                             if c["checkpointState"] == "PrepareCompleted"}}
+    return go_json({"checksum": kubelet_checksum(go_json({"checksum": 0, "v1": v1})), "v1": v1, "v2": v2})
+
+
+def test_plugin_takes_over_an_upstream_checkpoint(plugin_factory: Callable[..., PluginProcess], raw: RawClient,
+                                                  namespace: str, node: SimNode, driver_ns: str) -> None:
+    from cdriver.checkpoint import read_boot_id
+    from cdriver.checkpoint_upstream import go_json, kubelet_checksum
+
+    plugin = plugin_factory(node, extra_args=["--cleanup-interval", "1s"])
+    plugin.stop()
+    cd = make_cd(raw, namespace)
+    set_clique_ready(raw, driver_ns, cd, node)
+    running = allocated_claim(raw, namespace, node.name, channel_params(cd))
+    # Upstream records PrepareStarted before decoding the opaque config; this one failed to decode.
+    bad = allocated_claim(raw, namespace, node.name, {**channel_params(cd), "allocationMod": "All"},
+                          device="channel-1")
+    cdi_id = f"{CDI_KIND_CLAIM}={uid_of(running)}-channel-0"
+    channel = {"info": {"id": 0}, "device": {"Requests": ["channel"], "PoolName": node.name,
+                                             "DeviceName": "channel-0", "CDIDeviceIDs": [cdi_id]}}
+    entries = {
+        uid_of(running): {"checkpointState": "PrepareCompleted", "status": running["status"],
+                          "preparedDevices": [{"devices": [{"channel": channel, "daemon": None}],
+                                               "configState": {"Type": "channel", "ComputeDomain": uid_of(cd)}}],
+                          "name": running["metadata"]["name"], "namespace": namespace},
+        uid_of(bad): {"checkpointState": "PrepareStarted", "status": bad["status"],
+                      "name": bad["metadata"]["name"], "namespace": namespace},
+    }
+    plugin.plugin_dir.mkdir(parents=True, exist_ok=True)
+    (plugin.plugin_dir / CHECKPOINT_FILE_NAME).write_bytes(_upstream_checkpoint(entries, read_boot_id()))
+    spec_path = plugin.cdi_root / f"{CDI_VENDOR}-claim_{uid_of(running)}.json"
+    spec_path.parent.mkdir(parents=True, exist_ok=True)
+    spec_path.write_text(json.dumps({"cdiVersion": "0.5.0", "kind": CDI_KIND_CLAIM, "devices": [{
+        "name": f"{uid_of(running)}-channel-0", "containerEdits": {"deviceNodes": [{
+            "path": "/dev/nvidia-caps-imex-channels/channel0",
+            "hostPath": f"{node.root.root}/dev/nvidia-caps-imex-channels/channel0"}]}}]}))
+    raw.patch(NODES, node.name, {"metadata": {"labels": {LABEL_COMPUTE_DOMAIN: uid_of(cd)}}})
+
+    plugin.start()
+    kubelet = Kubelet(plugin)
+    assert spec_path.exists(), "the running workload's CDI spec must survive the switch"
+    assert plugin.checkpoint()[uid_of(running)].state == "PrepareCompleted"
+    again = kubelet.prepare(running)[uid_of(running)]
+    assert again.error == "" and list(again.devices[0].cdi_device_ids) == [cdi_id]
+    # The failed claim fails the same way under cdriver; once deleted its stale entry is swept.
+    assert "allocationMod" in kubelet.prepare(bad)[uid_of(bad)].error
+    raw.delete(CLAIMS, bad["metadata"]["name"], namespace)
+    wait_for(lambda: uid_of(bad) not in plugin.checkpoint(), 15, "the sweep of the stale upstream entry")
+    assert f"partially prepared claim {namespace}/{bad['metadata']['name']}" in plugin.log_path.read_text()
+    # Channel ownership was kept: another claim cannot take channel 0 while the old one holds it.
+    fresh = allocated_claim(raw, namespace, node.name, channel_params(cd))
+    assert f"channel 0 already allocated by claim {uid_of(running)}" in kubelet.prepare(fresh)[uid_of(fresh)].error
+
+    # What cdriver leaves is an upstream checkpoint too: valid checksums, the live claim in v2/v1.
+    written = json.loads((plugin.plugin_dir / CHECKPOINT_FILE_NAME).read_text())
+    v2 = written["v2"]
+    assert v2["checksum"] == kubelet_checksum(go_json({**v2, "checksum": 0}))
+    assert written["checksum"] == kubelet_checksum(go_json({"checksum": 0, "v1": written["v1"]}))
+    assert list(written["v1"]["preparedClaims"]) == [uid_of(running)]
+    assert v2["preparedClaims"][uid_of(running)]["preparedDevices"] == entries[uid_of(running)]["preparedDevices"]
+
+    # Unprepare of the old claim removes its spec and the label; then a new claim works.
+    assert kubelet.unprepare(running) == {uid_of(running): ""}
+    assert not spec_path.exists() and node_label(raw, node) is None
+    assert kubelet.prepare(fresh)[uid_of(fresh)].error == ""
+    assert kubelet.unprepare(fresh) == {uid_of(fresh): ""}
+    assert plugin.checkpoint() == {} and plugin.claim_specs() == [] and node_label(raw, node) is None

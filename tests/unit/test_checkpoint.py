@@ -104,7 +104,7 @@ def test_round_trip_keeps_typed_records(store: CheckpointStore) -> None:
     loaded = store.read()
     assert loaded.claims == {"u1": record("u1"), "u2": record("u2", ClaimState.PREPARE_STARTED)}
     assert loaded.claims["u2"].state is ClaimState.PREPARE_STARTED
-    doc = json.loads(store.path.read_text())
+    doc = json.loads(store.path.read_text())["cdriver"]
     assert doc["version"] == 1 and doc["bootID"] == BOOT
     assert doc["claims"]["u2"]["state"] == "PrepareStarted"
     assert store.path.stat().st_mode & 0o777 == 0o600
@@ -171,7 +171,8 @@ def claims_doc(**claim_overrides) -> dict:
         (b"", "truncated or invalid JSON"),
         (b"\xff\xfe\x00", "not UTF-8"),
         (b"[1, 2]", "expected an object, got list"),
-        (b'{"v1": {}, "v2": {"nodeBootID": "abc"}, "checksum": 1}', "no 'version' field"),
+        (b'{"v1": {}, "v2": {"nodeBootID": "abc"}, "checksum": 1}', "top-level checksum mismatch"),
+        (b'{"claims": {}}', "neither a cdriver nor an upstream"),
         (b'{"version": 2, "checksum": "x", "claims": {}}', "version 2 is not supported"),
         (b'{"version": true, "checksum": "x", "claims": {}}', "version True is not supported"),
         (b'{"version": 1, "version": 1, "checksum": "x", "claims": {}}', "'version' appears twice"),
@@ -252,11 +253,11 @@ def test_reboot_drops_prepared_claims_and_is_logged(store: CheckpointStore, capl
         cp.claims["u2"] = record("u2", ClaimState.PREPARE_STARTED)
     after_reboot = CheckpointStore(store.path, boot_id=NEXT_BOOT)
     assert after_reboot.read().claims == {}
-    assert json.loads(store.path.read_text())["bootID"] == BOOT  # read() changes nothing on disk
+    assert json.loads(store.path.read_text())["cdriver"]["bootID"] == BOOT  # read() changes nothing
     with caplog.at_level(logging.WARNING, logger="cdriver.checkpoint"), after_reboot.locked() as cp:
         assert cp.claims == {} and cp.boot_id == NEXT_BOOT
     assert "node rebooted" in caplog.text and "dropping 2 prepared claims (u1, u2)" in caplog.text
-    doc = json.loads(store.path.read_text())
+    doc = json.loads(store.path.read_text())["cdriver"]
     assert doc["bootID"] == NEXT_BOOT and doc["claims"] == {}
 
 
@@ -264,7 +265,7 @@ def test_checkpoint_without_boot_id_adopts_current_and_keeps_claims(store: Check
     write_document(store.path, {"version": 1, "claims": {"u1": valid_claim()}})
     with store.locked() as cp:
         assert list(cp.claims) == ["u1"]
-    assert json.loads(store.path.read_text())["bootID"] == BOOT
+    assert json.loads(store.path.read_text())["cdriver"]["bootID"] == BOOT
 
 
 def test_boot_id_is_read_from_the_kernel_file(tmp_path: Path) -> None:

@@ -130,6 +130,9 @@ def test_daemon_pods_are_guaranteed_qos_with_priority_class():
     resources = pod["containers"][0]["resources"]
     assert resources["requests"] == resources["limits"] == {"cpu": "250m", "memory": "128Mi"}
     assert pod["priorityClassName"] == "imex-critical"
+    # By default (as upstream) the daemon is not capped: no requests or limits at all.
+    default = desired.daemon_set(domain(), settings(), "t")["spec"]["template"]["spec"]["containers"][0]
+    assert set(default["resources"]) == {"claims"}
     no_class = desired.daemon_set(domain(), settings(daemon_priority_class=""), "t")
     assert "priorityClassName" not in no_class["spec"]["template"]["spec"]
     assert "imagePullSecrets" not in no_class["spec"]["template"]["spec"]

@@ -18,7 +18,9 @@ from cdriver.roles.controller.status import (
     nodes_from_cliques,
     pod_node_name,
     prune_clique,
+    pruned_fields,
     status_differs,
+    without_fields,
 )
 
 pytestmark = pytest.mark.unit
@@ -180,3 +182,19 @@ def test_pod_node_name_known_before_binding():
     assert pod_node_name(pod("n7", bound=False)) == "n7"
     assert pod_node_name(pod("n7")) == "n7"
     assert pod_node_name({"spec": {}}) == ""
+
+
+def test_status_fields_an_older_crd_prunes_stop_the_rewrites():
+    """With the upstream CRD installed, readyNodes/conditions and node fields it does not know
+    are dropped by the server; once seen, they are left out so the status settles."""
+    node = {"name": "n1", "ipAddress": "10.0.0.1", "cliqueID": "u.1", "index": 0, "status": "Ready",
+            "extra": "x"}
+    want = {"status": "Ready", "nodes": [node], "readyNodes": "1/1",
+            "conditions": [{"type": "Ready", "status": "True"}]}
+    stored = {"status": "Ready", "nodes": [{k: v for k, v in node.items() if k != "extra"}]}
+    assert status_differs(stored, want)  # without the fix: written again on every pass
+    dropped = pruned_fields(want, stored)
+    assert dropped == {"readyNodes", "conditions", "nodes.extra"}
+    assert not status_differs(stored, without_fields(want, dropped))
+    assert pruned_fields(want, want) == set()
+    assert without_fields(want, set()) is want

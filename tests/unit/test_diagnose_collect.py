@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from click.testing import CliRunner
 
@@ -85,3 +88,15 @@ def test_help_says_read_only_and_the_kubectl_plugin_offers_diagnose() -> None:
         result = CliRunner().invoke(group, args)
         assert result.exit_code == 0
         assert "Strictly read-only" in result.output and "3 only waits" in result.output
+
+
+def test_a_fresh_process_runs_diagnose_to_a_clear_error() -> None:
+    """`cdriver diagnose` in its own interpreter (as users run it) reaches the kubeconfig check:
+    the collector's resources resolve without another module having been imported first."""
+    done = subprocess.run(
+        [sys.executable, "-m", "cdriver", "diagnose", "pod", "w", "-n", "ns", "--kubeconfig", "/nonexistent"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "kubeconfig '/nonexistent' does not exist" in done.stdout + done.stderr
+    assert "Traceback" not in done.stderr

@@ -116,3 +116,56 @@ def test_with_overrides_returns_a_new_set() -> None:
     assert not forced.enabled(fg.COMPUTE_DOMAIN_CLIQUES)
     with pytest.raises(FeatureGateError):
         base.with_overrides({"Bogus": True})
+
+
+#: Every gate the upstream driver registers (its own gates plus the Kubernetes logging
+#: gates and the AllAlpha/AllBeta meta gates of the gate registry).
+UPSTREAM_GATES = (
+    "TimeSlicingSettings", "MPSSupport", "IMEXDaemonsWithDNSNames", "PassthroughSupport",
+    "NVMLDeviceHealthCheck", "DynamicMIG", "ComputeDomainCliques", "CrashOnNVLinkFabricErrors",
+    "DeviceMetadata", "FabricManagerPartitioning", "HostManagedIMEXDaemon",
+    "DRAListTypeAttributes", "ConsumableShares", "ContextualLogging", "LoggingAlphaOptions",
+    "LoggingBetaOptions", "AllAlpha", "AllBeta",
+)
+
+
+@pytest.mark.parametrize("name", UPSTREAM_GATES)
+def test_every_upstream_gate_name_is_accepted(name: str) -> None:
+    gates = FeatureGates.parse(f"{name}=false", validate=False)
+    assert gates.enabled(name) is False
+
+
+def test_upstream_only_gates_parse_and_are_reported_as_without_effect() -> None:
+    gates = FeatureGates.parse("DRAListTypeAttributes=true,ConsumableShares=true,"
+                               "HostManagedIMEXDaemon=true")
+    assert gates.enabled(fg.DRA_LIST_TYPE_ATTRIBUTES)
+    assert gates.enabled(fg.CONSUMABLE_SHARES)
+    assert gates.without_effect() == [fg.CONSUMABLE_SHARES, fg.DRA_LIST_TYPE_ATTRIBUTES]
+
+
+def test_gates_cdriver_acts_on_are_not_reported_as_without_effect() -> None:
+    for name in (fg.IMEX_DAEMONS_WITH_DNS_NAMES, fg.COMPUTE_DOMAIN_CLIQUES,
+                 fg.CRASH_ON_NVLINK_FABRIC_ERRORS, fg.HOST_MANAGED_IMEX_DAEMON,
+                 fg.FABRIC_MANAGER_PARTITIONING):
+        assert FeatureGates.parse(f"{name}=true").without_effect() == []
+
+
+def test_a_gate_neither_driver_knows_names_itself_and_the_fix() -> None:
+    with pytest.raises(FeatureGateError) as err:
+        FeatureGates.parse("DRAListTypeAttribute=true")
+    message = str(err.value)
+    assert "'DRAListTypeAttribute'" in message
+    assert "remove it from --feature-gates" in message
+    assert fg.DRA_LIST_TYPE_ATTRIBUTES in message
+
+
+def test_roles_log_each_accepted_gate_without_effect(caplog: pytest.LogCaptureFixture) -> None:
+    from cdriver.roles.startup import resolve_imex
+
+    with caplog.at_level("INFO", logger="cdriver.roles.startup"):
+        imex = resolve_imex("driverManaged", "", "ConsumableShares=true,MPSSupport=false")
+    assert imex.gates.enabled(fg.CONSUMABLE_SHARES)
+    lines = [r.getMessage() for r in caplog.records if "has no effect in cdriver" in r.getMessage()]
+    assert len(lines) == 2
+    assert any("ConsumableShares" in line for line in lines)
+    assert any("MPSSupport" in line for line in lines)

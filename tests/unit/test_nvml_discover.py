@@ -263,3 +263,31 @@ def test_one_driver_root_per_process(tmp_path: Path) -> None:
     call = ("[discover.clique_id(root / 'a'), discover.clique_id(root / 'b')]")
     # sessions end with nvmlShutdown, so a later query may use another root (separate library copies)
     assert discover_in_child(tmp_path, call)["value"] == [f"{UUID_AB}.0", f"{UUID_AB}.1"]
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_fabric_manager_partitioning_tolerates_pending_registration(strict: bool) -> None:
+    # GPUs of a partition not yet activated are not registered: skipped, not fatal.
+    assert decide_clique_id([gpu(0, state=2), gpu(1, state=1)], strict, tolerate_pending=True) == ""
+    assert decide_clique_id([gpu(0, state=2), gpu(1)], strict, tolerate_pending=True) == f"{UUID_AB}.3"
+    # A finished registration that failed is still an error in strict mode.
+    if strict:
+        with pytest.raises(FabricError):
+            decide_clique_id([gpu(0, status=12)], strict, tolerate_pending=True)
+
+
+def test_single_node_nvlink_system_is_recognised(tmp_path) -> None:
+    from cdriver.nvml.fabric_manager import has_local_fabric
+
+    assert not has_local_fabric(tmp_path)
+    vpd = tmp_path / "sys/class/infiniband/mlx5_0/device/vpd"
+    vpd.parent.mkdir(parents=True)
+    vpd.write_bytes(b"\x82\x10 PN MCX75 V0 OTHER")
+    assert not has_local_fabric(tmp_path)
+    vpd.write_bytes(b"\x82\x10 PN N5 SW_MNG V0")
+    assert has_local_fabric(tmp_path)
+    switches = tmp_path / "other/proc/driver/nvidia-nvswitch/devices"
+    switches.mkdir(parents=True)
+    assert not has_local_fabric(tmp_path / "other")
+    (switches / "0000:05:00.0").mkdir()
+    assert has_local_fabric(tmp_path / "other")

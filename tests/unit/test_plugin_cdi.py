@@ -14,12 +14,7 @@ from cdriver.cdi.writer import claim_spec_name, write_spec
 from cdriver.imex.config import IMEX_CTL_BINARY, IMEX_DAEMON_BINARY
 from cdriver.nvml.discover import FABRIC_MGMT_CAP_PATH
 from cdriver.roles.kubelet_plugin import cdi_edits
-from cdriver.roles.kubelet_plugin.discovery import (
-    base_device_nodes,
-    fabric_mgmt_device,
-    present_channel_count,
-    restrictive_mode,
-)
+from cdriver.roles.kubelet_plugin.discovery import base_device_nodes, fabric_mgmt_device, restrictive_mode
 
 pytestmark = pytest.mark.unit
 
@@ -87,14 +82,9 @@ def test_base_spec_lists_nvidia_char_devices_but_no_channels(tmp_path: Path):
         ("/dev/nvidia-caps/nvidia-cap512", 241, 512),
     ]
     assert nodes[0].host_path == str(tmp_path / "dev" / "nvidiactl")
-    assert present_channel_count(tmp_path) == 3
     spec = cdi_edits.base_spec(nodes)
     assert spec.to_dict()["containerEdits"] == {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}
     assert cdi_edits.BASE_SPEC_NAME == "k8s.compute-domain.nvidia.com-device_base"
-
-
-def test_no_channel_nodes_counts_zero(tmp_path: Path):
-    assert present_channel_count(tmp_path) == 0
 
 
 def test_daemon_claims_mount_the_drivers_imex_binaries(tmp_path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
 import click
@@ -51,6 +53,47 @@ def test_failing_ctl_names_exit_status(tmp_path: Path):
 def test_missing_ctl(tmp_path: Path):
     problem = check_host_imex(tmp_path, SOCK)
     assert "nvidia-imex-ctl not found under driver root" in problem and "installed" in problem
+
+
+@pytest.mark.parametrize("output,ready", [
+    ("READY", True), ("IMEX daemon status: READY\n", True), ("connecting...\nREADY", True),
+    ("NOT_READY", False), ("NOT READY", False), ("", False), ("UNAVAILABLE", False),
+])
+def test_output_containing_ready_counts(output: str, ready: bool):
+    from cdriver.roles.kubelet_plugin.host import says_ready
+
+    assert says_ready(0, output) is ready
+    assert says_ready(1, output) is False
+
+
+def _shell_root(root: Path) -> None:
+    """Copy /bin/sh and the libraries it loads into ``root`` so it runs chrooted there."""
+    import shutil
+    import subprocess
+
+    sh = Path(os.path.realpath("/bin/sh"))
+    libs = [Path(p) for p in re.findall(r"(/\S+\.so[.\d]*)", subprocess.run(
+        ["ldd", str(sh)], capture_output=True, text=True, check=True).stdout)]
+    for src in [sh, *libs]:
+        for path in {src, Path(os.path.realpath(src))}:
+            dest = root / str(path).lstrip("/")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(os.path.realpath(path), dest)
+    (root / "bin").mkdir(exist_ok=True)
+    if not (root / "bin/sh").exists():
+        shutil.copy2(sh, root / "bin/sh")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chroot needs root")
+def test_ctl_runs_chrooted_with_the_hosts_socket_path(tmp_path: Path):
+    _shell_root(tmp_path)
+    ctl = tmp_path / "usr/bin" / IMEX_CTL_BINARY
+    ctl.parent.mkdir(parents=True, exist_ok=True)
+    ctl.write_text("#!/bin/sh\necho \"$@\" > /args\necho 'IMEX status: READY'\n")
+    ctl.chmod(0o755)
+    assert check_host_imex(tmp_path, SOCK) == ""
+    # Inside the chroot the socket is the host's own path, not one translated into the root.
+    assert (tmp_path / "args").read_text().split() == ["-q", f"--u={SOCK}"]
 
 
 def test_driver_version_floor():

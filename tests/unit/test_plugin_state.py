@@ -29,6 +29,13 @@ def plan(uid: str, device: str = "channel-0") -> ClaimPlan:
     return ClaimPlan(uid=uid, namespace="ns", name="c", kind=kind, domain_id="cd", devices=(dev,))
 
 
+def _state(tmp_path: Path, **settings: str) -> PluginState:
+    cfg = PluginConfig(node_name="node-a", cdi_root=tmp_path / "cdi", plugins_dir=tmp_path / "plugins", **settings)
+    return PluginState(config=cfg, discovery=NodeDiscovery(channel_major=240, clique_id=""), raw=None,
+                       store=CheckpointStore(cfg.checkpoint_path, boot_id="boot-1"), cds=None, cliques=None,
+                       node=None, metrics=PluginMetrics("node-a"), events=BackgroundEvents(None))
+
+
 def test_recorded_devices_round_trip_and_count_only_completed_claims():
     p = plan("u1")
     devices = [PreparedDevice(["req"], "node-a", "channel-0", ["k8s.compute-domain.nvidia.com/claim=u1-channel-0"])]
@@ -44,11 +51,8 @@ def test_recorded_devices_round_trip_and_count_only_completed_claims():
 
 
 def test_orphan_claim_specs_are_removed_and_owned_ones_kept(tmp_path: Path):
-    cfg = PluginConfig(node_name="node-a", cdi_root=tmp_path / "cdi", plugins_dir=tmp_path / "plugins")
-    store = CheckpointStore(cfg.checkpoint_path, boot_id="boot-1")
-    state = PluginState(config=cfg, discovery=NodeDiscovery(channel_major=240, clique_id=""), raw=None,
-                        store=store, cds=None, cliques=None, node=None, metrics=PluginMetrics("node-a"),
-                        events=BackgroundEvents(None))
+    state = _state(tmp_path)
+    cfg, store = state.config, state.store
     edits = ContainerEdits(device_nodes=[DeviceNode(path="/dev/x", type="c", major=1, minor=1)])
     for uid in ("owned", "orphan"):
         write_spec(cfg.cdi_root, claim_spec_name(uid), cdi_edits.claim_spec(uid, [("channel-0", edits)]))
@@ -61,3 +65,65 @@ def test_orphan_claim_specs_are_removed_and_owned_ones_kept(tmp_path: Path):
 
 def test_stale_domain_dirs():
     assert stale_domain_dirs(["a", "b", "c"], known_domains={"a"}, used_domains={"b"}) == ["c"]
+
+
+def test_unprepare_of_an_unfinished_prepare_leaves_an_aborted_entry(tmp_path: Path):
+    from cdriver.dra.node_service import ClaimRef
+    from cdriver.roles.kubelet_plugin.unprepare import Unpreparer
+
+    state = _state(tmp_path, imex_mode="hostManaged")  # no node label to manage here
+    with state.store.locked() as cp:
+        cp.claims["u1"] = ClaimRecord(uid="u1", name="c", namespace="ns", state=ClaimState.PREPARE_STARTED,
+                                      devices=[{"type": "channel", "id": 0}], kind="channel", updated=0)
+        cp.claims["u2"] = ClaimRecord(uid="u2", state=ClaimState.PREPARE_COMPLETED, kind="channel")
+    unpreparer = Unpreparer(state)
+    assert unpreparer.unprepare(ClaimRef(namespace="ns", name="c", uid="u1")) is True
+    assert unpreparer.unprepare(ClaimRef(namespace="ns", name="c2", uid="u2")) is True
+    claims = state.store.read().claims
+    assert list(claims) == ["u1"]
+    assert claims["u1"].state is ClaimState.PREPARE_ABORTED and claims["u1"].devices == []
+    assert claims["u1"].updated > 0
+    # A second Unprepare of the aborted claim is a no-op.
+    assert unpreparer.unprepare(ClaimRef(namespace="ns", name="c", uid="u1")) is False
+
+
+def test_aborted_entries_expire_after_their_time_to_live():
+    from cdriver.roles.kubelet_plugin.cleanup import ABORTED_ENTRY_TTL, expired_aborted
+
+    claims = {
+        "old": ClaimRecord(uid="old", state=ClaimState.PREPARE_ABORTED, updated=1000.0),
+        "new": ClaimRecord(uid="new", state=ClaimState.PREPARE_ABORTED, updated=1000.0 + ABORTED_ENTRY_TTL),
+        "started": ClaimRecord(uid="started", state=ClaimState.PREPARE_STARTED, updated=0.0),
+    }
+    assert expired_aborted(claims, 1000.0 + ABORTED_ENTRY_TTL, ABORTED_ENTRY_TTL) == ["old"]
+
+
+class RecordingLabeler:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str | None]] = []
+
+    def set_label(self, key: str, value: str | None) -> None:
+        self.calls.append((key, value))
+
+
+def test_clique_id_is_re_read_and_its_label_re_applied(tmp_path: Path):
+    from cdriver.nvml.discover import FabricError
+    from cdriver.roles.kubelet_plugin.clique_refresh import CliqueRefresher
+
+    state = _state(tmp_path)
+    state.labeler = RecordingLabeler()
+    answers: list[str | Exception] = ["", "uuid.5", FabricError("registration in progress")]
+
+    def read() -> str:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    refresher = CliqueRefresher(state, read, own_label=True)
+    assert refresher.refresh() == ""  # still no fabric: nothing to label
+    assert state.labeler.calls == []
+    assert refresher.refresh() == "uuid.5"  # the fabric registered after start
+    assert state.discovery.clique_id == "uuid.5"
+    assert refresher.refresh() == "uuid.5"  # a failed re-read keeps the known ID, label re-applied
+    assert state.labeler.calls == [("nvidia.com/gpu.clique", "uuid.5")] * 2

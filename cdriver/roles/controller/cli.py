@@ -20,8 +20,6 @@ from cdriver.durations import parse_duration
 from cdriver.errors import CdriverError
 from cdriver.imex.config import DEFAULT_MAX_NODES_PER_IMEX_DOMAIN
 from cdriver.roles.controller.settings import (
-    DEFAULT_DAEMON_CPU,
-    DEFAULT_DAEMON_MEMORY,
     DEFAULT_DAEMON_PRIORITY_CLASS,
     DEFAULT_LEASE_NAME,
 )
@@ -68,12 +66,13 @@ def _fail(message: str, code: int = 2) -> None:
               envvar="DAEMON_PRIORITY_CLASS_NAME", show_default=True, show_envvar=True,
               help="PriorityClass of daemon pods, so they schedule ahead of the workloads "
                    "they serve ('' for none).")
-@click.option("--daemon-cpu", default=DEFAULT_DAEMON_CPU, envvar="DAEMON_CPU",
-              show_default=True, show_envvar=True,
-              help="CPU request and limit of the daemon container (Guaranteed QoS).")
-@click.option("--daemon-memory", default=DEFAULT_DAEMON_MEMORY, envvar="DAEMON_MEMORY",
-              show_default=True, show_envvar=True,
-              help="Memory request and limit of the daemon container (Guaranteed QoS).")
+@click.option("--daemon-cpu", default="", envvar="DAEMON_CPU", show_envvar=True,
+              help="CPU request and limit of the daemon container; unset: none, as upstream "
+                   "(set both this and --daemon-memory for Guaranteed QoS).")
+@click.option("--daemon-memory", default="", envvar="DAEMON_MEMORY", show_envvar=True,
+              help="Memory request and limit of the daemon container; unset: none, as upstream. "
+                   "A real nvidia-imex plus the daemon need more than 128Mi; size it from "
+                   "kubectl top on a running domain.")
 @click.option("--imex-mode", default="driverManaged", envvar=ENV_IMEX_MODE, show_default=True,
               show_envvar=True, help="driverManaged (daemons per domain) or hostManaged "
                                      "(host nvidia-imex service; needs gate "

@@ -44,7 +44,9 @@ from cdriver.roles.controller.status import (
     desired_status,
     pod_node_name,
     prune_clique,
+    pruned_fields,
     status_differs,
+    without_fields,
 )
 from cdriver.roles.controller.trim import (
     Trim,
@@ -165,6 +167,8 @@ class Reconciler:
         #: How objects are trimmed in the caches, per resource (our records match them).
         self.trims: dict[str, Trim] = dict(TRIMS)
         self._invalid_seen: dict[str, str] = {}
+        #: Status fields the installed CRD prunes: not written again (no endless re-writes).
+        self._pruned_status: set[str] = set()
 
     # --- cache reads --------------------------------------------------------------------
     def domain(self, key: str) -> dict | None:
@@ -447,11 +451,19 @@ class Reconciler:
             problem, generation_of(obj), self.clock(),
             forced_single=allocation_mode_forced(cd.allocation_mode,
                                                  self.settings.host_managed))
+        want = without_fields(want, self._pruned_status)
         if not status_differs(current, want):
             return
         body = copy.deepcopy(obj)
         body["status"] = want
-        self._record("update_status", CDS.plural, self.raw.update_status(CDS, body))
+        stored = self._record("update_status", CDS.plural, self.raw.update_status(CDS, body))
+        dropped = pruned_fields(want, stored.get("status") or {}) - self._pruned_status
+        if dropped:
+            self._pruned_status |= dropped
+            log.warning("the installed ComputeDomain CRD drops status fields %s (an older CRD, e.g. the "
+                        "upstream driver's, is installed; Helm does not upgrade CRDs): they are no longer "
+                        "written; apply cdriver's CRDs with kubectl apply --server-side -f helm/cdriver/crds/",
+                        ", ".join(sorted(dropped)))
         previous = next((c.get("reason") for c in current.get("conditions") or []
                          if c.get("type") == CONDITION_READY), None)
         if problem is not None and problem.warn and previous != problem.reason:

@@ -10,8 +10,6 @@ from cdriver.api import constants
 from cdriver.imex.config import DEFAULT_MAX_NODES_PER_IMEX_DOMAIN
 
 DEFAULT_DAEMON_PRIORITY_CLASS = "system-node-critical"
-DEFAULT_DAEMON_CPU = "100m"
-DEFAULT_DAEMON_MEMORY = "256Mi"
 DEFAULT_LEASE_NAME = "cdriver-controller"
 
 DEFAULT_DAEMON_IMAGE = f"cdriver:{__version__}"
@@ -38,9 +36,10 @@ class ControllerSettings:
     host_managed: bool = False
     #: Priority class of daemon pods ("" = none).
     daemon_priority_class: str = DEFAULT_DAEMON_PRIORITY_CLASS
-    #: CPU and memory of the daemon container, used as both request and limit (Guaranteed QoS).
-    daemon_cpu: str = DEFAULT_DAEMON_CPU
-    daemon_memory: str = DEFAULT_DAEMON_MEMORY
+    #: CPU and memory of the daemon container, each used as both request and limit; "" leaves
+    #: it unset (the default, as upstream: nvidia-imex is never throttled or OOM-killed by it).
+    daemon_cpu: str = ""
+    daemon_memory: str = ""
 
     def problems(self) -> list[str]:
         """Every invalid setting, each naming the flag, the value and the fix."""
@@ -63,7 +62,7 @@ class ControllerSettings:
                        "valid PriorityClass name (use '' for none)")
         for flag, value, example in (("--daemon-cpu", self.daemon_cpu, "100m"),
                                      ("--daemon-memory", self.daemon_memory, "256Mi")):
-            if not _QUANTITY.match(value):
+            if value and not _QUANTITY.match(value):
                 out.append(f"{flag} {value!r} is not a Kubernetes quantity (e.g. {example})")
         return out
 

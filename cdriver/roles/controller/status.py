@@ -224,6 +224,30 @@ def desired_status(
     return out
 
 
+def pruned_fields(sent: dict, stored: dict) -> set[str]:
+    """Status fields the API server dropped from a write: top-level keys, and node-entry keys
+    as ``nodes.<key>``. An older ComputeDomain CRD (e.g. the upstream driver's, which Helm
+    does not upgrade) prunes the fields it does not know."""
+    dropped = {key for key in sent if key not in stored}
+    stored_nodes = _nodes_key(stored.get("nodes") or [])
+    for node in sent.get("nodes") or []:
+        kept = stored_nodes.get(node.get("name"))
+        if kept is not None:
+            dropped |= {f"nodes.{key}" for key in node if key not in kept}
+    return dropped
+
+
+def without_fields(status: dict, fields: set[str]) -> dict:
+    """``status`` less the given fields (as `pruned_fields` names them)."""
+    if not fields:
+        return status
+    out = {k: v for k, v in status.items() if k not in fields}
+    node_keys = {f.split(".", 1)[1] for f in fields if f.startswith("nodes.")}
+    if node_keys and "nodes" in out:
+        out["nodes"] = [{k: v for k, v in n.items() if k not in node_keys} for n in out["nodes"]]
+    return out
+
+
 def _nodes_key(nodes: list[dict]) -> dict[str | None, dict]:
     return {n.get("name"): n for n in nodes or []}
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from cdriver import featuregates as fg
 from cdriver.cdi.model import DeviceNode
 from cdriver.errors import CdriverError
-from cdriver.nvml.discover import IMEX_CHANNEL_COUNT, IMEX_CHANNELS_DEV_DIR
+from cdriver.nvml.fabric_manager import has_local_fabric
 from cdriver.roles.kubelet_plugin.cdi_edits import CapDevice, host_path
 from cdriver.roles.kubelet_plugin.config import PluginConfig
 
@@ -42,9 +42,6 @@ class NodeDiscovery:
     channel_major: int
     clique_id: str  # "" when no GPU is attached to a multi-node NVLink fabric
     driver_version: str = ""
-    #: Channels injected for allocationMode All: the channel nodes present below the dev root,
-    #: or every channel the driver supports when the root has none (the runtime creates them).
-    channel_count: int = IMEX_CHANNEL_COUNT
 
 
 def check_driver_version(version: str, minimum: str = MIN_DRIVER_VERSION_DNS_NAMES) -> None:
@@ -128,17 +125,15 @@ def base_device_nodes(read_root: Path, dev_root: Path) -> list[DeviceNode]:
     return nodes
 
 
-def present_channel_count(read_root: Path) -> int:
-    """How many channel nodes channel0..channelN-1 exist below ``<read_root>/dev`` (0 if none)."""
-    directory = read_root / IMEX_CHANNELS_DEV_DIR.lstrip("/")
-    try:
-        names = set(os.listdir(directory))
-    except OSError:
-        return 0
-    count = 0
-    while count < IMEX_CHANNEL_COUNT and f"channel{count}" in names:
-        count += 1
-    return count
+def read_clique_id(config: PluginConfig, strict: bool | None = None) -> str:
+    """This node's clique ID as NVML reports it now ("" without a multi-node fabric)."""
+    from cdriver.nvml import discover as nvml
+
+    root = config.read_root
+    if strict is None:
+        strict = config.gates.enabled(fg.CRASH_ON_NVLINK_FABRIC_ERRORS)
+    tolerate = config.gates.enabled(fg.FABRIC_MANAGER_PARTITIONING) and has_local_fabric(root)
+    return nvml.clique_id(str(root), strict=strict, tolerate_pending=tolerate)
 
 
 def discover(config: PluginConfig) -> NodeDiscovery:
@@ -147,8 +142,7 @@ def discover(config: PluginConfig) -> NodeDiscovery:
 
     root = config.read_root
     major = nvml.channel_major(str(root))
-    strict = config.gates.enabled(fg.CRASH_ON_NVLINK_FABRIC_ERRORS)
-    clique_id = nvml.clique_id(str(root), strict=strict)
+    clique_id = read_clique_id(config)
     version = ""
     if config.gates.enabled(fg.IMEX_DAEMONS_WITH_DNS_NAMES) and not config.host_managed:
         version = nvml.driver_version(str(root))
@@ -160,7 +154,4 @@ def discover(config: PluginConfig) -> NodeDiscovery:
         clique_id,
         f", driver {version}" if version else "",
     )
-    present = present_channel_count(root)
-    return NodeDiscovery(
-        channel_major=major, clique_id=clique_id, driver_version=version, channel_count=present or IMEX_CHANNEL_COUNT
-    )
+    return NodeDiscovery(channel_major=major, clique_id=clique_id, driver_version=version)

@@ -29,9 +29,10 @@ from cdriver.kube.objects import uid_of
 from cdriver.kube.raw import RESOURCES, RawClient
 from cdriver.roles.kubelet_plugin import cdi_edits
 from cdriver.roles.kubelet_plugin.cleanup import Sweeper
+from cdriver.roles.kubelet_plugin.clique_refresh import CliqueRefresher
 from cdriver.roles.kubelet_plugin.config import PluginConfig
 from cdriver.roles.kubelet_plugin.devices import published_devices
-from cdriver.roles.kubelet_plugin.discovery import NodeDiscovery, base_device_nodes, discover
+from cdriver.roles.kubelet_plugin.discovery import NodeDiscovery, base_device_nodes, discover, read_clique_id
 from cdriver.roles.kubelet_plugin.driver import ComputeDomainDriver
 from cdriver.roles.kubelet_plugin.metrics import CountingRawClient, PluginMetrics
 from cdriver.roles.kubelet_plugin.prepare import remove_orphan_specs
@@ -62,6 +63,7 @@ class Plugin:
     _servers: list[tuple[grpc.Server, Path | None]] = field(default_factory=list)
     _informers: list[Informer] = field(default_factory=list)
     _sweeper: Sweeper | None = None
+    _clique_refresher: CliqueRefresher | None = None
     _slices: SlicePublisher | None = None
     _metrics_server: HttpServer | None = None
     _stopped: threading.Event = field(default_factory=threading.Event)
@@ -157,6 +159,10 @@ class Plugin:
         if cfg.gpu_clique_label_enabled and found.clique_id:
             self.driver.preparer.labeler.set_label(constants.LABEL_NODE_CLIQUE, found.clique_id)
             log.info("labelled node %s %s=%s", cfg.node_name, constants.LABEL_NODE_CLIQUE, found.clique_id)
+        if found.clique_id or cfg.gpu_clique_label_enabled:
+            self._clique_refresher = CliqueRefresher(state, lambda: read_clique_id(cfg),
+                                                     cfg.gpu_clique_label_enabled)
+            self._clique_refresher.start()
         log.info(
             "kubelet plugin for node %s ready (%s mode; DRA socket %s, registration socket %s)",
             cfg.node_name,
@@ -201,6 +207,8 @@ class Plugin:
             self._slices.stop()
         if self._sweeper is not None:
             self._sweeper.stop()
+        if self._clique_refresher is not None:
+            self._clique_refresher.stop()
         if (
             self.config.gpu_clique_label_enabled
             and self.driver is not None

@@ -33,6 +33,7 @@ from cdriver.imex.config import IMEXD_TEMPLATE_NAME, load_template
 from cdriver.kube.events import NORMAL, WARNING
 from cdriver.kube.objects import meta_of, name_of
 from cdriver.kube.raw import RESOURCES, ApiError
+from cdriver.nvml.discover import IMEX_CHANNEL_COUNT
 from cdriver.roles.kubelet_plugin import cdi_edits, claims
 from cdriver.roles.kubelet_plugin.claims import KIND_DAEMON, ClaimPlan
 from cdriver.roles.kubelet_plugin.discovery import DiscoveryError, fabric_mgmt_device
@@ -207,7 +208,9 @@ class Preparer:
         if self.config.host_managed or not plan.all_channels:
             channels = [dev.ref.id if self.config.host_managed else 0]
         else:
-            channels = list(range(self.state.discovery.channel_count))
+            # As upstream: every channel the driver supports, whether or not its node exists
+            # on the host yet (the runtime creates nodes from type/major/minor).
+            channels = list(range(IMEX_CHANNEL_COUNT))
         return cdi_edits.channel_edits(channels, self.state.discovery.channel_major, self.config.dev_root)
 
     def _label_is_stale(self, other_domain: str) -> bool:
@@ -328,7 +331,8 @@ class Preparer:
             done = self._completed(cp.claims.get(plan.uid))
             if done is not None:
                 return done
-            if started and plan.uid not in cp.claims:
+            current = cp.claims.get(plan.uid)
+            if started and (current is None or current.state == ClaimState.PREPARE_ABORTED):
                 raise retryable(f"claim {plan.label} was unprepared while it was being prepared; kubelet retries")
             if label_required and self.labeler.current() != plan.domain_id:
                 raise _LabelGone()

@@ -1,17 +1,20 @@
 """NodeUnprepareResources for one claim: undo what Prepare did, then forget the claim.
 
-An unknown UID is a no-op. For a channel claim in driver-managed mode the node label is
-removed only while holding the checkpoint lock and only if no other claim of the same
-ComputeDomain remains (a concurrent Prepare records itself first, so it is seen). The
-checkpoint entry goes last, so a plugin killed half-way finishes the job on the retry.
+An unknown UID is a no-op, and so is a claim already aborted. For a channel claim in
+driver-managed mode the node label is removed only while holding the checkpoint lock and
+only if no other claim of the same ComputeDomain remains (a concurrent Prepare records itself first, so it is seen). The
+checkpoint entry goes last, so a plugin killed half-way finishes the job on the retry. A claim
+whose Prepare had not finished is kept as PrepareAborted (as upstream's plugin does) so that a
+late Prepare retry sees it was unprepared; the sweeper forgets it after a while.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 from cdriver.cdi.writer import claim_spec_name, remove_spec
-from cdriver.checkpoint import CheckpointError
+from cdriver.checkpoint import CheckpointError, ClaimState
 from cdriver.dra.node_service import ClaimRef
 from cdriver.errors import CdriverError
 from cdriver.roles.kubelet_plugin.claims import KIND_CHANNEL
@@ -46,7 +49,7 @@ class Unpreparer:
             return False
         with store.locked() as cp:
             rec = cp.claims.get(ref.uid)
-            if rec is None:
+            if rec is None or rec.state == ClaimState.PREPARE_ABORTED:
                 return False
             remove_spec(self.state.config.cdi_root, claim_spec_name(ref.uid))
             if rec.kind == KIND_CHANNEL and rec.domain_id and not self.state.config.host_managed:
@@ -64,7 +67,11 @@ class Unpreparer:
                         ", ".join(others),
                         rec.domain_id,
                     )
-            del cp.claims[ref.uid]
+            if rec.state == ClaimState.PREPARE_STARTED:
+                rec.state, rec.devices, rec.cdi_ids = ClaimState.PREPARE_ABORTED, [], []
+                rec.updated = time.time()
+            else:
+                del cp.claims[ref.uid]
             self.state.refresh_prepared_gauge(cp.claims)
         log.info("unprepared claim %s (%s, ComputeDomain %s)", ref, rec.kind or "no devices", rec.domain_id)
         return True

@@ -93,6 +93,10 @@ def helm_values(settings: WorldSettings) -> list[str]:
         # and the controller's metrics port is picked free.
         "--set", "kubeletPlugin.metrics.enabled=false",
         "--set", f"controller.metrics.port={settings.controller_metrics_port}",
+        # Simulated nodes carry no GPU-discovery labels, and one fixed health port would collide
+        # on the shared network: schedule on every node, health service on a free port, no probes.
+        "--set", "kubeletPlugin.affinity=null",
+        "--set", "kubeletPlugin.healthcheckPort=0",
     ]
     gates = dict(settings.feature_gates)
     if settings.imex_mode == IMEX_MODE_HOST_MANAGED:

@@ -36,15 +36,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{- define "cdriver.hostManaged" -}}
-{{- if eq .Values.imex.mode "hostManaged" -}}true{{- end -}}
+{{- if eq (include "cdriver.imexMode" .) "hostManaged" -}}true{{- end -}}
 {{- end -}}
 
 {{/* Env shared by controller and plugin: mode, isolation, gates, logging. */}}
 {{- define "cdriver.commonEnv" -}}
 - name: IMEX_MODE
-  value: {{ .Values.imex.mode | quote }}
+  value: {{ include "cdriver.imexMode" . | quote }}
 - name: IMEX_ISOLATION
-  value: {{ .Values.imex.isolation | quote }}
+  value: {{ include "cdriver.imexIsolation" . | quote }}
 - name: LOG_VERBOSITY
   value: {{ .Values.logVerbosity | quote }}
 - name: LOG_FORMAT
@@ -52,5 +52,68 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- with include "cdriver.featureGates" . }}
 - name: FEATURE_GATES
   value: {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Values written for the upstream NVIDIA chart, mapped onto this chart's keys. Where both are
+given, the upstream key wins: it is what a values file carried over from upstream asks for.
+*/}}
+{{- define "cdriver.upstreamImex" -}}
+{{- toJson (default dict (dig "imex" dict (.Values.resources.computeDomains | default dict))) -}}
+{{- end -}}
+
+{{- define "cdriver.imexMode" -}}
+{{- (include "cdriver.upstreamImex" . | fromJson).mode | default .Values.imex.mode -}}
+{{- end -}}
+
+{{- define "cdriver.imexIsolation" -}}
+{{- (include "cdriver.upstreamImex" . | fromJson).isolation | default .Values.imex.isolation -}}
+{{- end -}}
+
+{{- define "cdriver.imexHostSocketPath" -}}
+{{- (include "cdriver.upstreamImex" . | fromJson).hostSocketPath | default .Values.imex.hostSocketPath -}}
+{{- end -}}
+
+{{/* The upstream chart's kubeletPlugin.containers.computeDomains block (empty if not given). */}}
+{{- define "cdriver.upstreamPluginContainer" -}}
+{{- toJson (dig "containers" "computeDomains" dict .Values.kubeletPlugin) -}}
+{{- end -}}
+
+{{/* The upstream chart's controller.containers.computeDomain block (empty if not given). */}}
+{{- define "cdriver.upstreamControllerContainer" -}}
+{{- toJson (dig "containers" "computeDomain" dict .Values.controller) -}}
+{{- end -}}
+
+{{- define "cdriver.cliqueLabelOwned" -}}
+{{- $up := include "cdriver.upstreamPluginContainer" . | fromJson -}}
+{{- or .Values.cliqueLabel.owned (default false $up.gpuCliqueLabelEnabled) -}}
+{{- end -}}
+
+{{- define "cdriver.pluginHealthPort" -}}
+{{- $up := include "cdriver.upstreamPluginContainer" . | fromJson -}}
+{{- if hasKey $up "healthcheckPort" -}}{{ int $up.healthcheckPort }}{{- else -}}{{ int .Values.kubeletPlugin.healthcheckPort }}{{- end -}}
+{{- end -}}
+
+{{/* HTTP endpoint of a component: the upstream-style endpoint if given, else ":<port>". */}}
+{{- define "cdriver.controllerHttpEndpoint" -}}
+{{- .Values.controller.metrics.httpEndpoint | default (printf ":%d" (int .Values.controller.metrics.port)) -}}
+{{- end -}}
+
+{{- define "cdriver.pluginHttpEndpoint" -}}
+{{- .Values.kubeletPlugin.metrics.computeDomainHttpEndpoint | default (printf ":%d" (int .Values.kubeletPlugin.metrics.port)) -}}
+{{- end -}}
+
+{{/* The port number at the end of an endpoint such as ":8080" or "0.0.0.0:8080". */}}
+{{- define "cdriver.endpointPort" -}}
+{{- regexFind "[0-9]+$" . | int -}}
+{{- end -}}
+
+{{/* Pod annotations: the chart-wide podAnnotations under the component's own. */}}
+{{- define "cdriver.podAnnotations" -}}
+{{- $merged := merge (deepCopy (.component.podAnnotations | default dict)) (.root.Values.podAnnotations | default dict) -}}
+{{- with $merged }}
+annotations:
+  {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
