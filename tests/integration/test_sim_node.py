@@ -194,6 +194,7 @@ class SimTestDriver:
         self.fail_with = ""
         self.prepared: list[str] = []
         self.unprepared: list[str] = []
+        self.on_unprepare: Callable[[list[node_service.ClaimRef]], None] | None = None
         self.lock = threading.Lock()
         self.dev = node.layout.dev_dir / f"{driver}-dev0"
         if not self.dev.exists():
@@ -225,6 +226,8 @@ class SimTestDriver:
         return out
 
     def unprepare_claims(self, claims: list[node_service.ClaimRef]) -> dict[str, str]:
+        if self.on_unprepare is not None:
+            self.on_unprepare(claims)
         for claim in claims:
             with self.lock:
                 self.unprepared.append(claim.uid)
@@ -328,6 +331,58 @@ def test_failing_prepare_keeps_pod_creating_with_event_until_plugin_succeeds(
     dra_driver.fail_with = ""
     pod = wait_for(lambda: pod_ready(raw, namespace, "user"), 60, "the pod to start once prepare succeeds")
     assert pod["status"]["phase"] == "Running"
+
+
+def pod_gone(raw: RawClient, namespace: str, name: str) -> None:
+    wait_for(lambda: raw.get_or_none(PODS, name, namespace) is None, 30, f"pod {name} to be deleted by its node")
+
+
+def test_claim_of_a_failed_prepare_is_unprepared_when_the_pod_goes(
+        raw: RawClient, namespace: str, sim_nodes: list[NodeAgent], pool: str, dra_driver: SimTestDriver) -> None:
+    dra_driver.fail_with = "simulated device failure: prepare timed out"
+    claim_pod(raw, namespace, dra_driver, pool)
+    wait_for(lambda: dra_driver.prepared, 60, "a NodePrepareResources call")
+    uid = dra_driver.prepared[0]
+    raw.delete(PODS, "user", namespace)
+    pod_gone(raw, namespace, "user")
+    # kubelet records the pod with its claim before calling the driver, so a driver that may
+    # have done part of the work always gets the matching NodeUnprepareResources
+    assert dra_driver.unprepared == [uid]
+
+
+def test_shared_claim_is_prepared_once_and_unprepared_after_its_last_pod(
+        raw: RawClient, namespace: str, sim_nodes: list[NodeAgent], pool: str, dra_driver: SimTestDriver) -> None:
+    raw.create(CLAIMS, {"metadata": {"name": "shared"}, "spec": {"devices": {"requests": [
+        {"name": "dev", "exactly": {"deviceClassName": dra_driver.driver}}]}}}, namespace)
+    for name in ("first", "second"):
+        raw.create(PODS, pod_body(name, ["sleep", "3600"], pool, dra_driver.node.name,
+                                  resourceClaims=[{"name": "gpu", "resourceClaimName": "shared"}],
+                                  container={"resources": {"claims": [{"name": "gpu"}]}}), namespace)
+        wait_for(lambda n=name: pod_ready(raw, namespace, n), 60, f"pod {name} to be Ready")
+    uid = raw.get(CLAIMS, "shared", namespace)["metadata"]["uid"]
+    assert dra_driver.prepared == [uid]
+
+    raw.delete(PODS, "first", namespace)
+    pod_gone(raw, namespace, "first")
+    assert dra_driver.unprepared == []  # the second pod still uses the claim
+    assert dra_driver.node.exec_in_container(namespace, "second", "main",
+                                             ["test", "-c", "/dev/sim-test/dev0"]).returncode == 0
+    raw.delete(PODS, "second", namespace)
+    pod_gone(raw, namespace, "second")
+    assert dra_driver.unprepared == [uid]
+
+
+def test_deleted_pod_is_unprepared_before_its_final_status_is_posted(
+        raw: RawClient, namespace: str, sim_nodes: list[NodeAgent], pool: str, dra_driver: SimTestDriver) -> None:
+    claim_pod(raw, namespace, dra_driver, pool)
+    wait_for(lambda: pod_ready(raw, namespace, "user"), 60, "the claim pod to be Ready")
+    seen: list[dict] = []
+    dra_driver.on_unprepare = lambda claims: seen.append(container_status(get_pod(raw, namespace, "user")))
+    raw.delete(PODS, "user", namespace)
+    pod_gone(raw, namespace, "user")
+    assert len(seen) == 1
+    # the API still shows the container running: the terminated status comes after unprepare
+    assert "running" in seen[0]["state"], seen[0]
 
 
 # --- probes, restarts, termination -----------------------------------------------------------------

@@ -1,5 +1,5 @@
 """What a node's pod workers share: timing options and the node runtime (identity, API
-access, plugins, CDI resolution, token requests)."""
+access, plugins, the claim record, CDI resolution, token requests)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from cdriver.cdi.reader import CDIRegistry
 from cdriver.errors import CdriverError
 from cdriver.kube.events import EventRecorder
 from cdriver.kube.raw import RESOURCES, RawClient
+from cdriver.sim.node.simulated.claim_cache import ClaimCache
 from cdriver.sim.node.simulated.layout import NodeLayout
 from cdriver.sim.node.simulated.plugins import PluginManager
 
@@ -60,6 +61,7 @@ class NodeRuntime:
     options: NodeOptions
     path_prefix: list[str]
     log: logging.Logger
+    claims: ClaimCache
     cdi_lock: threading.Lock = field(default_factory=threading.Lock)
     _cdi: CDIRegistry | None = None
 
