@@ -42,7 +42,7 @@ def _socket(path: Path) -> socket.socket:
     return s
 
 
-def test_registry_sockets_finds_sockets_in_the_dir_and_one_level_below(tmp_path: Path) -> None:
+def test_registry_sockets_finds_sockets_at_any_depth_like_kubelets_plugin_watcher(tmp_path: Path) -> None:
     (tmp_path / "sub" / "deeper").mkdir(parents=True)
     keep = [_socket(tmp_path / "a-reg.sock"), _socket(tmp_path / "sub" / "b.sock"),
             _socket(tmp_path / ".hidden.sock"), _socket(tmp_path / "sub" / "deeper" / "c.sock")]
@@ -52,7 +52,7 @@ def test_registry_sockets_finds_sockets_in_the_dir_and_one_level_below(tmp_path:
     finally:
         for s in keep:
             s.close()
-    assert found == [tmp_path / "a-reg.sock", tmp_path / "sub" / "b.sock"]
+    assert found == [tmp_path / "a-reg.sock", tmp_path / "sub" / "b.sock", tmp_path / "sub" / "deeper" / "c.sock"]
     assert plugins.registry_sockets(tmp_path / "missing") == []
 
 

@@ -67,5 +67,5 @@ def test_pod_state_round_trip_and_corrupt_file(tmp_path: Path) -> None:
 
 def test_options_fast_is_faster_everywhere() -> None:
     slow, fast = runtime.NodeOptions(), runtime.NodeOptions.fast()
-    for name in ("heartbeat_interval", "backoff_base", "backoff_max", "setup_retry_base", "plugin_probe_interval"):
+    for name in ("heartbeat_interval", "backoff_base", "backoff_max", "setup_retry_base", "plugin_scan_interval"):
         assert getattr(fast, name) < getattr(slow, name)

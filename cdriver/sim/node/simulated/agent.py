@@ -155,7 +155,6 @@ class NodeAgent:
         self._register_node()
         self._delete_slices()
         self.plugins = PluginManager(self.layout, self.log, scan_interval=self.options.plugin_scan_interval,
-                                     probe_interval=self.options.plugin_probe_interval,
                                      on_registered=self._plugin_registered,
                                      on_unregistered=self._plugin_unregistered).start()
         self.runtime = NodeRuntime(
@@ -353,11 +352,11 @@ class NodeAgent:
             timer.cancel()
 
     def _plugin_unregistered(self, driver: str) -> None:
-        """Kubelet removes a gone driver's slices of this node after a grace period."""
+        """Kubelet removes the slices of this node of a gone or unreachable driver after a grace period."""
         def wipe() -> None:
             with self._lock:
                 self._wipe_timers.pop(driver, None)
-            if self._running and self.plugins is not None and driver not in self.plugins.drivers():
+            if self._running and self.plugins is not None and not self.plugins.usable(driver):
                 self._delete_slices(driver)
 
         timer = threading.Timer(self.options.slice_wipe_delay, wipe)
