@@ -626,21 +626,30 @@ def test_container_process_has_private_dev_mounts_and_hostname(tmp_path: Path) -
     data = tmp_path / "data"
     data.mkdir()
     (data / "f").write_text("volume-content")
-    host_dev = tmp_path / "hostdev0"
-    os.mknod(host_dev, 0o666 | stat.S_IFCHR, os.makedev(1, 5))
-    script = ("hostname; cat /mnt/f; echo; test -c /dev/test/bound && test -c /dev/test/made && echo devices; "
-              "touch /mnt/x 2>/dev/null || echo read-only; test -c /dev/null && echo null")
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "run-me").write_text("#!/bin/sh\necho ran\n")
+    (tools / "run-me").chmod(0o755)
+    # device nodes are created from the spec (type, major:minor, mode, owner), not copied from a host device
+    script = ("hostname; cat /mnt/f; echo; stat -c '%F|%t:%T|%a|%u:%g' /dev/test/made /dev/test/block; "
+              "touch /mnt/x 2>/dev/null || echo read-only; test -c /dev/null && echo null; "
+              "/tools/run-me 2>/dev/null || echo noexec")
     spec = LaunchSpec(argv=["sh", "-c", script], env={"PATH": "/usr/bin:/bin"}, hostname="pod-x",
-                      devices=[DeviceSpec("/dev/test/bound", str(host_dev)),
-                               DeviceSpec("/dev/test/made", None, "c", 1, 3, 0o600)],
-                      mounts=[BindMount(str(data), "/mnt", read_only=True)], dev_staging=str(tmp_path / "stage"))
+                      devices=[DeviceSpec("/dev/test/made", "c", 234, 0, 0o666, 1000, 2000),
+                               DeviceSpec("/dev/test/block", "b", 7, 9, 0o600)],
+                      mounts=[BindMount(str(data), "/mnt", read_only=True),
+                              BindMount(str(tools), "/tools", options=("noexec",))],
+                      dev_staging=str(tmp_path / "stage"))
     proc = ContainerProcess(spec, tmp_path / "spec.json", tmp_path / "logs" / "0.log", "t").start()
     assert proc.wait(10) == 0
     proc.close()
     from cdriver.sim.node.simulated import logs
 
-    out = logs.render(logs.read_entries(tmp_path / "logs" / "0.log")).decode().split()
-    assert out == ["pod-x", "volume-content", "devices", "read-only", "null"]
+    out = logs.render(logs.read_entries(tmp_path / "logs" / "0.log")).decode().split("\n")
+    assert [line for line in out if line] == [
+        "pod-x", "volume-content", "character special file|ea:0|666|1000:2000", "block special file|7:9|600|0:0",
+        "read-only", "null", "noexec"]
+    assert (tools / "run-me").exists() and not (tmp_path / "data" / "x").exists()
     assert not os.path.exists("/dev/test/made") and socket.gethostname() != "pod-x"
     spec.argv = ["no-such-command-here"]
     with pytest.raises(StartError, match="no-such-command-here"):
