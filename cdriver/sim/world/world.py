@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -43,6 +44,10 @@ def chart_dir() -> Path:
     if not (path / "Chart.yaml").exists():
         raise WorldError(f"the Helm chart is not at {path}; run from a checkout of the cdriver repository")
     return path
+
+
+#: What a world creates below its base directory.
+WORLD_DIRS = ("cluster", "nodes")
 
 
 @dataclass
@@ -141,6 +146,8 @@ class SimWorld:
         return result
 
     def start(self) -> SimWorld:
+        """Bring everything up; if a step fails, stop what started and remove what this start
+        created below the base directory (and the base directory itself when that leaves it empty)."""
         try:
             self._step("build or find the control-plane binaries and helm (first build: many minutes)",
                        self._binaries)
@@ -150,8 +157,18 @@ class SimWorld:
             self._step("wait for the controller and every node's kubelet plugin", self._wait_ready)
         except BaseException:
             self.stop()
+            self._remove_files()
             raise
         return self
+
+    def _remove_files(self) -> None:
+        base = self.settings.base_dir
+        for sub in WORLD_DIRS:
+            shutil.rmtree(base / sub, ignore_errors=True)
+        try:
+            base.rmdir()  # only if nothing else (a log the user reads, say) is there
+        except OSError:
+            pass
 
     def stop(self) -> None:
         for node in reversed(self.nodes):
@@ -176,7 +193,7 @@ class SimWorld:
     def _start_cluster(self) -> None:
         from cdriver.sim.controlplane.cluster import LocalCluster
 
-        run_dir = self.settings.base_dir / "cluster"
+        run_dir = self.settings.base_dir / WORLD_DIRS[0]
         self.cluster = LocalCluster(run_dir=run_dir, binaries=self._binaries_obj)
         self.cluster.start()
 
@@ -207,7 +224,7 @@ class SimWorld:
             if clique:
                 # What GPU feature discovery sets on a real node.
                 labels[c.LABEL_NODE_CLIQUE] = clique
-            agent = NodeAgent(self.raw, name, node_ip(i), self.settings.base_dir / "nodes" / name, labels=labels,
+            agent = NodeAgent(self.raw, name, node_ip(i), self.settings.base_dir / WORLD_DIRS[1] / name, labels=labels,
                               options=options, topology=str(path), pki_dir=self.cluster.pki.dir,
                               fabric_state="completed" if fabric else "not_supported")
             self.nodes.append(SimNode(name, node_ip(i), clique, agent))
