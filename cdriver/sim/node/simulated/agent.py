@@ -35,6 +35,7 @@ from cdriver.sim.node.simulated.claim_cache import ClaimCache
 from cdriver.sim.node.simulated.claims import PodState, unprepare_pod_claims
 from cdriver.sim.node.simulated.container import run_in_container
 from cdriver.sim.node.simulated.layout import NodeLayout
+from cdriver.sim.node.simulated.leftovers import kill_leftovers
 from cdriver.sim.node.simulated.plugins import PluginManager
 from cdriver.sim.node.simulated.pods import PodWorker
 from cdriver.sim.node.simulated.runtime import NodeOptions, NodeRuntime
@@ -133,6 +134,10 @@ class NodeAgent:
         self.layout.ensure()
         self._setup_logging()
         self.log.info("starting node %s (%s) in %s", self.name, self.ip, self.layout.root)
+        left = kill_leftovers(self.layout.pods_dir)
+        if left:
+            self.log.warning("ended %d processes a previous run of this node left behind: %s", len(left),
+                             " ".join(map(str, left)))
         self._running = True
         try:
             self._start(wait)
