@@ -20,7 +20,8 @@ from cdriver.sim.world.world import SimWorld, WorldSettings
 
 def start_world(settings_kwargs: dict) -> Iterator[SimWorld]:
     base = Path(tempfile.mkdtemp(prefix="cde", dir="/tmp"))
-    world = SimWorld(WorldSettings(base_dir=base, **settings_kwargs), progress=print)
+    # fast retries and heartbeats: the default is kubelet's timings (sim up, demo, benchmarks)
+    world = SimWorld(WorldSettings(base_dir=base, **{"fast": True, **settings_kwargs}), progress=print)
     world.start()
     try:
         yield world

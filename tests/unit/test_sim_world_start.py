@@ -39,3 +39,14 @@ def test_failed_start_keeps_files_it_did_not_create(tmp_path: Path) -> None:
     with pytest.raises(WorldError):
         FailingWorld(WorldSettings(base_dir=base), progress=lambda m: None).start()
     assert sorted(p.name for p in base.iterdir()) == ["up.log"]
+
+
+def test_worlds_run_kubelets_timings_unless_asked_for_fast_ones(tmp_path: Path) -> None:
+    from cdriver.sim.node.simulated.runtime import NodeOptions
+    from cdriver.sim.world.cli import _settings
+    from cdriver.sim.world.world import node_options
+
+    assert node_options(WorldSettings(base_dir=tmp_path)) == NodeOptions()
+    assert node_options(_settings(tmp_path, 4, None, False)) == NodeOptions()  # `sim up`, `sim demo`
+    assert NodeOptions().backoff_base == 10.0 and NodeOptions().backoff_max == 300.0  # kubelet's crash-loop backoff
+    assert node_options(WorldSettings(base_dir=tmp_path, fast=True)) == NodeOptions.fast()

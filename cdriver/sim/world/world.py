@@ -60,7 +60,8 @@ class WorldSettings:
     imex_mode: str = IMEX_MODE_DRIVER_MANAGED
     feature_gates: dict[str, bool] = field(default_factory=dict)
     extra_values: list[str] = field(default_factory=list)
-    fast: bool = True
+    #: short heartbeats, backoffs and retries (tests); off: kubelet's timings
+    fast: bool = False
     #: node names to lay out as not fabric-attached (NVML reports no fabric)
     non_fabric_nodes: tuple[str, ...] = ()
     #: extra nodes outside the topology (GPU nodes without NVLink fabric), e.g. ("cpu-1",)
@@ -74,6 +75,13 @@ class WorldSettings:
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
                 self.controller_metrics_port = s.getsockname()[1]
+
+
+def node_options(settings: WorldSettings) -> Any:
+    """The nodes' timings: kubelet's, or the fast ones tests use."""
+    from cdriver.sim.node.simulated.runtime import NodeOptions
+
+    return NodeOptions.fast() if settings.fast else NodeOptions()
 
 
 @dataclass
@@ -208,14 +216,12 @@ class SimWorld:
 
         from cdriver.sim.gpu.topology import clique_label
         from cdriver.sim.node.simulated.agent import NodeAgent, node_ip
-        from cdriver.sim.node.simulated.runtime import NodeOptions
-
         path, topology = self._topology()
         names = topology.nodes()[: self.settings.nodes]
         if len(names) < self.settings.nodes:
             raise WorldError(f"the topology {path} lists {len(names)} nodes, {self.settings.nodes} were asked for")
         names += list(self.settings.extra_nodes)
-        options = NodeOptions.fast() if self.settings.fast else NodeOptions()
+        options = node_options(self.settings)
         for i, name in enumerate(names, start=1):
             identity = topology.find(name)
             fabric = identity is not None and name not in self.settings.non_fabric_nodes
