@@ -677,6 +677,8 @@ def test_processes_left_by_a_dead_node_run_are_ended_when_the_node_starts(tmp_pa
     os.waitpid(proc.pid, 0)
     assert Path(f"/proc/{child}/stat").read_text().split()[2] != "Z"
     assert leftover_pids(layout.pods_dir) == [child]
+    shutil.rmtree(layout.root)  # also found once the dead run's files are gone
+    assert leftover_pids(layout.pods_dir) == [child]
     assert leftover_pids(tmp_path / "other") == []
     assert kill_leftovers(layout.pods_dir) == [child]
     wait_for(lambda: not Path(f"/proc/{child}").exists() or Path(f"/proc/{child}/stat").read_text().split()[2] == "Z",

@@ -4,7 +4,8 @@ A container's main process dies with its node agent (parent-death signal), but w
 started (a daemon's children, say) is adopted by PID 1 and keeps running, holding ports
 and files. Every container has the node's per-pod ``/etc/hosts`` bound into its mount
 namespace, so such a process is recognised by a mount taken from the node's pods directory
-(matched by filesystem and path within it, whatever mount point that filesystem has here).
+(matched by filesystem and path within it, whatever mount point that filesystem has here;
+found also after the node's directory was removed).
 """
 
 from __future__ import annotations
@@ -42,25 +43,29 @@ def mountinfo(pid: int | str) -> list[tuple[str, str, str]]:
 
 
 def fs_location(path: Path) -> tuple[str, str] | None:
-    """(device major:minor, path within its filesystem) of an existing directory, from this
-    process's mount table."""
+    """(device major:minor, path within its filesystem) of `path`, from this process's mount
+    table; a path that no longer exists is placed below its nearest existing ancestor."""
     real = os.path.realpath(path)
+    existing, rest = real, ""
+    while not os.path.exists(existing):
+        existing, name = os.path.split(existing)
+        rest = f"/{name}{rest}"
     try:
-        st = os.stat(real)
+        st = os.stat(existing)
     except OSError:
         return None
     device = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
     best: tuple[str, str] | None = None
     for dev, root, point in mountinfo("self"):
-        if dev != device or not (real == point or real.startswith(point.rstrip("/") + "/")):
+        if dev != device or not (existing == point or existing.startswith(point.rstrip("/") + "/")):
             continue
         if best is None or len(point) > len(best[1]):
             best = (root, point)
     if best is None:
         return None
     root, point = best
-    rest = real[len(point.rstrip("/")):]
-    return device, (root.rstrip("/") + rest) or "/"
+    inside = existing[len(point.rstrip("/")):] + rest
+    return device, (root.rstrip("/") + inside) or "/"
 
 
 def leftover_pids(pods_dir: Path) -> list[int]:
