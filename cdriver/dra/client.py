@@ -79,7 +79,6 @@ class PluginEndpoint:
     registration_socket: Path
     service: str
     registered_at: float
-    failures: int = 0
 
 
 class DRAPluginClient:
@@ -146,15 +145,17 @@ def get_info(socket_path: Path, timeout: float) -> Any:
         target.close()
 
 
-def notify_registration(socket_path: Path, registered: bool, error: str, timeout: float) -> None:
+def notify_registration(socket_path: Path, registered: bool, error: str, timeout: float) -> str:
+    """NotifyRegistrationStatus; "" when the plugin took it, else why not."""
     from cdriver.dra.gen.pluginregistration.v1 import api_pb2, api_pb2_grpc
 
     channel, target = open_channel(socket_path)
     try:
         api_pb2_grpc.RegistrationStub(channel).NotifyRegistrationStatus(
             api_pb2.RegistrationStatus(plugin_registered=registered, error=error), timeout=timeout)
-    except grpc.RpcError:
-        pass  # a plugin may answer a rejection with an error; nothing to do about it
+        return ""
+    except grpc.RpcError as exc:
+        return rpc_details(exc)
     finally:
         channel.close()
         target.close()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,9 +17,14 @@ import pytest
 from cdriver.sim.world.world import SimWorld, WorldSettings
 
 
-def start_world(settings_kwargs: dict) -> Iterator[SimWorld]:
-    base = Path(tempfile.mkdtemp(prefix="cde", dir="/tmp"))
-    world = SimWorld(WorldSettings(base_dir=base, **settings_kwargs), progress=print)
+def start_world(settings_kwargs: dict, name: str) -> Iterator[SimWorld]:
+    # one fixed directory per world: a run killed midway leaves its files and processes there,
+    # and the next run's nodes find and end those processes when they start
+    base = Path(f"/tmp/cde-{os.getuid()}-{name}")
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir()
+    # fast retries and heartbeats: the default is kubelet's timings (sim up, demo, benchmarks)
+    world = SimWorld(WorldSettings(base_dir=base, **{"fast": True, **settings_kwargs}), progress=print)
     world.start()
     try:
         yield world

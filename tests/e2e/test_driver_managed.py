@@ -32,7 +32,7 @@ NON_FABRIC_NODE = "cpu-1"
 
 @pytest.fixture(scope="module")
 def world() -> Iterator[SimWorld]:
-    yield from start_world({"nodes": 4, "extra_nodes": (NON_FABRIC_NODE,)})
+    yield from start_world({"nodes": 4, "extra_nodes": (NON_FABRIC_NODE,)}, "dm")
 
 
 def cliques(world: SimWorld) -> list[str]:

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def world() -> Iterator[SimWorld]:
-    yield from start_world({"nodes": 2, "imex_mode": IMEX_MODE_HOST_MANAGED})
+    yield from start_world({"nodes": 2, "imex_mode": IMEX_MODE_HOST_MANAGED}, "hm")
 
 
 @pytest.fixture(scope="module")

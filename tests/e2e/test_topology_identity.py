@@ -25,7 +25,7 @@ REBOUND_CLIQUE = 99
 
 @pytest.fixture(scope="module")
 def world() -> Iterator[SimWorld]:
-    yield from start_world({"nodes": 4})
+    yield from start_world({"nodes": 4}, "ti")
 
 
 def fabric_pod(name: str, node: str) -> dict:

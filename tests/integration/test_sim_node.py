@@ -194,6 +194,7 @@ class SimTestDriver:
         self.fail_with = ""
         self.prepared: list[str] = []
         self.unprepared: list[str] = []
+        self.on_unprepare: Callable[[list[node_service.ClaimRef]], None] | None = None
         self.lock = threading.Lock()
         self.dev = node.layout.dev_dir / f"{driver}-dev0"
         if not self.dev.exists():
@@ -225,6 +226,8 @@ class SimTestDriver:
         return out
 
     def unprepare_claims(self, claims: list[node_service.ClaimRef]) -> dict[str, str]:
+        if self.on_unprepare is not None:
+            self.on_unprepare(claims)
         for claim in claims:
             with self.lock:
                 self.unprepared.append(claim.uid)
@@ -328,6 +331,58 @@ def test_failing_prepare_keeps_pod_creating_with_event_until_plugin_succeeds(
     dra_driver.fail_with = ""
     pod = wait_for(lambda: pod_ready(raw, namespace, "user"), 60, "the pod to start once prepare succeeds")
     assert pod["status"]["phase"] == "Running"
+
+
+def pod_gone(raw: RawClient, namespace: str, name: str) -> None:
+    wait_for(lambda: raw.get_or_none(PODS, name, namespace) is None, 30, f"pod {name} to be deleted by its node")
+
+
+def test_claim_of_a_failed_prepare_is_unprepared_when_the_pod_goes(
+        raw: RawClient, namespace: str, sim_nodes: list[NodeAgent], pool: str, dra_driver: SimTestDriver) -> None:
+    dra_driver.fail_with = "simulated device failure: prepare timed out"
+    claim_pod(raw, namespace, dra_driver, pool)
+    wait_for(lambda: dra_driver.prepared, 60, "a NodePrepareResources call")
+    uid = dra_driver.prepared[0]
+    raw.delete(PODS, "user", namespace)
+    pod_gone(raw, namespace, "user")
+    # kubelet records the pod with its claim before calling the driver, so a driver that may
+    # have done part of the work always gets the matching NodeUnprepareResources
+    assert dra_driver.unprepared == [uid]
+
+
+def test_shared_claim_is_prepared_once_and_unprepared_after_its_last_pod(
+        raw: RawClient, namespace: str, sim_nodes: list[NodeAgent], pool: str, dra_driver: SimTestDriver) -> None:
+    raw.create(CLAIMS, {"metadata": {"name": "shared"}, "spec": {"devices": {"requests": [
+        {"name": "dev", "exactly": {"deviceClassName": dra_driver.driver}}]}}}, namespace)
+    for name in ("first", "second"):
+        raw.create(PODS, pod_body(name, ["sleep", "3600"], pool, dra_driver.node.name,
+                                  resourceClaims=[{"name": "gpu", "resourceClaimName": "shared"}],
+                                  container={"resources": {"claims": [{"name": "gpu"}]}}), namespace)
+        wait_for(lambda n=name: pod_ready(raw, namespace, n), 60, f"pod {name} to be Ready")
+    uid = raw.get(CLAIMS, "shared", namespace)["metadata"]["uid"]
+    assert dra_driver.prepared == [uid]
+
+    raw.delete(PODS, "first", namespace)
+    pod_gone(raw, namespace, "first")
+    assert dra_driver.unprepared == []  # the second pod still uses the claim
+    assert dra_driver.node.exec_in_container(namespace, "second", "main",
+                                             ["test", "-c", "/dev/sim-test/dev0"]).returncode == 0
+    raw.delete(PODS, "second", namespace)
+    pod_gone(raw, namespace, "second")
+    assert dra_driver.unprepared == [uid]
+
+
+def test_deleted_pod_is_unprepared_before_its_final_status_is_posted(
+        raw: RawClient, namespace: str, sim_nodes: list[NodeAgent], pool: str, dra_driver: SimTestDriver) -> None:
+    claim_pod(raw, namespace, dra_driver, pool)
+    wait_for(lambda: pod_ready(raw, namespace, "user"), 60, "the claim pod to be Ready")
+    seen: list[dict] = []
+    dra_driver.on_unprepare = lambda claims: seen.append(container_status(get_pod(raw, namespace, "user")))
+    raw.delete(PODS, "user", namespace)
+    pod_gone(raw, namespace, "user")
+    assert len(seen) == 1
+    # the API still shows the container running: the terminated status comes after unprepare
+    assert "running" in seen[0]["state"], seen[0]
 
 
 # --- probes, restarts, termination -----------------------------------------------------------------
@@ -571,25 +626,64 @@ def test_container_process_has_private_dev_mounts_and_hostname(tmp_path: Path) -
     data = tmp_path / "data"
     data.mkdir()
     (data / "f").write_text("volume-content")
-    host_dev = tmp_path / "hostdev0"
-    os.mknod(host_dev, 0o666 | stat.S_IFCHR, os.makedev(1, 5))
-    script = ("hostname; cat /mnt/f; echo; test -c /dev/test/bound && test -c /dev/test/made && echo devices; "
-              "touch /mnt/x 2>/dev/null || echo read-only; test -c /dev/null && echo null")
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "run-me").write_text("#!/bin/sh\necho ran\n")
+    (tools / "run-me").chmod(0o755)
+    # device nodes are created from the spec (type, major:minor, mode, owner), not copied from a host device
+    script = ("hostname; cat /mnt/f; echo; stat -c '%F|%t:%T|%a|%u:%g' /dev/test/made /dev/test/block; "
+              "touch /mnt/x 2>/dev/null || echo read-only; test -c /dev/null && echo null; "
+              "/tools/run-me 2>/dev/null || echo noexec")
     spec = LaunchSpec(argv=["sh", "-c", script], env={"PATH": "/usr/bin:/bin"}, hostname="pod-x",
-                      devices=[DeviceSpec("/dev/test/bound", str(host_dev)),
-                               DeviceSpec("/dev/test/made", None, "c", 1, 3, 0o600)],
-                      mounts=[BindMount(str(data), "/mnt", read_only=True)], dev_staging=str(tmp_path / "stage"))
+                      devices=[DeviceSpec("/dev/test/made", "c", 234, 0, 0o666, 1000, 2000),
+                               DeviceSpec("/dev/test/block", "b", 7, 9, 0o600)],
+                      mounts=[BindMount(str(data), "/mnt", read_only=True),
+                              BindMount(str(tools), "/tools", options=("noexec",))],
+                      dev_staging=str(tmp_path / "stage"))
     proc = ContainerProcess(spec, tmp_path / "spec.json", tmp_path / "logs" / "0.log", "t").start()
     assert proc.wait(10) == 0
     proc.close()
     from cdriver.sim.node.simulated import logs
 
-    out = logs.render(logs.read_entries(tmp_path / "logs" / "0.log")).decode().split()
-    assert out == ["pod-x", "volume-content", "devices", "read-only", "null"]
+    out = logs.render(logs.read_entries(tmp_path / "logs" / "0.log")).decode().split("\n")
+    assert [line for line in out if line] == [
+        "pod-x", "volume-content", "character special file|ea:0|666|1000:2000", "block special file|7:9|600|0:0",
+        "read-only", "null", "noexec"]
+    assert (tools / "run-me").exists() and not (tmp_path / "data" / "x").exists()
     assert not os.path.exists("/dev/test/made") and socket.gethostname() != "pod-x"
     spec.argv = ["no-such-command-here"]
     with pytest.raises(StartError, match="no-such-command-here"):
         ContainerProcess(spec, tmp_path / "spec2.json", tmp_path / "logs" / "1.log", "t").start()
+
+
+def test_processes_left_by_a_dead_node_run_are_ended_when_the_node_starts(tmp_path: Path) -> None:
+    """A container's children outlive a killed agent (adopted by PID 1); the next start ends them."""
+    from cdriver.sim.node.simulated.container import ContainerProcess, LaunchSpec
+    from cdriver.sim.node.simulated.layout import NodeLayout
+    from cdriver.sim.node.simulated.leftovers import kill_leftovers, leftover_pids
+    from cdriver.sim.node.simulated.volumes import BindMount
+
+    layout = NodeLayout.at(tmp_path / "node").ensure()
+    hosts = layout.pod_hosts_file("uid-1")
+    hosts.parent.mkdir(parents=True)
+    hosts.write_text("127.0.0.1\tlocalhost\n")
+    pid_file = tmp_path / "child.pid"
+    spec = LaunchSpec(argv=["sh", "-c", f"sleep 600 & echo $! > {pid_file}; wait"], env={"PATH": "/usr/bin:/bin"},
+                      mounts=[BindMount(str(hosts), "/etc/hosts")], dev_staging=str(tmp_path / "stage"))
+    proc = ContainerProcess(spec, tmp_path / "spec.json", tmp_path / "logs" / "0.log", "t").start()
+    child = int(wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), 10, "the container's child"))
+    # the main process dies as with its agent (nothing ends the container's group); its child lives on
+    os.kill(proc.pid, signal.SIGKILL)
+    os.waitpid(proc.pid, 0)
+    assert Path(f"/proc/{child}/stat").read_text().split()[2] != "Z"
+    assert leftover_pids(layout.pods_dir) == [child]
+    shutil.rmtree(layout.root)  # also found once the dead run's files are gone
+    assert leftover_pids(layout.pods_dir) == [child]
+    assert leftover_pids(tmp_path / "other") == []
+    assert kill_leftovers(layout.pods_dir) == [child]
+    wait_for(lambda: not Path(f"/proc/{child}").exists() or Path(f"/proc/{child}/stat").read_text().split()[2] == "Z",
+             10, "the left-behind process to end")
+    proc.close()
 
 
 def test_node_that_cannot_start_reports_why_and_leaves_nothing_behind(raw: RawClient, tmp_path: Path) -> None:

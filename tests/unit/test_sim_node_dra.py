@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,14 @@ from cdriver.cdi.model import ContainerEdits, DeviceNode, Mount
 from cdriver.dra import client
 from cdriver.dra.node_service import PreparedDevice
 from cdriver.sim.node.simulated import plugins
-from cdriver.sim.node.simulated.cdi_apply import CDIApplyError, container_cdi_ids, launch_edits
+from cdriver.sim.node.simulated.cdi_apply import (
+    CDIApplyError,
+    bind_mount,
+    container_cdi_ids,
+    device_spec,
+    launch_edits,
+)
+from cdriver.sim.node.simulated.container import DeviceSpec
 from cdriver.sim.node.simulated.layout import NodeLayout
 
 pytestmark = pytest.mark.unit
@@ -42,7 +50,7 @@ def _socket(path: Path) -> socket.socket:
     return s
 
 
-def test_registry_sockets_finds_sockets_in_the_dir_and_one_level_below(tmp_path: Path) -> None:
+def test_registry_sockets_finds_sockets_at_any_depth_like_kubelets_plugin_watcher(tmp_path: Path) -> None:
     (tmp_path / "sub" / "deeper").mkdir(parents=True)
     keep = [_socket(tmp_path / "a-reg.sock"), _socket(tmp_path / "sub" / "b.sock"),
             _socket(tmp_path / ".hidden.sock"), _socket(tmp_path / "sub" / "deeper" / "c.sock")]
@@ -52,7 +60,7 @@ def test_registry_sockets_finds_sockets_in_the_dir_and_one_level_below(tmp_path:
     finally:
         for s in keep:
             s.close()
-    assert found == [tmp_path / "a-reg.sock", tmp_path / "sub" / "b.sock"]
+    assert found == [tmp_path / "a-reg.sock", tmp_path / "sub" / "b.sock", tmp_path / "sub" / "deeper" / "c.sock"]
     assert plugins.registry_sockets(tmp_path / "missing") == []
 
 
@@ -94,8 +102,34 @@ def test_launch_edits_map_host_paths_through_the_node_root(tmp_path: Path) -> No
         mounts=[Mount(host_path="/var/lib/kubelet/plugins/x", container_path="/imexd", options=["ro", "bind"])])
     env, devices, mounts = launch_edits(edits, lay)
     assert env == {"A": "1", "B": "x=y"}
-    assert devices[0].source == str(chan) and devices[0].mode == 0o666
-    assert devices[1].source == str(lay.root / "dev/other") and devices[1].major == 1
+    assert devices[0] == DeviceSpec("/dev/chan0", "c", 240, 0, 0o666)
+    assert devices[1] == DeviceSpec("/dev/other", "c", 1, 3, 0o666)
     assert mounts[0].source == str(lay.plugins_dir / "x") and mounts[0].read_only
     with pytest.raises(CDIApplyError, match="tmpfs"):
         launch_edits(ContainerEdits(mounts=[Mount("/x", "/y", type="tmpfs")]), lay)
+
+
+def test_device_nodes_come_from_the_spec_not_from_the_host_device(tmp_path: Path) -> None:
+    lay = NodeLayout.at(tmp_path / "n").ensure()
+    host = lay.host_path("/dev/nvidia-caps-imex-channels/channel0")
+    host.parent.mkdir(parents=True)
+    os.mknod(host, 0o644 | stat.S_IFCHR, os.makedev(1, 3))
+    spec = DeviceNode(path="/dev/nvidia-caps-imex-channels/channel0", type="c", major=234, minor=0,
+                      file_mode=0o666, uid=1000, gid=2000)
+    assert device_spec(spec, lay) == DeviceSpec(spec.path, "c", 234, 0, 0o666, 1000, 2000)
+    # what the spec leaves out comes from the host device, as CDI runtimes fill it in
+    assert device_spec(DeviceNode(path=spec.path, type=None), lay) == DeviceSpec(spec.path, "c", 1, 3, 0o644)
+    with pytest.raises(CDIApplyError, match="spec says type 'b'"):
+        device_spec(DeviceNode(path=spec.path, type="b"), lay)
+    with pytest.raises(CDIApplyError, match="gives no type/major/minor"):
+        device_spec(DeviceNode(path="/dev/absent", type="c"), lay)
+
+
+def test_cdi_mounts_honour_their_options(tmp_path: Path) -> None:
+    lay = NodeLayout.at(tmp_path / "n").ensure()
+    mount = bind_mount(Mount("/opt/lib", "/usr/lib/x", options=["ro", "nosuid", "nodev", "bind", "rprivate"]), lay)
+    assert (mount.read_only, mount.recursive, mount.options) == (True, False, ("nosuid", "nodev", "rprivate"))
+    assert bind_mount(Mount("/opt/lib", "/y", options=["rbind", "ro", "rw"]), lay).read_only is False
+    assert bind_mount(Mount("/opt/lib", "/y"), lay).recursive
+    with pytest.raises(CDIApplyError, match=r"options \['idmap'\]"):
+        bind_mount(Mount("/opt/lib", "/y", options=["idmap"]), lay)

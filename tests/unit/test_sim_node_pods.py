@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from cdriver.dra.node_service import ClaimRef, PreparedDevice
 from cdriver.sim.node.simulated import claims, pods, runtime
 
 pytestmark = pytest.mark.unit
@@ -57,8 +56,7 @@ def test_claim_drivers_and_reservation() -> None:
 
 
 def test_pod_state_round_trip_and_corrupt_file(tmp_path: Path) -> None:
-    state = claims.PodState("ns", "p", "2026-01-01T00:00:00Z", {"main": 3}, [claims.PreparedClaim(
-        "drv", "gpu", ClaimRef("ns", "c", "uid-c"), [PreparedDevice(["r"], "pool", "d", ["v/c=d"])])], {"main"})
+    state = claims.PodState("ns", "p", "2026-01-01T00:00:00Z", {"main": 3}, {"main"})
     path = tmp_path / "state.json"
     state.save(path)
     loaded = claims.PodState.load(path)
@@ -69,5 +67,5 @@ def test_pod_state_round_trip_and_corrupt_file(tmp_path: Path) -> None:
 
 def test_options_fast_is_faster_everywhere() -> None:
     slow, fast = runtime.NodeOptions(), runtime.NodeOptions.fast()
-    for name in ("heartbeat_interval", "backoff_base", "backoff_max", "setup_retry_base", "plugin_probe_interval"):
+    for name in ("heartbeat_interval", "backoff_base", "backoff_max", "setup_retry_base", "plugin_scan_interval"):
         assert getattr(fast, name) < getattr(slow, name)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -45,6 +46,10 @@ def chart_dir() -> Path:
     return path
 
 
+#: What a world creates below its base directory.
+WORLD_DIRS = ("cluster", "nodes")
+
+
 @dataclass
 class WorldSettings:
     """What to bring up."""
@@ -55,7 +60,8 @@ class WorldSettings:
     imex_mode: str = IMEX_MODE_DRIVER_MANAGED
     feature_gates: dict[str, bool] = field(default_factory=dict)
     extra_values: list[str] = field(default_factory=list)
-    fast: bool = True
+    #: short heartbeats, backoffs and retries (tests); off: kubelet's timings
+    fast: bool = False
     #: node names to lay out as not fabric-attached (NVML reports no fabric)
     non_fabric_nodes: tuple[str, ...] = ()
     #: extra nodes outside the topology (GPU nodes without NVLink fabric), e.g. ("cpu-1",)
@@ -69,6 +75,13 @@ class WorldSettings:
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
                 self.controller_metrics_port = s.getsockname()[1]
+
+
+def node_options(settings: WorldSettings) -> Any:
+    """The nodes' timings: kubelet's, or the fast ones tests use."""
+    from cdriver.sim.node.simulated.runtime import NodeOptions
+
+    return NodeOptions.fast() if settings.fast else NodeOptions()
 
 
 @dataclass
@@ -145,6 +158,8 @@ class SimWorld:
         return result
 
     def start(self) -> SimWorld:
+        """Bring everything up; if a step fails, stop what started and remove what this start
+        created below the base directory (and the base directory itself when that leaves it empty)."""
         try:
             self._step("build or find the control-plane binaries and helm (first build: many minutes)",
                        self._binaries)
@@ -154,8 +169,18 @@ class SimWorld:
             self._step("wait for the controller and every node's kubelet plugin", self._wait_ready)
         except BaseException:
             self.stop()
+            self._remove_files()
             raise
         return self
+
+    def _remove_files(self) -> None:
+        base = self.settings.base_dir
+        for sub in WORLD_DIRS:
+            shutil.rmtree(base / sub, ignore_errors=True)
+        try:
+            base.rmdir()  # only if nothing else (a log the user reads, say) is there
+        except OSError:
+            pass
 
     def stop(self) -> None:
         for node in reversed(self.nodes):
@@ -180,7 +205,7 @@ class SimWorld:
     def _start_cluster(self) -> None:
         from cdriver.sim.controlplane.cluster import LocalCluster
 
-        run_dir = self.settings.base_dir / "cluster"
+        run_dir = self.settings.base_dir / WORLD_DIRS[0]
         self.cluster = LocalCluster(run_dir=run_dir, binaries=self._binaries_obj)
         self.cluster.start()
 
@@ -195,14 +220,12 @@ class SimWorld:
 
         from cdriver.sim.gpu.topology import clique_label
         from cdriver.sim.node.simulated.agent import NodeAgent, node_ip
-        from cdriver.sim.node.simulated.runtime import NodeOptions
-
         path, topology = self._topology()
         names = topology.nodes()[: self.settings.nodes]
         if len(names) < self.settings.nodes:
             raise WorldError(f"the topology {path} lists {len(names)} nodes, {self.settings.nodes} were asked for")
         names += list(self.settings.extra_nodes)
-        options = NodeOptions.fast() if self.settings.fast else NodeOptions()
+        options = node_options(self.settings)
         for i, name in enumerate(names, start=1):
             identity = topology.find(name)
             fabric = identity is not None and name not in self.settings.non_fabric_nodes
@@ -211,7 +234,7 @@ class SimWorld:
             if clique:
                 # What GPU feature discovery sets on a real node.
                 labels[constants.LABEL_NODE_CLIQUE] = clique
-            agent = NodeAgent(self.raw, name, node_ip(i), self.settings.base_dir / "nodes" / name, labels=labels,
+            agent = NodeAgent(self.raw, name, node_ip(i), self.settings.base_dir / WORLD_DIRS[1] / name, labels=labels,
                               options=options, topology=str(path), pki_dir=self.cluster.pki.dir,
                               fabric_state="completed" if fabric else "not_supported")
             self.nodes.append(SimNode(name, node_ip(i), clique, agent))

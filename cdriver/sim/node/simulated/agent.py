@@ -31,9 +31,11 @@ from cdriver.kube.events import EventRecorder
 from cdriver.kube.informer import Informer, uid_index
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
 from cdriver.sim.node import registration as nodemod
-from cdriver.sim.node.simulated.claims import PodState, unprepare_claims
+from cdriver.sim.node.simulated.claim_cache import ClaimCache
+from cdriver.sim.node.simulated.claims import PodState, unprepare_pod_claims
 from cdriver.sim.node.simulated.container import run_in_container
 from cdriver.sim.node.simulated.layout import NodeLayout
+from cdriver.sim.node.simulated.leftovers import kill_leftovers
 from cdriver.sim.node.simulated.plugins import PluginManager
 from cdriver.sim.node.simulated.pods import PodWorker
 from cdriver.sim.node.simulated.runtime import NodeOptions, NodeRuntime
@@ -132,6 +134,10 @@ class NodeAgent:
         self.layout.ensure()
         self._setup_logging()
         self.log.info("starting node %s (%s) in %s", self.name, self.ip, self.layout.root)
+        left = kill_leftovers(self.layout.pods_dir)
+        if left:
+            self.log.warning("ended %d processes a previous run of this node left behind: %s", len(left),
+                             " ".join(map(str, left)))
         self._running = True
         try:
             self._start(wait)
@@ -154,13 +160,13 @@ class NodeAgent:
         self._register_node()
         self._delete_slices()
         self.plugins = PluginManager(self.layout, self.log, scan_interval=self.options.plugin_scan_interval,
-                                     probe_interval=self.options.plugin_probe_interval,
                                      on_registered=self._plugin_registered,
                                      on_unregistered=self._plugin_unregistered).start()
         self.runtime = NodeRuntime(
             node_name=self.name, node_ip=self.ip, layout=self.layout, raw=self.raw, recorder=self.recorder,
             plugins=self.plugins, api_host=host, api_port=port, allocatable=dict(self.capacity),
-            options=self.options, path_prefix=[executable_dir()], log=self.log)
+            options=self.options, path_prefix=[executable_dir()], log=self.log,
+            claims=ClaimCache(self.layout.claim_checkpoint))
         self._spawn(self._heartbeat_loop, "heartbeat")
         self._spawn(self._housekeeping_loop, "housekeeping")
         self.informer = Informer(self.raw, PODS, field_selector=f"spec.nodeName={self.name}",
@@ -351,11 +357,11 @@ class NodeAgent:
             timer.cancel()
 
     def _plugin_unregistered(self, driver: str) -> None:
-        """Kubelet removes a gone driver's slices of this node after a grace period."""
+        """Kubelet removes the slices of this node of a gone or unreachable driver after a grace period."""
         def wipe() -> None:
             with self._lock:
                 self._wipe_timers.pop(driver, None)
-            if self._running and self.plugins is not None and driver not in self.plugins.drivers():
+            if self._running and self.plugins is not None and not self.plugins.usable(driver):
                 self._delete_slices(driver)
 
         timer = threading.Timer(self.options.slice_wipe_delay, wipe)
@@ -402,30 +408,29 @@ class NodeAgent:
                 self.log.exception("orphaned pod cleanup failed")
 
     def cleanup_orphans(self) -> list[str]:
-        """Unprepare claims of, and remove, pod dirs whose pod is gone and has no worker."""
+        """Release the claims of, and remove the dirs of, pods that are gone and have no worker."""
         if self.informer is None or not self.informer.synced or self.runtime is None:
             return []
         removed = []
         try:
-            uids = [d.name for d in self.layout.pods_dir.iterdir() if d.is_dir()]
+            uids = {d.name for d in self.layout.pods_dir.iterdir() if d.is_dir()}
         except FileNotFoundError:
-            return []
-        for uid in uids:
+            uids = set()
+        uids |= self.runtime.claims.pod_uids()
+        for uid in sorted(uids):
             with self._lock:
                 if uid in self.workers:
                     continue
             if self.informer.by_index("uid", uid):
                 continue
-            state_file = self.layout.pod_state_file(uid)
-            state = PodState.load(state_file)
-            if state.prepared:
-                errors = unprepare_claims(self.runtime, state.prepared)
-                if errors:
-                    self.log.info("orphaned pod %s: unprepare pending: %s", uid, "; ".join(errors))
-                    continue
+            state = PodState.load(self.layout.pod_state_file(uid))
+            errors = unprepare_pod_claims(self.runtime, uid)
+            if errors:
+                self.log.info("orphaned pod %s: unprepare pending: %s", uid, "; ".join(errors))
+                continue
             shutil.rmtree(self.layout.pod_dir(uid), ignore_errors=True)
             removed.append(uid)
-            self.log.info("removed orphaned pod dir %s (%s/%s)", uid, state.namespace, state.name)
+            self.log.info("removed orphaned pod %s (%s/%s)", uid, state.namespace, state.name)
         return removed
 
     # -- queries ------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""A pod's ResourceClaims on a simulated node: which claims, which drivers, and what the node
-prepared (kept in the pod's state file so claims can be unprepared after an agent restart)."""
+"""A pod's ResourceClaims on a simulated node: which claims, which drivers, the pod's state
+file, and unpreparing a pod's claims through the node's claim record."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from cdriver.dra.client import DRAError
-from cdriver.dra.node_service import ClaimRef, PreparedDevice
+from cdriver.dra.node_service import ClaimRef
 from cdriver.sim.node.simulated.runtime import NodeRuntime
 
 
@@ -45,23 +45,6 @@ def reserved_for(claim: dict[str, Any], pod_uid: str) -> bool:
 
 
 @dataclass
-class PreparedClaim:
-    driver: str
-    pod_claim: str
-    ref: ClaimRef
-    devices: list[PreparedDevice]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"driver": self.driver, "podClaim": self.pod_claim, "namespace": self.ref.namespace,
-                "name": self.ref.name, "uid": self.ref.uid, "devices": [d.to_dict() for d in self.devices]}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> PreparedClaim:
-        return cls(d["driver"], d.get("podClaim", ""), ClaimRef(d["namespace"], d["name"], d["uid"]),
-                   [PreparedDevice.from_dict(x) for x in d.get("devices") or []])
-
-
-@dataclass
 class PodState:
     """What survives an agent restart."""
 
@@ -69,15 +52,13 @@ class PodState:
     name: str = ""
     start_time: str = ""
     restarts: dict[str, int] = field(default_factory=dict)
-    prepared: list[PreparedClaim] = field(default_factory=list)
     started: set[str] = field(default_factory=set)  # containers that ran at least once
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text(json.dumps({"namespace": self.namespace, "name": self.name, "startTime": self.start_time,
-                                   "restarts": self.restarts, "started": sorted(self.started),
-                                   "prepared": [p.to_dict() for p in self.prepared]}, indent=1))
+                                   "restarts": self.restarts, "started": sorted(self.started)}, indent=1))
         os.replace(tmp, path)
 
     @classmethod
@@ -86,37 +67,36 @@ class PodState:
             d = json.loads(path.read_text())
             return cls(d.get("namespace", ""), d.get("name", ""), d.get("startTime", ""),
                        {k: int(v) for k, v in (d.get("restarts") or {}).items()},
-                       [PreparedClaim.from_dict(p) for p in d.get("prepared") or []],
                        {str(n) for n in d.get("started") or []})
         except (OSError, ValueError, KeyError, TypeError):
             return cls()
 
 
-def merge_prepared(existing: list[PreparedClaim], new: list[PreparedClaim]) -> list[PreparedClaim]:
-    """`existing` with `new` added (same driver and claim: the new entry wins)."""
-    keyed = {(p.driver, p.ref.uid): p for p in existing}
-    for p in new:
-        keyed[(p.driver, p.ref.uid)] = p
-    return list(keyed.values())
-
-
-def unprepare_claims(rt: NodeRuntime, prepared: list[PreparedClaim]) -> list[str]:
-    """NodeUnprepareResources per driver; returns errors ([] = all done)."""
+def unprepare_pod_claims(rt: NodeRuntime, pod_uid: str) -> list[str]:
+    """Release the pod's claims; NodeUnprepareResources for those it was the last user of.
+    Returns errors ([] = all done; a retry repeats only what is left)."""
     errors: list[str] = []
-    by_driver: dict[str, list[PreparedClaim]] = {}
-    for p in prepared:
-        by_driver.setdefault(p.driver, []).append(p)
-    for driver, claims in sorted(by_driver.items()):
+    by_driver: dict[str, list[ClaimRef]] = {}
+    last = rt.claims.release(pod_uid)
+    for info in last:
+        for driver in info.drivers:
+            by_driver.setdefault(driver, []).append(info.ref)
+    failed: set[str] = set()
+    for driver, refs in sorted(by_driver.items()):
         client = rt.plugins.client(driver)
         if client is None:
             errors.append(f"DRA driver {driver} is not registered on node {rt.node_name}")
+            failed.update(r.uid for r in refs)
             continue
-        refs = list({c.ref.uid: c.ref for c in claims}.values())
         try:
             result = client.unprepare(refs, timeout=rt.options.prepare_timeout)
         except DRAError as exc:
             errors.append(str(exc))
+            failed.update(r.uid for r in refs)
             continue
-        errors.extend(f"NodeUnprepareResources failed for claim {c.name}: {err}"
-                      for c in refs if (err := result.get(c.uid)))
+        for ref in refs:
+            if err := result.get(ref.uid):
+                errors.append(f"NodeUnprepareResources failed for ResourceClaim {ref.name}: {err}")
+                failed.add(ref.uid)
+    rt.claims.forget([info.ref for info in last if info.ref.uid not in failed])
     return errors

@@ -38,18 +38,19 @@ class StartError(CdriverError):
 
 @dataclass(frozen=True)
 class DeviceSpec:
-    """A device node for the container's /dev: bound from `source` if that exists, else mknod."""
+    """A device node the launcher creates in the container's /dev (mknod, as CDI runtimes do)."""
 
     path: str
-    source: str | None
-    type: str = "c"
-    major: int | None = None
-    minor: int | None = None
-    mode: int | None = None
+    type: str
+    major: int
+    minor: int
+    mode: int = 0o666
+    uid: int = 0
+    gid: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "source": self.source, "type": self.type, "major": self.major,
-                "minor": self.minor, "mode": self.mode}
+        return {"path": self.path, "type": self.type, "major": self.major, "minor": self.minor,
+                "mode": self.mode, "uid": self.uid, "gid": self.gid}
 
 
 @dataclass

@@ -6,10 +6,12 @@ launch`` in a packaged build) by the node agent. Steps:
 1. new mount + UTS namespaces; ``/`` made recursively private; hostname set;
 2. a fresh tmpfs for ``/dev`` with the basic nodes (null, zero, full, random, urandom, tty),
    ``pts`` (the machine's), ``ptmx``, ``shm``, the ``fd``/``stdin``/``stdout``/``stderr``
-   links and the container's devices (bound from the node's device file when it exists, else
-   created with mknod), built in a staging directory and moved onto ``/dev``;
-3. bind mounts (volumes, ``/etc/hosts``, CDI mounts), parents first; read-only ones
-   remounted read-only. A target that does not exist is created as an empty directory or
+   links and the container's devices (created with mknod from the CDI spec's type,
+   major/minor, mode and owner, as CDI runtimes do), built in a staging directory and moved
+   onto ``/dev``;
+3. bind mounts (volumes, ``/etc/hosts``, CDI mounts), parents first, recursive unless a CDI
+   mount says ``bind``; then remounted with ``ro``/``nosuid``/``nodev``/``noexec`` and given
+   the propagation its options name. A target that does not exist is created as an empty directory or
    file on the machine: the container shares the machine's filesystem, so mount points
    such as ``/driver-root`` or ``/var/run/secrets/kubernetes.io/serviceaccount`` appear
    there as empty directories (their content stays private to the container);
@@ -36,11 +38,14 @@ CLONE_NEWUTS = 0x04000000
 MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
+MS_NOEXEC = 8
 MS_REMOUNT = 32
 MS_BIND = 4096
 MS_MOVE = 8192
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
+MS_SLAVE = 1 << 19
+MS_SHARED = 1 << 20
 PR_SET_PDEATHSIG = 1
 EXIT_LAUNCH_FAILED = 127
 
@@ -86,40 +91,44 @@ def _ensure_target(target: str, source_is_dir: bool) -> None:
     os.close(fd)
 
 
-def bind(source: str, target: str, read_only: bool = False) -> None:
+#: remount flags and propagation types of mount options
+REMOUNT_OPTION_FLAGS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC}
+PROPAGATION_FLAGS = {"private": MS_PRIVATE, "shared": MS_SHARED, "slave": MS_SLAVE}
+
+
+def bind(source: str, target: str, read_only: bool = False, recursive: bool = True,
+         options: list[str] | None = None) -> None:
+    """Bind `source` at `target`, then apply read-only, nosuid/nodev/noexec and propagation."""
     try:
         st = os.stat(source)
     except OSError as exc:
         raise LaunchError(f"bind mount source {source}: {exc.strerror}") from None
     _ensure_target(target, stat.S_ISDIR(st.st_mode))
-    mount(source, target, None, MS_BIND | MS_REC)
-    if read_only:
-        mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+    mount(source, target, None, MS_BIND | (MS_REC if recursive else 0))
+    flags = MS_RDONLY if read_only else 0
+    for option in options or []:
+        flags |= REMOUNT_OPTION_FLAGS.get(option, 0)
+    if flags:
+        mount(None, target, None, MS_BIND | MS_REMOUNT | flags)
+    for option in options or []:
+        kind = PROPAGATION_FLAGS.get(option.removeprefix("r"))
+        if kind is not None:
+            mount(None, target, None, kind | (MS_REC if option.startswith("r") else 0))
 
 
 def _device(staging: str, dev: dict[str, Any]) -> None:
-    """Create one device node below the staging /dev."""
+    """Create one device node below the staging /dev from its type, major/minor, mode and owner."""
     rel = os.path.normpath(dev["path"]).lstrip("/")
     if not rel.startswith("dev/"):
         raise LaunchError(f"device {dev['path']}: device nodes must be below /dev")
     target = os.path.join(staging, rel[len("dev/"):])
     os.makedirs(os.path.dirname(target), exist_ok=True)
-    source = dev.get("source")
-    if source and os.path.exists(source):
-        st = os.stat(source)
-        if not (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)):
-            raise LaunchError(f"device {dev['path']}: {source} is not a device node")
-        _ensure_target(target, False)
-        mount(source, target, None, MS_BIND)
-        return
-    if dev.get("major") is None or dev.get("minor") is None:
-        raise LaunchError(f"device {dev['path']}: {source or 'its host path'} does not exist and the CDI "
-                          "spec gives no major/minor to create it")
-    kind = stat.S_IFBLK if dev.get("type") == "b" else stat.S_IFCHR
-    mode = int(dev.get("mode") or 0o666)
+    kind = {"b": stat.S_IFBLK, "p": stat.S_IFIFO}.get(dev.get("type") or "c", stat.S_IFCHR)
+    mode = int(dev.get("mode", 0o666)) & 0o7777
     if os.path.lexists(target):
         os.unlink(target)
     os.mknod(target, mode | kind, os.makedev(int(dev["major"]), int(dev["minor"])))
+    os.chown(target, int(dev.get("uid") or 0), int(dev.get("gid") or 0))
     os.chmod(target, mode)
 
 
@@ -162,7 +171,7 @@ def setup(spec: dict[str, Any]) -> None:
     build_dev(spec["devStaging"], spec.get("devices") or [], spec.get("extraDevDir"))
     mounts = sorted(spec.get("mounts") or [], key=lambda m: m["target"].rstrip("/").count("/"))
     for m in mounts:
-        bind(m["source"], m["target"], bool(m.get("readOnly")))
+        bind(m["source"], m["target"], bool(m.get("readOnly")), bool(m.get("recursive", True)), m.get("options"))
     os.chdir(spec.get("workingDir") or "/")
 
 

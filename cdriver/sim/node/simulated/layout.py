@@ -5,6 +5,7 @@ A simulated node's root plays the node's host filesystem for everything kubelet-
     <root>/var/lib/kubelet/plugins              DRA plugin data dirs and sockets
     <root>/var/lib/kubelet/plugins_registry     plugin registration sockets (watched)
     <root>/var/lib/kubelet/pods/<uid>/          per-pod state, volumes, /etc/hosts
+    <root>/var/lib/kubelet/dra_manager_state    the claims in use on the node (checkpoint)
     <root>/etc/cdi, <root>/var/run/cdi          CDI spec dirs (static, dynamic)
     <root>/dev                                  the node's device directory
     <root>/run/nvidia/driver                    the simulated driver root (optional)
@@ -75,6 +76,11 @@ class NodeLayout:
     @property
     def pods_dir(self) -> Path:
         return self.kubelet_dir / "pods"
+
+    @property
+    def claim_checkpoint(self) -> Path:
+        """The node's claim record (kubelet's DRA manager checkpoint)."""
+        return self.kubelet_dir / "dra_manager_state"
 
     def pod_dir(self, uid: str) -> Path:
         return self.pods_dir / safe_component(uid)

@@ -1,11 +1,15 @@
 """DRA plugin registration on a simulated node, like kubelet's plugin watcher.
 
-`PluginManager` watches the node's ``plugins_registry`` directory for registration sockets,
-asks each new one `GetInfo`, accepts DRA plugins that serve a node-service version this node
-speaks (the plugin's first of ``v1.DRAPlugin``, ``v1beta1.DRAPlugin``), confirms with
-`NotifyRegistrationStatus`, re-probes registered plugins periodically (two failed GetInfo
-calls in a row, or a vanished socket, drop the plugin) and keeps the newest endpoint per
-driver, with a `cdriver.dra.client.DRAPluginClient` for each.
+`PluginManager` watches the node's ``plugins_registry`` directory, with all its subdirectories,
+for registration sockets, asks each new one `GetInfo` (1 s deadline), accepts DRA plugins that
+serve a node-service version this node speaks (the plugin's first of ``v1.DRAPlugin``,
+``v1beta1.DRAPlugin``) and confirms with `NotifyRegistrationStatus`; a plugin that does not
+take that confirmation is de-registered again (and retried on the next scan). A registered
+plugin stays until its socket is removed or replaced (a new socket at the same path is
+registered anew); registration sockets are not probed again. Whether the plugin's endpoint
+accepts connections decides whether the driver is usable (the node wipes an unusable
+driver's slices after a delay). The newest endpoint per driver is used, with a
+`cdriver.dra.client.DRAPluginClient` for each.
 
 Paths a plugin reports (its endpoint) are node paths, mapped through the node root.
 """
@@ -21,15 +25,23 @@ from pathlib import Path
 
 import grpc
 
-from cdriver.dra.client import DRAPluginClient, PluginEndpoint, get_info, notify_registration, rpc_details
+from cdriver.dra.client import (
+    DRAPluginClient,
+    PluginEndpoint,
+    UnixTarget,
+    get_info,
+    notify_registration,
+    rpc_details,
+)
 from cdriver.sim.node.simulated.layout import NodeLayout
 
 PLUGIN_TYPE_DRA = "DRAPlugin"
 #: Node-service versions this node speaks, best first.
 SUPPORTED_SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
-INFO_TIMEOUT = 10.0
-#: Consecutive failed GetInfo probes after which a registered plugin is dropped.
-MAX_PROBE_FAILURES = 2
+#: Kubelet's deadline for GetInfo.
+INFO_TIMEOUT = 1.0
+#: Kubelet's deadline for NotifyRegistrationStatus.
+NOTIFY_TIMEOUT = 5.0
 
 
 def choose_service(versions: list[str]) -> str | None:
@@ -53,50 +65,75 @@ def registration_problem(info_type: str, name: str, versions: list[str]) -> str:
     return ""
 
 
-def registry_sockets(directory: Path, depth: int = 1) -> list[Path]:
-    """Unix sockets in the registry dir and, up to `depth` levels, its subdirs (hidden names
-    skipped)."""
+def registry_sockets(directory: Path) -> list[Path]:
+    """Unix sockets anywhere below the registry dir, as kubelet's plugin watcher walks it
+    (sockets with hidden names are skipped; symlinks are not followed)."""
     found: list[Path] = []
     try:
         entries = sorted(directory.iterdir())
-    except (FileNotFoundError, NotADirectoryError):
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
         return []
     for entry in entries:
-        if entry.name.startswith("."):
-            continue
         try:
             mode = entry.lstat().st_mode
         except FileNotFoundError:
             continue
-        if stat.S_ISSOCK(mode):
+        if stat.S_ISSOCK(mode) and not entry.name.startswith("."):
             found.append(entry)
-        elif stat.S_ISDIR(mode) and depth > 0:
-            found.extend(registry_sockets(entry, depth - 1))
+        elif stat.S_ISDIR(mode):
+            found.extend(registry_sockets(entry))
     return found
+
+
+def socket_identity(path: Path) -> tuple[int, int] | None:
+    """What tells a socket from a new one created at the same path (None if gone)."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_ctime_ns
+
+
+def endpoint_accepts(endpoint: Path) -> bool:
+    """Whether a plugin's node-service socket accepts connections."""
+    import socket
+
+    target = UnixTarget(endpoint)
+    sock = socket.socket(socket.AF_UNIX)
+    sock.settimeout(1.0)
+    try:
+        sock.connect(target.target.removeprefix("unix:"))
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.close()
+        target.close()
 
 
 class PluginManager:
     """Registered DRA plugins of one node."""
 
     def __init__(self, layout: NodeLayout, logger: logging.Logger | None = None, scan_interval: float = 1.0,
-                 probe_interval: float = 10.0, info_timeout: float = INFO_TIMEOUT,
+                 info_timeout: float = INFO_TIMEOUT, notify_timeout: float = NOTIFY_TIMEOUT,
                  on_registered: Callable[[str], None] | None = None,
                  on_unregistered: Callable[[str], None] | None = None) -> None:
         self.layout = layout
         self.log = logger or logging.getLogger(__name__)
         self.scan_interval = scan_interval
-        self.probe_interval = probe_interval
         self.info_timeout = info_timeout
+        self.notify_timeout = notify_timeout
         self.on_registered = on_registered
         self.on_unregistered = on_unregistered
         self._lock = threading.Lock()
         self._by_socket: dict[Path, PluginEndpoint] = {}
+        self._identity: dict[Path, tuple[int, int] | None] = {}
         self._clients: dict[Path, DRAPluginClient] = {}
         self._rejected: dict[Path, str] = {}
+        self._usable: dict[str, bool] = {}
         self._stop = threading.Event()
         self._changed = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
-        self._last_probe = 0.0
 
     # -- queries -----------------------------------------------------------------------
     def client(self, driver: str) -> DRAPluginClient | None:
@@ -111,6 +148,11 @@ class PluginManager:
     def drivers(self) -> list[str]:
         with self._lock:
             return sorted({p.driver for p in self._by_socket.values()})
+
+    def usable(self, driver: str) -> bool:
+        """Whether a registered endpoint of `driver` accepted a connection at the last scan."""
+        with self._lock:
+            return self._usable.get(driver, False)
 
     def plugins(self) -> list[PluginEndpoint]:
         with self._lock:
@@ -149,6 +191,7 @@ class PluginManager:
                 client.close()
             self._clients.clear()
             self._by_socket.clear()
+            self._identity.clear()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -160,23 +203,24 @@ class PluginManager:
 
     # -- one pass ----------------------------------------------------------------------
     def scan(self) -> None:
-        """Register new sockets, drop vanished ones, re-probe registered ones when due."""
-        present = set(registry_sockets(self.layout.registry_dir))
+        """Register new (or replaced) sockets, drop removed ones, track which drivers are usable."""
+        present = {s: socket_identity(s) for s in registry_sockets(self.layout.registry_dir)}
         with self._lock:
-            known = set(self._by_socket)
-        for sock in sorted(known - present):
+            known = dict(self._identity)
+        for sock in sorted(set(known) - set(present)):
             self._drop(sock, "its registration socket was removed")
-        for sock in sorted(present - known):
-            self._register(sock)
+        for sock in sorted(set(known) & set(present)):
+            if known[sock] != present[sock]:
+                self._drop(sock, "its registration socket was replaced")
+        with self._lock:
+            new = sorted(s for s in present if s not in self._identity)
+        for sock in new:
+            self._register(sock, present[sock])
         with self._lock:
             self._rejected = {s: r for s, r in self._rejected.items() if s in present}
-        now = time.monotonic()
-        if now - self._last_probe >= self.probe_interval:
-            self._last_probe = now
-            for sock in sorted(present & known):
-                self._probe(sock)
+        self._sync_usable()
 
-    def _register(self, sock: Path) -> None:
+    def _register(self, sock: Path, identity: tuple[int, int] | None) -> None:
         try:
             info = get_info(sock, self.info_timeout)
         except grpc.RpcError as exc:
@@ -199,14 +243,18 @@ class PluginManager:
         client = DRAPluginClient(plugin)
         with self._changed:
             self._by_socket[sock] = plugin
+            self._identity[sock] = identity
             self._clients[sock] = client
             self._rejected.pop(sock, None)
             self._changed.notify_all()
-        notify_registration(sock, True, "", self.info_timeout)
+        failed = notify_registration(sock, True, "", self.notify_timeout)
+        if failed:
+            # kubelet de-registers a plugin that does not take the confirmation; retried next scan
+            self._drop(sock, f"NotifyRegistrationStatus failed: {failed}")
+            self._reject(sock, f"NotifyRegistrationStatus failed: {failed}", notify=False)
+            return
         self.log.info("registered DRA plugin %s (service %s, endpoint %s)", plugin.driver, plugin.service,
                       plugin.endpoint)
-        if self.on_registered:
-            self.on_registered(plugin.driver)
 
     def _reject(self, sock: Path, reason: str, notify: bool) -> None:
         with self._lock:
@@ -215,34 +263,41 @@ class PluginManager:
         if first:
             self.log.warning("plugin socket %s not registered: %s", sock, reason)
         if notify:
-            notify_registration(sock, False, reason, self.info_timeout)
+            notify_registration(sock, False, reason, self.notify_timeout)
 
-    def _probe(self, sock: Path) -> None:
-        try:
-            get_info(sock, self.info_timeout)
-        except grpc.RpcError as exc:
-            with self._lock:
-                plugin = self._by_socket.get(sock)
-                if plugin is None:
-                    return
-                plugin.failures += 1
-                failures = plugin.failures
-            if failures >= MAX_PROBE_FAILURES:
-                self._drop(sock, f"GetInfo failed {failures} times ({rpc_details(exc)})")
-            return
+    def _sync_usable(self) -> None:
+        """A driver is usable while one of its endpoints accepts connections (kubelet watches its
+        gRPC connections); changes are reported through the callbacks."""
         with self._lock:
-            if sock in self._by_socket:
-                self._by_socket[sock].failures = 0
+            endpoints: dict[str, list[Path]] = {}
+            for plugin in self._by_socket.values():
+                endpoints.setdefault(plugin.driver, []).append(plugin.endpoint)
+            drivers = set(endpoints) | set(self._usable)
+        for driver in sorted(drivers):
+            now = any(endpoint_accepts(e) for e in endpoints.get(driver, []))
+            with self._lock:
+                before = self._usable.get(driver, False)
+                if now:
+                    self._usable[driver] = True
+                else:
+                    self._usable.pop(driver, None)
+            if now and not before:
+                self.log.info("DRA driver %s is usable", driver)
+                if self.on_registered:
+                    self.on_registered(driver)
+            elif before and not now:
+                self.log.info("DRA driver %s is not usable: %s", driver,
+                              "no endpoint accepts connections" if driver in endpoints else "not registered")
+                if self.on_unregistered:
+                    self.on_unregistered(driver)
 
     def _drop(self, sock: Path, reason: str) -> None:
         with self._changed:
             plugin = self._by_socket.pop(sock, None)
             client = self._clients.pop(sock, None)
+            self._identity.pop(sock, None)
             self._changed.notify_all()
-            still = plugin is not None and any(p.driver == plugin.driver for p in self._by_socket.values())
         if client is not None:
             client.close()
         if plugin is not None:
             self.log.info("DRA plugin %s unregistered: %s", plugin.driver, reason)
-            if self.on_unregistered and not still:
-                self.on_unregistered(plugin.driver)

@@ -34,12 +34,10 @@ from cdriver.sim.node.simulated import status as st
 from cdriver.sim.node.simulated.cdi_apply import container_cdi_ids, launch_edits
 from cdriver.sim.node.simulated.claims import (
     PodState,
-    PreparedClaim,
     claim_drivers,
-    merge_prepared,
     pod_claim_names,
     reserved_for,
-    unprepare_claims,
+    unprepare_pod_claims,
 )
 from cdriver.sim.node.simulated.container import (
     ContainerProcess,
@@ -355,31 +353,31 @@ class PodWorker:
                 raise _SetupWait(f"pod {self.namespace}/{self.name} is not allowed to use ResourceClaim "
                                  f"{claim_name}: it is not reserved for the pod")
             claims.append((pod_claim, claim))
-        by_driver: dict[str, list[tuple[str, dict[str, Any]]]] = {}
-        for pod_claim, claim in claims:
-            for driver in claim_drivers(claim):
-                by_driver.setdefault(driver, []).append((pod_claim, claim))
-        prepared: list[PreparedClaim] = []
-        for driver, entries in sorted(by_driver.items()):
+        # record the pod with each claim before any driver call, so that it is always unprepared
+        batches: dict[str, list[ClaimRef]] = {}
+        for _, claim in claims:
+            meta = claim["metadata"]
+            ref = ClaimRef(self.namespace, meta["name"], meta["uid"])
+            drivers = claim_drivers(claim)
+            if self.rt.claims.reference(self.uid, ref, drivers):
+                for driver in drivers:
+                    batches.setdefault(driver, []).append(ref)
+        for driver, refs in sorted(batches.items()):
             client = self.rt.plugins.client(driver)
             if client is None:
                 raise DRAError(f"DRA driver {driver} is not registered on node {self.rt.node_name}")
-            refs = {c["metadata"]["uid"]: ClaimRef(self.namespace, c["metadata"]["name"], c["metadata"]["uid"])
-                    for _, c in entries}
-            result = client.prepare(list(refs.values()), timeout=self.rt.options.prepare_timeout)
-            errors = [f"NodePrepareResources failed for ResourceClaim {refs[uid].name}: {outcome.error}"
-                      for uid, outcome in result.items() if outcome.error]
+            result = client.prepare(refs, timeout=self.rt.options.prepare_timeout)
+            errors = [f"NodePrepareResources failed for ResourceClaim {ref.name}: {result[ref.uid].error}"
+                      for ref in refs if result[ref.uid].error]
             if errors:
                 raise DRAError("; ".join(errors))
-            for pod_claim, claim in entries:
-                uid = claim["metadata"]["uid"]
-                prepared.append(PreparedClaim(driver, pod_claim, refs[uid], result[uid].devices))
-                # record progressively so a failure of a later driver still unprepares these
-            self.state.prepared = merge_prepared(self.state.prepared, prepared)
-            self._save_state()
+            for ref in refs:
+                self.rt.claims.set_devices(ref, driver, result[ref.uid].devices)
+        self.rt.claims.set_prepared([r for refs in batches.values() for r in refs])
         self.prepared = {}
-        for p in prepared:
-            self.prepared.setdefault(p.pod_claim, []).extend(p.devices)
+        for pod_claim, claim in claims:
+            info = self.rt.claims.get(self.namespace, claim["metadata"]["name"])
+            self.prepared.setdefault(pod_claim, []).extend(info.all_devices() if info else [])
 
     # -- containers -------------------------------------------------------------------------------
     def _start(self, container: dict[str, Any]) -> None:
@@ -625,13 +623,12 @@ class PodWorker:
         self._unprepare(retry=False)
 
     def _unprepare(self, retry: bool) -> bool:
-        """Unprepare the pod's claims; with `retry`, until it succeeds or the worker must stop."""
+        """Release the pod's claims (unprepare those it was the last user of); with `retry`,
+        until that succeeds or the worker must stop."""
         failures = 0
-        while self.state.prepared:
-            errors = unprepare_claims(self.rt, self.state.prepared)
+        while True:
+            errors = unprepare_pod_claims(self.rt, self.uid)
             if not errors:
-                self.state.prepared = []
-                self._save_state()
                 self.prepared = {}
                 return True
             failures += 1
@@ -643,7 +640,6 @@ class PodWorker:
             delay = backoff_delay(failures, self.rt.options.setup_retry_base, self.rt.options.setup_retry_max)
             if self._wait_or_stop(max(delay, self.rt.options.setup_retry_base)):
                 return False
-        return True
 
     def _wait_or_stop(self, seconds: float) -> bool:
         """Sleep; True if the worker should stop waiting (agent shutdown, pod object gone: the
@@ -678,12 +674,13 @@ class PodWorker:
     def _terminate(self, grace: float, delete_object: bool) -> None:
         self.log.info("pod %s/%s: terminating (grace %gs)", self.namespace, self.name, grace)
         self._kill_all(grace)
-        if delete_object and not self._deleted:
-            self._post_status(force=True)
+        # as kubelet: unprepare after the containers stopped and before the final status
         if not self._unprepare(retry=delete_object):
             self.log.warning("pod %s/%s: claims stay prepared (unprepare failed); retried later",
                              self.namespace, self.name)
             return
+        if delete_object and not self._deleted:
+            self._post_status(force=True)
         if delete_object:
             try:
                 self.rt.raw.delete(PODS, self.name, self.namespace, grace_period_seconds=0,

@@ -1,5 +1,5 @@
 """What a node's pod workers share: timing options and the node runtime (identity, API
-access, plugins, CDI resolution, token requests)."""
+access, plugins, the claim record, CDI resolution, token requests)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from cdriver.cdi.reader import CDIRegistry
 from cdriver.errors import CdriverError
 from cdriver.kube.events import EventRecorder
 from cdriver.kube.raw import RESOURCES, RawClient
+from cdriver.sim.node.simulated.claim_cache import ClaimCache
 from cdriver.sim.node.simulated.layout import NodeLayout
 from cdriver.sim.node.simulated.plugins import PluginManager
 
@@ -29,7 +30,6 @@ class NodeOptions:
     setup_retry_base: float = 1.0
     setup_retry_max: float = 30.0
     plugin_scan_interval: float = 1.0
-    plugin_probe_interval: float = 10.0
     prepare_timeout: float = 45.0
     volume_refresh_interval: float = 60.0
     slice_wipe_delay: float = 30.0
@@ -40,7 +40,7 @@ class NodeOptions:
     def fast(cls) -> NodeOptions:
         return cls(heartbeat_interval=2.0, status_interval=10.0, backoff_base=0.3, backoff_max=3.0,
                    setup_retry_base=0.3, setup_retry_max=2.0, plugin_scan_interval=0.2,
-                   plugin_probe_interval=2.0, prepare_timeout=45.0, volume_refresh_interval=5.0,
+                   prepare_timeout=45.0, volume_refresh_interval=5.0,
                    slice_wipe_delay=5.0, shutdown_grace=2.0)
 
 
@@ -60,6 +60,7 @@ class NodeRuntime:
     options: NodeOptions
     path_prefix: list[str]
     log: logging.Logger
+    claims: ClaimCache
     cdi_lock: threading.Lock = field(default_factory=threading.Lock)
     _cdi: CDIRegistry | None = None
 

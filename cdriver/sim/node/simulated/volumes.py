@@ -308,9 +308,13 @@ class BindMount:
     source: str
     target: str
     read_only: bool = False
+    recursive: bool = True
+    #: further mount flags (nosuid, nodev, noexec) and propagation (private, rshared, ...)
+    options: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "target": self.target, "readOnly": self.read_only}
+        return {"source": self.source, "target": self.target, "readOnly": self.read_only,
+                "recursive": self.recursive, "options": list(self.options)}
 
 
 def container_mounts(container: dict[str, Any], volume_paths: dict[str, Path],

@@ -1,0 +1,106 @@
+"""Processes a dead run of a node left behind, found and ended when the node starts again.
+
+A container's main process dies with its node agent (parent-death signal), but what it
+started (a daemon's children, say) is adopted by PID 1 and keeps running, holding ports
+and files. Every container has the node's per-pod ``/etc/hosts`` bound into its mount
+namespace, so such a process is recognised by a mount taken from the node's pods directory
+(matched by filesystem and path within it, whatever mount point that filesystem has here;
+found also after the node's directory was removed).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path field (spaces etc. are octal escapes)."""
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and i + 3 < len(field) and field[i + 1:i + 4].isdigit():
+            out.append(chr(int(field[i + 1:i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def mountinfo(pid: int | str) -> list[tuple[str, str, str]]:
+    """(device major:minor, root within the filesystem, mount point) of a process's mounts."""
+    try:
+        text = Path(f"/proc/{pid}/mountinfo").read_text()
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 5:
+            out.append((fields[2], _unescape(fields[3]), _unescape(fields[4])))
+    return out
+
+
+def fs_location(path: Path) -> tuple[str, str] | None:
+    """(device major:minor, path within its filesystem) of `path`, from this process's mount
+    table; a path that no longer exists is placed below its nearest existing ancestor."""
+    real = os.path.realpath(path)
+    existing, rest = real, ""
+    while not os.path.exists(existing):
+        existing, name = os.path.split(existing)
+        rest = f"/{name}{rest}"
+    try:
+        st = os.stat(existing)
+    except OSError:
+        return None
+    device = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+    best: tuple[str, str] | None = None
+    for dev, root, point in mountinfo("self"):
+        if dev != device or not (existing == point or existing.startswith(point.rstrip("/") + "/")):
+            continue
+        if best is None or len(point) > len(best[1]):
+            best = (root, point)
+    if best is None:
+        return None
+    root, point = best
+    inside = existing[len(point.rstrip("/")):] + rest
+    return device, (root.rstrip("/") + inside) or "/"
+
+
+def leftover_pids(pods_dir: Path) -> list[int]:
+    """Processes (other than this one) with a mount taken from below `pods_dir`."""
+    where = fs_location(pods_dir)
+    if where is None:
+        return []
+    device, inside = where
+    prefix = inside.rstrip("/") + "/"
+    own_ns = _mount_ns("self")
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        ns = _mount_ns(entry)
+        if ns is None or ns == own_ns:
+            continue
+        if any(dev == device and root.startswith(prefix) for dev, root, _ in mountinfo(entry)):
+            found.append(int(entry))
+    return sorted(found)
+
+
+def _mount_ns(pid: int | str) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/mnt")
+    except OSError:
+        return None
+
+
+def kill_leftovers(pods_dir: Path) -> list[int]:
+    """SIGKILL what `leftover_pids` finds; returns their pids."""
+    pids = leftover_pids(pods_dir)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return pids
