@@ -120,10 +120,10 @@ def test_healthy_then_label_removed(world: SimWorld, e2e_namespace: str) -> None
     clique = cliques(world)[0]
     nodes = clique_nodes(world, clique)
     uid = new_domain(world, ns, "good")
-    names = [f"w{i}" for i in range(len(nodes))]
-    for name in names:
+    pod_names = [f"w{i}" for i in range(len(nodes))]
+    for name in pod_names:
         raw.create(scenario.PODS, scenario.workload_pod(name, ns, "good-channel", clique=clique, group=ns), ns)
-    pods = scenario.wait_pods_running(raw, ns, names, 150)
+    pods = scenario.wait_pods_running(raw, ns, pod_names, 150)
 
     def healthy() -> subprocess.CompletedProcess | None:
         out = diagnose(world, "computedomain", "good", "-n", ns, "--exec", "-o", "json")
@@ -169,7 +169,7 @@ def test_healthy_then_label_removed(world: SimWorld, e2e_namespace: str) -> None
     assert_text_leads_with(text, "node-label", f"node {victim}: {constants.LABEL_COMPUTE_DOMAIN}=<unset>",
                            f"next: kubectl get node {victim}")
     print("\n--- sample: node label removed by hand\n" + diagnose(world, "pod", on_victim, "-n", ns, "-q").stdout)
-    remove(world, ns, names, "good", uid)
+    remove(world, ns, pod_names, "good", uid)
 
 
 def namespace_reader_kubeconfig(world: SimWorld, ns: str, path: Path) -> Path:
