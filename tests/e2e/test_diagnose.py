@@ -38,7 +38,7 @@ IMEX_PORT = 50000  # the IMEX server port every simulated node's daemon listens 
 
 @pytest.fixture(scope="module")
 def world() -> Iterator[SimWorld]:
-    yield from start_world({"nodes": 4, "extra_nodes": (NON_FABRIC_NODE,)})
+    yield from start_world({"nodes": 4, "extra_nodes": (NON_FABRIC_NODE,)}, "dg")
 
 
 def diagnose(world: SimWorld, *args: str, kubeconfig: str = "") -> subprocess.CompletedProcess:

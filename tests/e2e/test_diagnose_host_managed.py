@@ -21,7 +21,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def world() -> Iterator[SimWorld]:
-    yield from start_world({"nodes": 1, "imex_mode": names.IMEX_MODE_HOST_MANAGED})
+    yield from start_world({"nodes": 1, "imex_mode": names.IMEX_MODE_HOST_MANAGED}, "dghm")
 
 
 def test_missing_host_socket_is_named_then_the_service_makes_every_link_hold(world: SimWorld,
