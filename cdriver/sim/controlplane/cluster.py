@@ -20,9 +20,11 @@ from __future__ import annotations
 import base64
 import contextlib
 import ctypes
+import errno
 import json
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
@@ -228,8 +230,46 @@ def tail_lines(path: Path, n: int = LOG_TAIL_LINES) -> str:
         return ""
 
 
+EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
+_port_picker = random.SystemRandom()
+
+
+def _ephemeral_low() -> int:
+    """Lowest port the kernel hands out as a connection's source port (32768 by default)."""
+    try:
+        with open(EPHEMERAL_RANGE_FILE) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(port: int) -> bool:
+    """Whether `port` can be listened on at every address, IPv4 and (where present) IPv6."""
+    families = [(socket.AF_INET, "0.0.0.0")]
+    if socket.has_ipv6:
+        families.append((socket.AF_INET6, "::"))
+    for family, host in families:
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as s:
+                s.bind((host, port))
+        except OSError as exc:
+            if family == socket.AF_INET6 and exc.errno == errno.EAFNOSUPPORT:
+                continue
+            return False
+    return True
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
+    """A TCP port that is free right now on every address.
+
+    It is taken below the kernel's ephemeral range, so that outgoing connections (whose source
+    ports come from that range) cannot take it before the server that is handed it binds it.
+    """
+    low = _ephemeral_low()
+    for _ in range(200):
+        port = _port_picker.randrange(10000, max(10001, low))
+        if _bindable(port):
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
