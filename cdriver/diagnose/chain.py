@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from cdriver.diagnose import domain_links, names, pod_links
 from cdriver.diagnose.model import Chain, Link, Verdict, fold
-from cdriver.diagnose.snapshot import Snapshot, name_of, ns_of, uid_of
+from cdriver.diagnose.snapshot import Snapshot
+from cdriver.kube.objects import name_of, namespace_of, uid_of
 
 
 class TargetNotFound(LookupError):
@@ -14,12 +15,12 @@ class TargetNotFound(LookupError):
 def workloads_of(snap: Snapshot, cd: dict, only: dict | None = None) -> list[pod_links.Workload]:
     """Pods in the domain's namespace that take a claim from its workload template."""
     template = domain_links.template_name(cd)
-    pods = [only] if only is not None else snap.pods_in(ns_of(cd))
+    pods = [only] if only is not None else snap.pods_in(namespace_of(cd))
     out = []
     for pod in pods:
         for ref in (pod.get("spec") or {}).get("resourceClaims") or []:
             if ref.get("resourceClaimTemplateName") == template:
-                claim = snap.claim(pod_links.claim_name_of(pod, ref.get("name", "")), ns_of(pod))
+                claim = snap.claim(pod_links.claim_name_of(pod, ref.get("name", "")), namespace_of(pod))
                 out.append(pod_links.Workload(pod, str(ref.get("name", "")), claim))
     return sorted(out, key=lambda w: name_of(w.pod))
 
@@ -33,8 +34,8 @@ def diagnose_domain(snap: Snapshot, cd: dict, only_pod: dict | None = None) -> C
     """Every link for one ComputeDomain (restricted to one workload pod when `only_pod` is given)."""
     mode = snap.mode()
     uid = uid_of(cd)
-    target = (f"pod {ns_of(only_pod)}/{name_of(only_pod)}" if only_pod is not None
-              else f"computedomain {ns_of(cd)}/{name_of(cd)}")
+    target = (f"pod {namespace_of(only_pod)}/{name_of(only_pod)}" if only_pod is not None
+              else f"computedomain {namespace_of(cd)}/{name_of(cd)}")
     workloads = workloads_of(snap, cd, only_pod)
     chain = Chain(target, mode)
     chain.links += [domain_links.check_installation(snap, mode),
@@ -42,7 +43,7 @@ def diagnose_domain(snap: Snapshot, cd: dict, only_pod: dict | None = None) -> C
                     domain_links.check_domain(snap, cd, mode), domain_links.check_template(snap, cd)]
     if not workloads:
         chain.links.append(domain_links.link("workload", "workload pod references the channel claim", Verdict.SKIP,
-                                  f"no pod in {ns_of(cd)} uses ResourceClaimTemplate "
+                                  f"no pod in {namespace_of(cd)} uses ResourceClaimTemplate "
                                   f"{domain_links.template_name(cd)!r} yet "
                                   "(so zero daemon pods is expected); the per-node links are checked once one "
                                   "does"))
@@ -71,7 +72,7 @@ def diagnose_pod(snap: Snapshot, namespace: str, name: str) -> Chain:
         raise TargetNotFound(f"pod {namespace}/{name} not found")
     templates = {ref.get("resourceClaimTemplateName") for ref in (pod.get("spec") or {}).get("resourceClaims") or []}
     for cd in snap.items("computedomains"):
-        if ns_of(cd) == namespace and domain_links.template_name(cd) in templates:
+        if namespace_of(cd) == namespace and domain_links.template_name(cd) in templates:
             return diagnose_domain(snap, cd, pod)
     mode = snap.mode()
     chain = Chain(f"pod {namespace}/{name}", mode)
@@ -94,7 +95,7 @@ def diagnose_computedomain(snap: Snapshot, namespace: str, name: str) -> Chain:
 
 
 def diagnose_all(snap: Snapshot) -> list[Chain]:
-    cds = sorted(snap.items("computedomains"), key=lambda c: (ns_of(c), name_of(c)))
+    cds = sorted(snap.items("computedomains"), key=lambda c: (namespace_of(c), name_of(c)))
     if not cds:
         mode = snap.mode()
         chain = Chain("all ComputeDomains", mode, [domain_links.check_installation(snap, mode),

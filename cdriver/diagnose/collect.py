@@ -14,6 +14,7 @@ from cdriver.api import constants
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.diagnose.snapshot import COMPONENT_CONTROLLER, CRD_NAMES, ENV_IMEX_MODE, LABEL_COMPONENT
 from cdriver.errors import CdriverError
+from cdriver.kube.objects import name_of, namespace_of
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
 
 #: snapshot kind -> API resource
@@ -51,8 +52,7 @@ class Collector:
         seen = self._seen.setdefault(kind, set())
         bucket = self.data.setdefault(kind, [])
         for obj in items:
-            meta = obj.get("metadata") or {}
-            key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+            key = f"{namespace_of(obj)}/{name_of(obj)}"
             if key not in seen:
                 seen.add(key)
                 bucket.append(obj)
@@ -92,15 +92,14 @@ class Collector:
             controller = next((d for d in deps if any(e.get("name") == ENV_IMEX_MODE for ctr in
                                d["spec"]["template"]["spec"].get("containers") or [] for e in ctr.get("env") or [])),
                               None)
-            driver_namespace = ((controller or {}).get("metadata", {}).get("namespace")
-                                or constants.DEFAULT_DRIVER_NAMESPACE)
+            driver_namespace = namespace_of(controller) or constants.DEFAULT_DRIVER_NAMESPACE
         self.data["driverNamespace"] = driver_namespace
         for kind in ("daemonsets", "pods", "cliques", "events", "resourceclaims"):
             self.list(kind, driver_namespace)
         self.list("nodes")
         self.list("resourceslices")
         cds = self.list("computedomains", namespace)
-        namespaces = {namespace} if namespace else {(c.get("metadata") or {}).get("namespace") for c in cds}
+        namespaces = {namespace} if namespace else {namespace_of(c) for c in cds}
         for ns in sorted(n for n in namespaces if n and n != driver_namespace):
             for kind in ("pods", "resourceclaimtemplates", "resourceclaims", "events"):
                 self.list(kind, ns)

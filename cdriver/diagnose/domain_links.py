@@ -12,15 +12,12 @@ from cdriver.diagnose.snapshot import (
     LABEL_COMPONENT,
     Snapshot,
     event_line,
-    labels_of,
-    name_of,
-    ns_of,
     pod_ready,
     pod_restarts,
     pod_waiting,
     template_domain_id,
-    uid_of,
 )
+from cdriver.kube.objects import finalizers_of, labels_of, meta_of, name_of, namespace_of, uid_of
 
 #: An object younger than this that is not in place yet is still bootstrapping (WAIT).
 SETTLE_SECONDS = 120.0
@@ -65,21 +62,21 @@ def check_installation(snap: Snapshot, mode: str) -> Link:
     else:
         spec_replicas = int((dep.get("spec") or {}).get("replicas", 1) or 0)
         ready = int((dep.get("status") or {}).get("readyReplicas") or 0)
-        evidence.append(f"Deployment {ns_of(dep)}/{name_of(dep)}: {ready}/{spec_replicas} ready, mode {mode}")
+        evidence.append(f"Deployment {namespace_of(dep)}/{name_of(dep)}: {ready}/{spec_replicas} ready, mode {mode}")
         if spec_replicas == 0:
-            problems.append(f"controller Deployment {ns_of(dep)}/{name_of(dep)} is scaled to 0 replicas")
-            next_cmd = f"kubectl -n {ns_of(dep)} get deployment {name_of(dep)} -o yaml"
+            problems.append(f"controller Deployment {namespace_of(dep)}/{name_of(dep)} is scaled to 0 replicas")
+            next_cmd = f"kubectl -n {namespace_of(dep)} get deployment {name_of(dep)} -o yaml"
         elif ready < 1:
-            pods = [p for p in snap.pods_in(ns_of(dep))
+            pods = [p for p in snap.pods_in(namespace_of(dep))
                     if labels_of(p).get(LABEL_COMPONENT) == COMPONENT_CONTROLLER]
             for pod in pods:
                 evidence.append(f"controller pod {name_of(pod)}: {pod_waiting(pod) or 'not ready'}, "
                                 f"restarts {pod_restarts(pod)}")
             young = snap.age(dep) < SETTLE_SECONDS or any(
                 snap.age(p) < SETTLE_SECONDS and pod_restarts(p) < REPEATS_STABLE for p in pods)
-            problems.append(f"controller Deployment {ns_of(dep)}/{name_of(dep)} has no ready replica")
+            problems.append(f"controller Deployment {namespace_of(dep)}/{name_of(dep)} has no ready replica")
             wait = young
-            next_cmd = f"kubectl -n {ns_of(dep)} logs deployment/{name_of(dep)} --tail=50"
+            next_cmd = f"kubectl -n {namespace_of(dep)} logs deployment/{name_of(dep)} --tail=50"
     wanted = [constants.DEVICE_CLASS_DEFAULT_CHANNEL]
     if mode != names.IMEX_MODE_HOST_MANAGED:
         wanted.append(constants.DEVICE_CLASS_DAEMON)
@@ -163,11 +160,11 @@ def ready_condition(cd: dict) -> dict:
 
 def check_domain(snap: Snapshot, cd: dict, mode: str) -> Link:
     key, title = "computedomain", "ComputeDomain and its IMEX mode"
-    uid, ns, name = uid_of(cd), ns_of(cd), name_of(cd)
+    uid, ns, name = uid_of(cd), namespace_of(cd), name_of(cd)
     spec = cd.get("spec") or {}
     status = cd.get("status") or {}
     cond = ready_condition(cd)
-    finalizers = list((cd.get("metadata") or {}).get("finalizers") or [])
+    finalizers = finalizers_of(cd)
     num_nodes = int(spec.get("numNodes") or 0)
     evidence = [f"ComputeDomain {ns}/{name} uid {uid}, mode {mode}, numNodes {num_nodes}, "
                 f"status {status.get('status', '-')}"
@@ -175,7 +172,7 @@ def check_domain(snap: Snapshot, cd: dict, mode: str) -> Link:
                 f"finalizers: {', '.join(finalizers) or 'none'}"]
     ids = {"cdUID": uid, "mode": mode}
     describe = f"kubectl -n {ns} describe computedomain {name}"
-    deleting = (cd.get("metadata") or {}).get("deletionTimestamp")
+    deleting = meta_of(cd).get("deletionTimestamp")
     if deleting:
         others = [f for f in finalizers if f != constants.FINALIZER]
         pending = snap.since(deleting)
@@ -212,7 +209,7 @@ def template_name(cd: dict) -> str:
 
 def check_template(snap: Snapshot, cd: dict) -> Link:
     key, title = "template", "workload ResourceClaimTemplate"
-    uid, ns, name = uid_of(cd), ns_of(cd), name_of(cd)
+    uid, ns, name = uid_of(cd), namespace_of(cd), name_of(cd)
     tname = template_name(cd)
     if snap.refused("resourceclaimtemplates", ns):
         return hidden(key, title, "resourceclaimtemplates", snap.refused("resourceclaimtemplates", ns),
@@ -241,7 +238,7 @@ def check_template(snap: Snapshot, cd: dict) -> Link:
                     f"kubectl -n {ns} describe computedomain {name}")
     verdict = Verdict.WAIT if snap.age(cd) < SETTLE_SECONDS else Verdict.FAIL
     dep = snap.controller()
-    logs = (f"kubectl -n {ns_of(dep)} logs deployment/{name_of(dep)} --tail=50" if dep
+    logs = (f"kubectl -n {namespace_of(dep)} logs deployment/{name_of(dep)} --tail=50" if dep
             else "kubectl get deployments -A -l app.kubernetes.io/component=controller")
     return link(key, title, verdict, f"ResourceClaimTemplate {ns}/{tname} does not exist yet", evidence, ids,
                 f"kubectl -n {ns} get events --field-selector involvedObject.name={name}; {logs}")

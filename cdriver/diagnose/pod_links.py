@@ -18,17 +18,14 @@ from cdriver.diagnose.snapshot import (
     claim_node,
     event_count,
     event_line,
-    labels_of,
-    name_of,
-    ns_of,
     pod_ip,
     pod_node,
     pod_phase,
     pod_ready,
     pod_restarts,
     pod_waiting,
-    uid_of,
 )
+from cdriver.kube.objects import labels_of, name_of, namespace_of, uid_of
 
 #: Warning reasons of the IMEX daemon that mean nvidia-imex could not start or keeps dying.
 DAEMON_FAILURE_REASONS = (names.EVENT_IMEX_START_FAILED, names.EVENT_IMEX_PORT_CONFLICT,
@@ -47,7 +44,7 @@ class Workload:
 
     @property
     def label(self) -> str:
-        return f"pod {ns_of(self.pod)}/{name_of(self.pod)}"
+        return f"pod {namespace_of(self.pod)}/{name_of(self.pod)}"
 
     @property
     def started(self) -> bool:
@@ -95,12 +92,12 @@ def first_clause(message: str, limit: int = 200) -> str:
 
 
 def _warnings(snap: Snapshot, obj: dict, reasons: tuple[str, ...] = ()) -> list[dict]:
-    events = snap.events_about(name_of(obj), ns_of(obj))
+    events = snap.events_about(name_of(obj), namespace_of(obj))
     return [e for e in events if e.get("type") == "Warning" and (not reasons or e.get("reason") in reasons)]
 
 
 def _describe(w: Workload) -> str:
-    return f"kubectl -n {ns_of(w.pod)} describe pod {name_of(w.pod)}"
+    return f"kubectl -n {namespace_of(w.pod)} describe pod {name_of(w.pod)}"
 
 
 # -- 5. the workload pod refers to the claim ----------------------------------------------------
@@ -114,7 +111,7 @@ def check_workload(w: Workload) -> Link:
         return link(key, title, Verdict.FAIL,
                     f"{w.label} lists claim {w.claim_ref!r} in spec.resourceClaims but no container lists it in "
                     "resources.claims, so no container gets the channel", evidence, {},
-                    f"kubectl -n {ns_of(w.pod)} get pod {name_of(w.pod)} -o jsonpath="
+                    f"kubectl -n {namespace_of(w.pod)} get pod {name_of(w.pod)} -o jsonpath="
                     "'{.spec.containers[*].resources.claims}'")
     return link(key, title, Verdict.PASS, f"{w.label}: container(s) {', '.join(users)} use claim {w.claim_ref!r}",
                 evidence, {})
@@ -123,9 +120,9 @@ def check_workload(w: Workload) -> Link:
 # -- 6. claim allocation ----------------------------------------------------------------------------
 def check_allocation(snap: Snapshot, w: Workload) -> Link:
     key, title = "allocation", "workload claim allocation (pool, device, node)"
-    if snap.refused("resourceclaims", ns_of(w.pod)):
-        return hidden(key, title, "resourceclaims", snap.refused("resourceclaims", ns_of(w.pod)),
-                      f"ask for read access to namespace {ns_of(w.pod)}")
+    if snap.refused("resourceclaims", namespace_of(w.pod)):
+        return hidden(key, title, "resourceclaims", snap.refused("resourceclaims", namespace_of(w.pod)),
+                      f"ask for read access to namespace {namespace_of(w.pod)}")
     young = snap.age(w.pod) < SETTLE_SECONDS
     sched = [e for e in _warnings(snap, w.pod, (FAILED_SCHEDULING,))]
     evidence = [event_line(e) for e in sched[-1:]]
@@ -133,7 +130,7 @@ def check_allocation(snap: Snapshot, w: Workload) -> Link:
         verdict = Verdict.WAIT if young and not sched else Verdict.FAIL
         return link(key, title, verdict, f"{w.label}: no ResourceClaim generated for {w.claim_ref!r} yet",
                     evidence, {}, _describe(w))
-    claim_label = f"claim {ns_of(w.claim)}/{name_of(w.claim)} uid {uid_of(w.claim)}"
+    claim_label = f"claim {namespace_of(w.claim)}/{name_of(w.claim)} uid {uid_of(w.claim)}"
     results = w.results()
     if not results:
         stable = bool(sched) and (not young or event_count(sched[-1]) >= REPEATS_STABLE)
@@ -339,7 +336,7 @@ def check_cdi(snap: Snapshot, w: Workload) -> Link:
     if w.started:
         return link(key, title, Verdict.PASS, f"{w.label}: prepared, CDI {cdi_id}", [f"{w.label}: CDI {cdi_id}"], ids)
     failures = _warnings(snap, w.pod, (FAILED_PREPARE,))
-    waits = snap.events_about(name_of(w.claim), ns_of(w.claim))
+    waits = snap.events_about(name_of(w.claim), namespace_of(w.claim))
     evidence = [event_line(e) for e in (failures[-1:] + waits[-1:])]
     stable = bool(failures) and event_count(failures[-1]) >= REPEATS_STABLE and snap.age(w.pod) >= SETTLE_SECONDS
     return link(key, title, Verdict.FAIL if stable else Verdict.WAIT,
@@ -351,7 +348,7 @@ def check_cdi(snap: Snapshot, w: Workload) -> Link:
 
 # -- 11. the device inside the container ---------------------------------------------------------------
 def exec_key(pod: dict) -> str:
-    return f"{ns_of(pod)}/{name_of(pod)}"
+    return f"{namespace_of(pod)}/{name_of(pod)}"
 
 
 def check_device(snap: Snapshot, w: Workload) -> Link:
@@ -362,7 +359,7 @@ def check_device(snap: Snapshot, w: Workload) -> Link:
     if not w.started:
         return link(key, title, Verdict.SKIP, f"{w.label} has not started")
     result = snap.exec.get(exec_key(w.pod))
-    cmd = f"kubectl -n {ns_of(w.pod)} exec {name_of(w.pod)} -- ls -l {names.CHANNELS_DIR}"
+    cmd = f"kubectl -n {namespace_of(w.pod)} exec {name_of(w.pod)} -- ls -l {names.CHANNELS_DIR}"
     if result is None:
         return link(key, title, Verdict.SKIP, f"{w.label}: exec was not run")
     output = str(result.get("output", "")).strip()

@@ -13,6 +13,7 @@ from typing import Any
 
 from cdriver.api import constants
 from cdriver.diagnose import names
+from cdriver.kube.objects import labels_of, meta_of, name_of, namespace_of
 
 #: The driver's CustomResourceDefinitions, by object name.
 CRD_NAMES = (f"{constants.PLURAL_COMPUTE_DOMAINS}.{constants.GROUP}",
@@ -34,26 +35,6 @@ def parse_time(value: str | None) -> dt.datetime | None:
         return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
-
-
-def meta(obj: dict) -> dict:
-    return obj.get("metadata") or {}
-
-
-def name_of(obj: dict) -> str:
-    return str(meta(obj).get("name", ""))
-
-
-def ns_of(obj: dict) -> str:
-    return str(meta(obj).get("namespace", ""))
-
-
-def uid_of(obj: dict) -> str:
-    return str(meta(obj).get("uid", ""))
-
-
-def labels_of(obj: dict) -> dict[str, str]:
-    return meta(obj).get("labels") or {}
 
 
 class Snapshot:
@@ -80,7 +61,7 @@ class Snapshot:
     # -- time ------------------------------------------------------------------------------
     def age(self, obj: dict) -> float:
         """Seconds since the object was created (0 when unknown)."""
-        created = parse_time(meta(obj).get("creationTimestamp"))
+        created = parse_time(meta_of(obj).get("creationTimestamp"))
         return max(0.0, (self.now - created).total_seconds()) if created else 0.0
 
     def since(self, timestamp: str | None) -> float:
@@ -90,7 +71,7 @@ class Snapshot:
     # -- lookups ---------------------------------------------------------------------------
     def find(self, kind: str, name: str, namespace: str = "") -> dict | None:
         for obj in self.items(kind):
-            if name_of(obj) == name and (not namespace or ns_of(obj) == namespace):
+            if name_of(obj) == name and (not namespace or namespace_of(obj) == namespace):
                 return obj
         return None
 
@@ -98,7 +79,7 @@ class Snapshot:
         return self.find("nodes", name)
 
     def pods_in(self, namespace: str) -> list[dict]:
-        return [p for p in self.items("pods") if ns_of(p) == namespace]
+        return [p for p in self.items("pods") if namespace_of(p) == namespace]
 
     def controller(self) -> dict | None:
         """The driver's controller Deployment (chart label + its IMEX_MODE env)."""
@@ -159,7 +140,7 @@ def _env(deployment: dict, key: str) -> str | None:
 def event_last_time(ev: dict) -> str:
     series = ev.get("series") or {}
     return str(ev.get("lastTimestamp") or series.get("lastObservedTime") or ev.get("eventTime")
-               or ev.get("firstTimestamp") or meta(ev).get("creationTimestamp") or "")
+               or ev.get("firstTimestamp") or meta_of(ev).get("creationTimestamp") or "")
 
 
 def event_count(ev: dict) -> int:

@@ -19,7 +19,7 @@ from cdriver.api.constants import (
     KIND_DAEMON_CONFIG,
 )
 from cdriver.api.types import ChannelConfig, DaemonConfig, ValidationError, decode_opaque_config
-from cdriver.kube.objects import meta_of, name_of, namespace_of, uid_of
+from cdriver.kube.objects import meta_of, name_of, namespace_of, owner_references_of, uid_of
 from cdriver.roles.kubelet_plugin.devices import DeviceRef, parse_device
 from cdriver.roles.kubelet_plugin.errors import ClaimError, permanent, retryable
 
@@ -290,7 +290,7 @@ def daemon_pods_reserving(claim: dict) -> list[tuple[str, str]]:
 
 
 def _owning_daemonset(pod: Mapping) -> str:
-    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+    for ref in owner_references_of(pod):
         if ref.get("controller") and ref.get("kind") == "DaemonSet" and ref.get("apiVersion") == "apps/v1":
             return str(ref.get("name", ""))
     return ""
@@ -320,7 +320,7 @@ def check_daemon_claim_owner(plan: ClaimPlan, driver_namespace: str, pods: Mappi
         raise retryable(f"claim {plan.label}: the claim is not reserved for any pod yet; kubelet retries")
     for name, uid in consumers:
         pod = pods.get(name) if uid else None
-        got_uid = str(((pod or {}).get("metadata") or {}).get("uid", ""))
+        got_uid = uid_of(pod)
         owner = _owning_daemonset(pod or {})
         if pod is None or got_uid != uid or owner != want:
             what = "is not a pod" if not uid else (
