@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 import cdriver
 from cdriver.sim.images import build, containerfile
@@ -99,6 +102,39 @@ def test_concurrent_builders_of_one_key_build_once(tmp_path: Path) -> None:
     for t in threads:
         t.join()
     assert entered.is_set() and len(count) == 1
+
+
+def test_prune_removes_only_old_unlocked_builds_of_the_same_name(tmp_path: Path) -> None:
+    def finished(name: str, age_s: float) -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        (d / ".complete").touch()
+        stamp = time.time() - age_s
+        os.utime(d / ".complete", (stamp, stamp))
+        return d
+
+    day = build.PRUNE_AFTER_S
+    current = finished("images-cdriver-aaaa", 2 * day)
+    old = finished("images-cdriver-bbbb", 2 * day)
+    young = finished("images-cdriver-cccc", 60)
+    other_name = finished("images-pause-dddd", 2 * day)
+    longer_name = finished("images-cdriver-extra-eeee", 2 * day)
+    busy = finished("images-cdriver-ffff", 2 * day)
+    unfinished = tmp_path / "images-cdriver-gggg"
+    unfinished.mkdir()
+    with FileLock(str(busy) + ".lock"):
+        removed = build.prune_stale(current)
+    assert removed == [old]
+    for kept in (current, young, other_name, longer_name, busy, unfinished):
+        assert kept.exists()
+
+
+def test_a_cache_hit_marks_the_build_used(tmp_path: Path) -> None:
+    out = tmp_path / "images-x-1"
+    build.cached(out, lambda tmp: None, lambda _: None)
+    os.utime(out / ".complete", (1000, 1000))
+    build.cached(out, lambda tmp: pytest.fail("rebuilt"), lambda _: None)
+    assert time.time() - (out / ".complete").stat().st_mtime < 3600
 
 
 def test_mmdebstrap_command_follows_the_recipe() -> None:

@@ -47,6 +47,9 @@ BUILDER_REVISION = "1"
 #: the same for the Debian base layer alone (its key is otherwise the mmdebstrap command)
 BASE_REVISION = "1"
 LOCK_TIMEOUT_S = 3600
+#: a cached image of an older source that has not been rebuilt for this long is removed
+#: after a new one of the same name is built (each source change adds a driver archive)
+PRUNE_AFTER_S = 24 * 3600
 ENV_PYINSTALLER = "PYINSTALLER"
 #: paths under the source root whose contents go into the driver image
 DRIVER_INPUTS = ("Containerfile", "pyproject.toml", "README.md", "packaging", "cdriver")
@@ -152,6 +155,7 @@ def cached(out: Path, build: Callable[[Path], None], log: Callable[[str], None])
     try:
         with lock.acquire(timeout=LOCK_TIMEOUT_S):
             if (out / ".complete").is_file():
+                os.utime(out / ".complete")  # marks it used (see prune_stale)
                 return out
             for stale in out.parent.glob(f"{out.name}.tmp.*"):  # left by a build that was killed
                 shutil.rmtree(stale, ignore_errors=True)
@@ -167,10 +171,36 @@ def cached(out: Path, build: Callable[[Path], None], log: Callable[[str], None])
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
             log(f"built {out.name} in {time.monotonic() - start:.0f} s")
-            return out
+        for old in prune_stale(out):
+            log(f"removed {old.name}: an older build not used for a day")
+        return out
     except Timeout:
         raise ImageBuildError(f"{lock.lock_file}: another build holds the lock for over {LOCK_TIMEOUT_S}s; "
                               "remove the lock file if no build is running") from None
+
+
+def prune_stale(out: Path, max_age_s: float = PRUNE_AFTER_S) -> list[Path]:
+    """Remove finished siblings of `out` (same name, other key) unused for `max_age_s`; what was removed.
+
+    A sibling whose lock another process holds (being built or rebuilt) is left alone.
+    """
+    prefix = out.name.rsplit("-", 1)[0] + "-"
+    removed = []
+    now = time.time()
+    for other in out.parent.glob(prefix + "*"):
+        marker = other / ".complete"
+        if other == out or not other.is_dir() or other.name.count("-") != out.name.count("-"):
+            continue
+        if not marker.is_file() or now - marker.stat().st_mtime < max_age_s:
+            continue
+        lock = FileLock(str(other) + ".lock")
+        try:
+            with lock.acquire(timeout=0):
+                shutil.rmtree(other, ignore_errors=True)
+                removed.append(other)
+        except Timeout:
+            continue
+    return removed
 
 
 def _run(argv: list[str], what: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
