@@ -150,14 +150,14 @@ for try in $(seq 1 150); do
   sleep 0.2
 done
 echo "ready=$(bin/{IMEX_CTL_BINARY} -q -c /imex-test/1.cfg)"
-echo "domain=$(bin/{IMEX_CTL_BINARY} -N -j -c /imex-test/0.cfg)"
+bin/{IMEX_CTL_BINARY} -N -j -c /imex-test/0.cfg >/imex-test/domain.json
 kill -TERM $pid0 $pid1; wait $pid0; echo "exit0=$?"; wait $pid1; echo "exit1=$?"
 """
     result = in_image(root, script, timeout=120)
     logs = "".join((work / f"{i}.log").read_text() for i in (0, 1) if (work / f"{i}.log").exists())
     lines = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
     assert lines.get("ready") == "READY", result.stdout + result.stderr + logs
-    domain = json.loads(lines["domain"])
+    domain = json.loads((work / "domain.json").read_text())
     assert domain["status"] == "UP", domain
     assert [n["host"] for n in domain["nodes"].values()] == list(PEERS)
     assert (lines["exit0"], lines["exit1"]) == ("0", "0"), logs
