@@ -51,8 +51,9 @@ LOCK_TIMEOUT_S = 3600
 #: after a new one of the same name is built (each source change adds a driver archive)
 PRUNE_AFTER_S = 24 * 3600
 ENV_PYINSTALLER = "PYINSTALLER"
-#: paths under the source root whose contents go into the driver image
-DRIVER_INPUTS = ("Containerfile", "pyproject.toml", "README.md", "packaging", "cdriver")
+#: paths under the source root whose contents go into the driver image (the build stage also
+#: copies README.md, which pyproject names as the package's readme but the bundle does not hold)
+DRIVER_INPUTS = ("Containerfile", "pyproject.toml", "packaging", "cdriver")
 #: mmdebstrap's hook that merges /usr with directory links, as Debian's container images do
 #: (without it mmdebstrap installs usrmerge, which pulls perl into the image)
 MERGED_USR_HOOK = "/usr/share/mmdebstrap/hooks/merged-usr"
