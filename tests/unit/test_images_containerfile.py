@@ -51,6 +51,9 @@ def test_parse_reads_the_final_stage() -> None:
                             Symlink("/opt/cdriver/cdriver", "/usr/bin/cdriver")]
     assert recipe.env == {"MODE": "test"}
     assert recipe.entrypoint == ["tini", "--", "cdriver"] and recipe.cmd == ["--help"]
+    assert recipe.workdir == ""
+    assert containerfile.parse(TWO_STAGES.replace("ENV MODE=test", "WORKDIR /var/lib/cdriver")).workdir == \
+        "/var/lib/cdriver"
     assert containerfile.source_in_build(recipe, "/src/dist/cdriver-bundle") == "dist/cdriver-bundle"
 
 

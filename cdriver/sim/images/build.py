@@ -326,7 +326,7 @@ def build_driver(log: Callable[[str], None]) -> BuiltImage:
         app = oci.write_layer(app_entries(recipe, root, dist), tmp / "app-layer.tar",
                               "COPY --from=build and RUN ln -s of the Containerfile")
         config = oci.ImageConfig(entrypoint=recipe.entrypoint, cmd=recipe.cmd,
-                                 env={"PATH": oci.DEFAULT_PATH, **recipe.env},
+                                 env={"PATH": oci.DEFAULT_PATH, **recipe.env}, working_dir=recipe.workdir,
                                  labels={"org.opencontainers.image.version": cdriver.__version__,
                                          "org.opencontainers.image.title": "cdriver"})
         oci.write_archive(tmp / "cdriver.tar", ref, config, [base, app])

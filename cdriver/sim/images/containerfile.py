@@ -74,6 +74,7 @@ class Recipe:
     env: dict[str, str]
     entrypoint: list[str]
     cmd: list[str]
+    workdir: str = ""           # the final stage's WORKDIR, if any
 
 
 def _instructions(text: str) -> list[tuple[int, str, str]]:
@@ -203,7 +204,7 @@ def parse(text: str) -> Recipe:
                                  "makes the bundle with that script, so it would not match the Containerfile")
     return Recipe(suite=m.group("suite"), slim=bool(m.group("slim")), packages=final.packages,
                   build_stage=build.name, build_workdir=build.workdir, steps=final.steps, env=final.env,
-                  entrypoint=final.entrypoint, cmd=final.cmd)
+                  entrypoint=final.entrypoint, cmd=final.cmd, workdir=final.workdir if final.workdir != "/" else "")
 
 
 def load(path: Path) -> Recipe:
