@@ -52,6 +52,8 @@ def test_parse_reads_the_final_stage() -> None:
     assert recipe.env == {"MODE": "test"}
     assert recipe.entrypoint == ["tini", "--", "cdriver"] and recipe.cmd == ["--help"]
     assert recipe.workdir == ""
+    several = containerfile.parse(TWO_STAGES.replace("ENV MODE=test", 'ENV A=1 B="two words"\nENV C three words'))
+    assert several.env == {"A": "1", "B": "two words", "C": "three words"}
     assert containerfile.parse(TWO_STAGES.replace("ENV MODE=test", "WORKDIR /var/lib/cdriver")).workdir == \
         "/var/lib/cdriver"
     assert containerfile.source_in_build(recipe, "/src/dist/cdriver-bundle") == "dist/cdriver-bundle"

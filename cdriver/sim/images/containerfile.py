@@ -150,10 +150,13 @@ def _stage_step(stage: Stage, number: int, word: str, args: str) -> None:
         else:
             stage.context_copies.append(f"{where}: {args!r}")
     elif word == "ENV":
-        key, sep, value = args.partition("=")
-        if not sep:
-            key, _, value = args.partition(" ")
-        stage.env[key.strip()] = value.strip().strip('"')
+        words = shlex.split(args)
+        if words and all("=" in w for w in words):  # ENV A=1 B="two words"
+            stage.env.update(w.split("=", 1) for w in words)
+        elif len(words) >= 2:  # the legacy form: ENV A value with spaces
+            stage.env[words[0]] = " ".join(words[1:])
+        else:
+            raise ContainerfileError(f"{where}: expected ENV <key>=<value> ...")
     elif word in ("ENTRYPOINT", "CMD"):
         try:
             argv = _json_or_shell(args)
