@@ -152,7 +152,7 @@ def _stage_step(stage: Stage, number: int, word: str, args: str) -> None:
     elif word == "ENV":
         words = shlex.split(args)
         if words and all("=" in w for w in words):  # ENV A=1 B="two words"
-            stage.env.update(w.split("=", 1) for w in words)
+            stage.env.update(w.partition("=")[::2] for w in words)
         elif len(words) >= 2:  # the legacy form: ENV A value with spaces
             stage.env[words[0]] = " ".join(words[1:])
         else:
