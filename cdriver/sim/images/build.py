@@ -220,7 +220,7 @@ def _apt_install(package: str, command: str, log: Callable[[str], None]) -> None
     if shutil.which(command):
         return
     log(f"{command} not found: installing Debian's {package}")
-    if _apt_has(package) is False:
+    if not _apt_has(package):
         _run(["apt-get", "update", "-qq"], "apt-get update")
     _run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", package], f"installing {package}",
          env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
