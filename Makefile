@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: venv control-plane test unit integration e2e lint typecheck protos binary image images demo bench clean
+.PHONY: venv control-plane test unit integration e2e lint typecheck protos binary demo bench clean
 
 venv: $(VENV)/.installed
 
@@ -47,6 +47,7 @@ binary: venv
 
 # OCI image archives without a container engine (cached; prints <name>=<archive>, <name>-ref=<ref>):
 # `image` the driver image from the Containerfile's recipe, `images` also the pause and workload images.
+.PHONY: image images
 image: venv
 	$(BIN)/cdriver sim images cdriver
 
