@@ -45,6 +45,12 @@ protos: venv
 binary: venv
 	PYINSTALLER=$(BIN)/pyinstaller packaging/build.sh
 
+demo: venv control-plane
+	$(BIN)/cdriver sim demo
+
+bench: venv control-plane
+	@for b in $(filter-out bench/report.py,$(wildcard bench/*.py)); do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
 # OCI image archives without a container engine (cached; prints <name>=<archive>, <name>-ref=<ref>):
 # `image` the driver image from the Containerfile's recipe, `images` also the pause and workload images.
 .PHONY: image images
@@ -53,12 +59,6 @@ image: venv
 
 images: venv
 	$(BIN)/cdriver sim images
-
-demo: venv control-plane
-	$(BIN)/cdriver sim demo
-
-bench: venv control-plane
-	@for b in $(filter-out bench/report.py,$(wildcard bench/*.py)); do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
 	rm -rf build dist .pytest_cache .ruff_cache .mypy_cache *.egg-info
