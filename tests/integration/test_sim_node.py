@@ -639,7 +639,7 @@ def test_container_process_has_private_dev_mounts_and_hostname(tmp_path: Path) -
                                DeviceSpec("/dev/test/block", "b", 7, 9, 0o600)],
                       mounts=[BindMount(str(data), "/mnt", read_only=True),
                               BindMount(str(tools), "/tools", options=("noexec",))],
-                      dev_staging=str(tmp_path / "stage"))
+                      staging=str(tmp_path / "stage"))
     proc = ContainerProcess(spec, tmp_path / "spec.json", tmp_path / "logs" / "0.log", "t").start()
     assert proc.wait(10) == 0
     proc.close()
@@ -657,33 +657,29 @@ def test_container_process_has_private_dev_mounts_and_hostname(tmp_path: Path) -
 
 
 def test_processes_left_by_a_dead_node_run_are_ended_when_the_node_starts(tmp_path: Path) -> None:
-    """A container's children outlive a killed agent (adopted by PID 1); the next start ends them."""
-    from cdriver.sim.node.simulated.container import ContainerProcess, LaunchSpec
+    """A process with a mount from a node's pods directory (left by an older run) is found,
+    also once that run's files are gone, and ended."""
     from cdriver.sim.node.simulated.layout import NodeLayout
     from cdriver.sim.node.simulated.leftovers import kill_leftovers, leftover_pids
-    from cdriver.sim.node.simulated.volumes import BindMount
 
     layout = NodeLayout.at(tmp_path / "node").ensure()
     hosts = layout.pod_hosts_file("uid-1")
     hosts.parent.mkdir(parents=True)
     hosts.write_text("127.0.0.1\tlocalhost\n")
-    pid_file = tmp_path / "child.pid"
-    spec = LaunchSpec(argv=["sh", "-c", f"sleep 600 & echo $! > {pid_file}; wait"], env={"PATH": "/usr/bin:/bin"},
-                      mounts=[BindMount(str(hosts), "/etc/hosts")], dev_staging=str(tmp_path / "stage"))
-    proc = ContainerProcess(spec, tmp_path / "spec.json", tmp_path / "logs" / "0.log", "t").start()
-    child = int(wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), 10, "the container's child"))
-    # the main process dies as with its agent (nothing ends the container's group); its child lives on
-    os.kill(proc.pid, signal.SIGKILL)
-    os.waitpid(proc.pid, 0)
-    assert Path(f"/proc/{child}/stat").read_text().split()[2] != "Z"
-    assert leftover_pids(layout.pods_dir) == [child]
-    shutil.rmtree(layout.root)  # also found once the dead run's files are gone
-    assert leftover_pids(layout.pods_dir) == [child]
-    assert leftover_pids(tmp_path / "other") == []
-    assert kill_leftovers(layout.pods_dir) == [child]
-    wait_for(lambda: not Path(f"/proc/{child}").exists() or Path(f"/proc/{child}/stat").read_text().split()[2] == "Z",
-             10, "the left-behind process to end")
-    proc.close()
+    left = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                             f"mount --bind {hosts} /etc/hosts && echo ready && exec sleep 600"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert left.stdout is not None and left.stdout.readline().strip() == "ready"
+        assert leftover_pids(layout.pods_dir) == [left.pid]
+        shutil.rmtree(layout.root)  # also found once the dead run's files are gone
+        assert leftover_pids(layout.pods_dir) == [left.pid]
+        assert leftover_pids(tmp_path / "other") == []
+        assert kill_leftovers(layout.pods_dir) == [left.pid]
+        assert left.wait(10) == -signal.SIGKILL
+    finally:
+        left.kill()
+        left.wait()
 
 
 def test_node_that_cannot_start_reports_why_and_leaves_nothing_behind(raw: RawClient, tmp_path: Path) -> None:

@@ -461,7 +461,7 @@ class NodeAgent:
         live = self._require_worker(namespace, pod).container_info(container)
         if live is None:
             raise NodeError(f"container {container!r} of pod {namespace}/{pod} is not running")
-        return run_in_container(live.proc.pid, argv, live.env, live.working_dir, timeout, stdin)
+        return run_in_container(live.proc.init_pid, argv, live.env, live.working_dir, timeout, stdin)
 
     def wait_for_plugin(self, driver: str, timeout: float = 30.0) -> bool:
         return self.plugins is not None and self.plugins.wait_for(driver, timeout)

@@ -14,18 +14,7 @@ import os
 import signal
 from pathlib import Path
 
-
-def _unescape(field: str) -> str:
-    """A mountinfo path field (spaces etc. are octal escapes)."""
-    out, i = [], 0
-    while i < len(field):
-        if field[i] == "\\" and i + 3 < len(field) and field[i + 1:i + 4].isdigit():
-            out.append(chr(int(field[i + 1:i + 4], 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
+from cdriver.sim.node.simulated.launcher import unescape_mount_path as _unescape
 
 
 def mountinfo(pid: int | str) -> list[tuple[str, str, str]]:

@@ -416,7 +416,7 @@ class PodWorker:
         restart = record.restart_count if first_run else record.restart_count + 1
         launch = LaunchSpec(argv=argv, env=env, working_dir=working_dir, hostname=hostname, devices=devices,
                             mounts=mounts, extra_dev_dir=str(self.rt.layout.dev_dir) if privileged else None,
-                            dev_staging=str(run_dir / f"{name}.dev"))
+                            staging=str(run_dir / f"{name}.root"))
         log_path = self.rt.layout.container_log(self.namespace, self.name, self.uid, name, restart)
         proc = ContainerProcess(launch, run_dir / f"{name}.json", log_path, f"{self.name}-{name}")
         if not first_run:
@@ -455,7 +455,7 @@ class PodWorker:
                 command = list((probe["exec"] or {}).get("command") or [])
 
                 def run(cmd: list[str], timeout: float) -> Any:
-                    return run_in_container(live.proc.pid, cmd, live.env, live.working_dir, timeout)
+                    return run_in_container(live.proc.init_pid, cmd, live.env, live.working_dir, timeout)
 
                 return lambda timeout: probemod.check_exec(run, command, timeout)
             if "httpGet" in probe:
