@@ -108,3 +108,22 @@ def test_container_has_its_own_root_and_pid_namespace(tmp_path: Path) -> None:
     assert output(log) == ["pid=2", "volume-content", "file-mount", "wrote-etc", "ready", "got-term"]
     assert not os.path.exists(absent) and not os.path.exists(tool)
     assert not [p for p in os.listdir("/etc") if p.startswith("cdriver-written-")]
+
+
+def test_an_address_block_of_a_killed_cluster_process_is_free_again() -> None:
+    """The lease is held by the owning process: SIGKILL ends it, no stale lock stays."""
+    from cdriver.sim.node.addresses import try_lease
+
+    owner = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
+                              "from cdriver.sim.node.addresses import lease_block\n"
+                              "b = lease_block(); print(b.prefix, flush=True); time.sleep(600)"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout is not None
+        prefix = owner.stdout.readline().strip()
+        assert prefix.startswith("127.") and try_lease(prefix) is None
+    finally:
+        owner.kill()
+        owner.wait()
+    block = wait_for(lambda: try_lease(prefix), 10, "the dead owner's block to be free")
+    block.release()

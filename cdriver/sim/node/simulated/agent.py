@@ -31,6 +31,7 @@ from cdriver.kube.events import EventRecorder
 from cdriver.kube.informer import Informer, uid_index
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
 from cdriver.sim.node import registration as nodemod
+from cdriver.sim.node.addresses import AddressBlock, lease_block
 from cdriver.sim.node.simulated.claim_cache import ClaimCache
 from cdriver.sim.node.simulated.claims import PodState, unprepare_pod_claims
 from cdriver.sim.node.simulated.container import run_in_container
@@ -114,6 +115,8 @@ class NodeAgent:
         self._wipe_timers: dict[str, threading.Timer] = {}
         self._log_handler: logging.Handler | None = None
         self._running = False
+        #: the address block this node's address comes from, kept leased while the node exists
+        self.addresses: AddressBlock | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def __enter__(self) -> NodeAgent:
@@ -484,10 +487,15 @@ class NodeAgent:
 
 def start_nodes(raw: RawClient | str, count: int, base_dir: str | os.PathLike[str], *, prefix: str = "node",
                 first_index: int = 1, labels: dict[str, str] | None = None,
-                options: NodeOptions | None = None, wait: bool = True, **kwargs: Any) -> list[NodeAgent]:
-    """Start `count` nodes `<prefix>-<i>` at 127.0.1.<i> with roots `<base_dir>/<name>`, in parallel."""
-    agents = [NodeAgent(raw, f"{prefix}-{i}", node_ip(i), Path(base_dir) / f"{prefix}-{i}", labels=labels,
+                options: NodeOptions | None = None, wait: bool = True, addresses: AddressBlock | None = None,
+                **kwargs: Any) -> list[NodeAgent]:
+    """Start `count` nodes `<prefix>-<i>` at address <i> of `addresses` (default: a block leased
+    for as long as the agents exist) with roots `<base_dir>/<name>`, in parallel."""
+    block = addresses or lease_block()
+    agents = [NodeAgent(raw, f"{prefix}-{i}", block.ip(i), Path(base_dir) / f"{prefix}-{i}", labels=labels,
                         options=options, **kwargs) for i in range(first_index, first_index + count)]
+    for agent in agents:
+        agent.addresses = block
     errors: list[BaseException] = []
 
     def run(agent: NodeAgent) -> None:
