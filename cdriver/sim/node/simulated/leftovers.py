@@ -57,8 +57,9 @@ def fs_location(path: Path) -> tuple[str, str] | None:
     return device, (root.rstrip("/") + inside) or "/"
 
 
-def leftover_pids(pods_dir: Path) -> list[int]:
-    """Processes (other than this one) with a mount taken from below `pods_dir`."""
+def leftover_pids(pods_dir: Path, keep: set[str] | frozenset[str] = frozenset()) -> list[int]:
+    """Processes (other than this one) with a mount taken from below `pods_dir`, except those
+    in the mount namespaces `keep` (as /proc/<pid>/ns/mnt names them)."""
     where = fs_location(pods_dir)
     if where is None:
         return []
@@ -70,7 +71,7 @@ def leftover_pids(pods_dir: Path) -> list[int]:
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
         ns = _mount_ns(entry)
-        if ns is None or ns == own_ns:
+        if ns is None or ns == own_ns or ns in keep:
             continue
         if any(dev == device and root.startswith(prefix) for dev, root, _ in mountinfo(entry)):
             found.append(int(entry))
@@ -84,9 +85,9 @@ def _mount_ns(pid: int | str) -> str | None:
         return None
 
 
-def kill_leftovers(pods_dir: Path) -> list[int]:
+def kill_leftovers(pods_dir: Path, keep: set[str] | frozenset[str] = frozenset()) -> list[int]:
     """SIGKILL what `leftover_pids` finds; returns their pids."""
-    pids = leftover_pids(pods_dir)
+    pids = leftover_pids(pods_dir, keep)
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
