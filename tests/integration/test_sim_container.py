@@ -127,3 +127,24 @@ def test_an_address_block_of_a_killed_cluster_process_is_free_again() -> None:
         owner.wait()
     block = wait_for(lambda: try_lease(prefix), 10, "the dead owner's block to be free")
     block.release()
+
+
+def test_a_cluster_start_finds_the_host_services_a_dead_run_of_its_directory_left(tmp_path: Path) -> None:
+    """Processes marked as belonging below a cluster's directory (a host IMEX service runs
+    outside any container) are found by that directory, not by a sibling's, and ended."""
+    from cdriver.sim.controlplane.pidfile import OWNER_ENV
+    from cdriver.sim.node.simulated.leftovers import kill_processes_below, processes_below
+
+    def started(owner: Path) -> subprocess.Popen:
+        return subprocess.Popen(["sleep", "600"], env={**ENV, OWNER_ENV: str(owner)})
+
+    mine, sibling = started(tmp_path / "cde" / "nodes" / "n1"), started(tmp_path / "cde-other" / "nodes" / "n1")
+    try:
+        assert processes_below(tmp_path / "cde") == [mine.pid]
+        assert kill_processes_below(tmp_path / "cde") == [mine.pid]
+        assert mine.wait(10) == -signal.SIGKILL
+        assert sibling.poll() is None and processes_below(tmp_path / "cde-other") == [sibling.pid]
+    finally:
+        for proc in (mine, sibling):
+            proc.kill()
+            proc.wait()

@@ -163,6 +163,7 @@ class SimWorld:
         """Bring everything up; if a step fails, stop what started and remove what this start
         created below the base directory (and the base directory itself when that leaves it empty)."""
         try:
+            self._step("end what a dead run of this cluster left running", self._end_leftovers)
             self._step("build or find the control-plane binaries and helm (first build: many minutes)",
                        self._binaries)
             self._step("start etcd, kube-apiserver, kube-controller-manager, kube-scheduler", self._start_cluster)
@@ -199,6 +200,13 @@ class SimWorld:
             self.cluster = None
 
     # -- steps ---------------------------------------------------------------------------
+    def _end_leftovers(self) -> None:
+        from cdriver.sim.node.simulated.leftovers import kill_processes_below
+
+        ended = kill_processes_below(self.settings.base_dir)
+        if ended:
+            self.progress(f"    ended {len(ended)} processes a dead run left: {' '.join(map(str, ended))}")
+
     def _binaries(self) -> None:
         from cdriver.sim.controlplane.binaries import control_plane_binaries, helm_binary
 

@@ -14,6 +14,7 @@ import os
 import signal
 from pathlib import Path
 
+from cdriver.sim.controlplane.pidfile import OWNER_ENV
 from cdriver.sim.node.simulated.launcher import unescape_mount_path as _unescape
 
 
@@ -88,6 +89,50 @@ def _mount_ns(pid: int | str) -> str | None:
 def kill_leftovers(pods_dir: Path, keep: set[str] | frozenset[str] = frozenset()) -> list[int]:
     """SIGKILL what `leftover_pids` finds; returns their pids."""
     pids = leftover_pids(pods_dir, keep)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return pids
+
+
+def _ancestors() -> set[int]:
+    """This process and its ancestors."""
+    out, pid = set(), os.getpid()
+    while pid > 1 and pid not in out:
+        out.add(pid)
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            break
+    return out
+
+
+def processes_below(base: Path) -> list[int]:
+    """Processes (not this one or its ancestors) marked (OWNER_ENV in their environment) as
+    belonging to a directory below `base`: what a dead run of a cluster kept there left
+    running outside its containers (a host IMEX service, say)."""
+    marker = str(Path(os.path.abspath(base))).rstrip("/") + "/"
+    key = f"{OWNER_ENV}=".encode()
+    skip = _ancestors()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in skip:
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        owners = [item[len(key):].decode(errors="replace") + "/" for item in environ if item.startswith(key)]
+        if any(owner.startswith(marker) for owner in owners):
+            found.append(int(entry))
+    return sorted(found)
+
+
+def kill_processes_below(base: Path) -> list[int]:
+    """SIGKILL what `processes_below` finds; returns their pids."""
+    pids = processes_below(base)
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
