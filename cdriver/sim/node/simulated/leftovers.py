@@ -88,7 +88,10 @@ def _mount_ns(pid: int | str) -> str | None:
 
 def kill_leftovers(pods_dir: Path, keep: set[str] | frozenset[str] = frozenset()) -> list[int]:
     """SIGKILL what `leftover_pids` finds; returns their pids."""
-    pids = leftover_pids(pods_dir, keep)
+    return _kill(leftover_pids(pods_dir, keep))
+
+
+def _kill(pids: list[int]) -> list[int]:
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -132,10 +135,4 @@ def processes_below(base: Path) -> list[int]:
 
 def kill_processes_below(base: Path) -> list[int]:
     """SIGKILL what `processes_below` finds; returns their pids."""
-    pids = processes_below(base)
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return pids
+    return _kill(processes_below(base))
