@@ -1,11 +1,11 @@
-"""Processes a dead run of a node left behind, found and ended when the node starts again.
+"""Processes a dead run of a node or cluster left behind, found and ended when it starts again.
 
-A container's main process dies with its node agent (parent-death signal), but what it
-started (a daemon's children, say) is adopted by PID 1 and keeps running, holding ports
-and files. Every container has the node's per-pod ``/etc/hosts`` bound into its mount
-namespace, so such a process is recognised by a mount taken from the node's pods directory
-(matched by filesystem and path within it, whatever mount point that filesystem has here;
-found also after the node's directory was removed).
+A container dies with its node agent's process (parent-death signal on the launcher, and its
+own PID namespace ends everything the container started), so this is the second line: a
+process in another mount namespace with a mount taken from the node's pods directory (every
+container has the pod's ``/etc/hosts`` bound from there; matched by filesystem and path within
+it, also after the node's directory was removed) is a container's, and a process marked with
+`OWNER_ENV` below a cluster's directory is a host service that cluster's run started.
 """
 
 from __future__ import annotations
