@@ -444,9 +444,10 @@ def test_grpc_probes_call_the_health_service_and_restart_on_not_serving(
         s.bind((node.ip, 0))
         port = s.getsockname()[1]
     probe = {"grpc": {"port": port, "service": "liveness"}, "periodSeconds": 1, "failureThreshold": 1}
+    startup = {**probe, "failureThreshold": 30}  # as the chart's: until the server listens
     raw.create(PODS, pod_body("grpc-probed", [PY, "-c", HEALTH_SERVER, "$(MY_IP)", str(port)], pool, node.name,
                               terminationGracePeriodSeconds=1,
-                              container={"startupProbe": probe, "livenessProbe": probe, "env": [
+                              container={"startupProbe": startup, "livenessProbe": probe, "env": [
                                   {"name": "MY_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]}),
                namespace)
     wait_for(lambda: pod_ready(raw, namespace, "grpc-probed"), 30, "the startup probe to pass on SERVING")
