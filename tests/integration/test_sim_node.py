@@ -431,7 +431,7 @@ def test_failing_liveness_probe_restarts_the_container(raw: RawClient, namespace
 HEALTH_SERVER = r"""
 import os, sys, time
 from cdriver.dra.health import serve_health_tcp
-serve_health_tcp(int(sys.argv[2]), lambda: "sick" if os.path.exists("/tmp/sick") else "", host=sys.argv[1])
+server = serve_health_tcp(int(sys.argv[2]), lambda: "sick" if os.path.exists("/tmp/sick") else "", host=sys.argv[1])
 time.sleep(3600)
 """
 
