@@ -306,8 +306,11 @@ class SimWorld:
     def kubectl_cmd(self, *args: str, timeout: float = 60.0, stdin: str | None = None) -> subprocess.CompletedProcess:
         """Run the matching kubectl against this cluster (text output)."""
         assert self.kubectl is not None
+        # its discovery cache stays with the cluster's files
+        cache = os.environ.get("KUBECACHEDIR") or str(self.settings.base_dir / WORLD_DIRS[0] / "kubectl-cache")
         return subprocess.run([str(self.kubectl), "--kubeconfig", str(self.kubeconfig), *args], input=stdin,
-                              capture_output=True, text=True, timeout=timeout)
+                              capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, "KUBECACHEDIR": cache})
 
     def exec(self, namespace: str, pod: str, argv: list[str], container: str | None = None,
              timeout: float = 60.0) -> subprocess.CompletedProcess:
