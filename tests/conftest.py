@@ -57,6 +57,14 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             _BUILD["error"] = str(exc)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _kubectl_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """kubectl keeps its discovery cache with the test run's files, not in ~/.kube/cache."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KUBECACHEDIR", str(tmp_path_factory.mktemp("kubectl-cache")))
+        yield
+
+
 @pytest.fixture(scope="session")
 def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from cdriver.errors import CdriverError

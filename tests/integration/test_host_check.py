@@ -35,12 +35,14 @@ from cdriver.sim.imex.protocol import (
     ENV_SIM_IMEX_RETRY_INITIAL,
     ENV_SIM_IMEX_RETRY_MAX,
 )
+from cdriver.sim.node.addresses import lease_block
 
 pytestmark = pytest.mark.integration
 
 NODE = "worker-1"
-NODE_IP = "127.0.3.1"
-PEER_IP = "127.0.3.2"
+#: addresses of a block leased for this test run, so other runs' clusters never share their ports
+BLOCK = lease_block()
+NODE_IP, PEER_IP = BLOCK.ip(1), BLOCK.ip(2)
 FAST = {
     ENV_SIM_IMEX_HEARTBEAT: "0.2",
     ENV_SIM_IMEX_PEER_TIMEOUT: "1",

@@ -46,6 +46,7 @@ from cdriver.sim.imex.protocol import (
     ENV_SIM_IMEX_RETRY_MAX,
     IMEX_DOMAIN_UP,
 )
+from cdriver.sim.node.addresses import lease_block
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -93,9 +94,10 @@ def imex_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def ip_base() -> str:
-    """A loopback /24 of its own, so stand-ins never meet other tests' ports."""
-    return f"127.{random.randint(100, 250)}.{random.randint(1, 250)}"
+def ip_base() -> Iterator[str]:
+    """A loopback /24 leased for this module, so stand-ins never meet other runs' ports."""
+    with lease_block() as block:
+        yield block.prefix
 
 
 @pytest.fixture

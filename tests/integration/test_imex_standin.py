@@ -31,11 +31,14 @@ from cdriver.sim.imex.protocol import (
     ENV_SIM_IMEX_RETRY_INITIAL,
     ENV_SIM_IMEX_RETRY_MAX,
 )
+from cdriver.sim.node.addresses import lease_block
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
-A_IP, B_IP = "127.0.1.1", "127.0.1.2"
+#: addresses of a block leased for this test run, so other runs' clusters never share their ports
+BLOCK = lease_block()
+A_IP, B_IP = BLOCK.ip(1), BLOCK.ip(2)
 #: short heartbeats and retries so the domain converges in well under a second
 FAST = {
     ENV_SIM_IMEX_HEARTBEAT: "0.2",
@@ -173,7 +176,7 @@ def test_scenario_two_daemons_up_then_degraded(world: World) -> None:
     proc_a.send_signal(signal.SIGTERM)
     assert proc_a.wait(10) == 0
     assert "clean shutdown" in world.log(cfg_a)
-    assert "peer 127.0.1.2 lost" in world.log(cfg_a)
+    assert f"peer {B_IP} lost" in world.log(cfg_a)
 
 
 def test_hung_peer_is_detected_by_missing_heartbeats(world: World) -> None:

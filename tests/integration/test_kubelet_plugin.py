@@ -512,7 +512,8 @@ def test_ready_clique_wakes_waiting_prepare_and_unprepare_cleans_up(
     waiter = threading.Thread(target=call)
     waiter.start()
     wait_for(lambda: node_label(raw, node) == uid_of(cd), 10, "the node label (Prepare is waiting)")
-    time.sleep(0.3)
+    wait_for(lambda: metric(plugin, port, "nvidia_dra_requests_inflight", operation="prepare") == 1, 10,
+             "the plugin to count the waiting Prepare as in flight")
     assert waiter.is_alive(), "Prepare must wait for readiness, not fail at once"
     marked = time.monotonic()
     set_clique_ready(raw, driver_ns, cd, node, status="Ready")

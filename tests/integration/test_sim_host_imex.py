@@ -37,11 +37,14 @@ from cdriver.sim.imex.protocol import (
     IMEX_DOMAIN_UP,
     IMEX_NODE_READY,
 )
+from cdriver.sim.node.addresses import lease_block
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
-IP_A, IP_B = "127.0.3.11", "127.0.3.12"
+#: addresses of a block leased for this test run, so other runs' clusters never share their ports
+BLOCK = lease_block()
+IP_A, IP_B = BLOCK.ip(11), BLOCK.ip(12)
 FAST = {
     ENV_SIM_IMEX_HEARTBEAT: "0.2",
     ENV_SIM_IMEX_PEER_TIMEOUT: "1",

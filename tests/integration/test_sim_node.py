@@ -15,7 +15,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -411,20 +410,56 @@ def test_exec_readiness_probe_failures_flip_ready(raw: RawClient, namespace: str
 def test_failing_liveness_probe_restarts_the_container(raw: RawClient, namespace: str,
                                                       sim_nodes: list[NodeAgent], pool: str) -> None:
     node = sim_nodes[0]
-    probe = {"exec": {"command": ["test", "-f", "/opt/alive"]}, "periodSeconds": 1, "failureThreshold": 1}
+    probe = {"exec": {"command": ["sh", "-c", "echo run >> /opt/probed; test -f /opt/alive"]}, "periodSeconds": 1,
+             "failureThreshold": 1}
     raw.create(PODS, pod_body("lively", ["sh", "-c", "touch /opt/alive; exec sleep 3600"], pool, node.name,
                               terminationGracePeriodSeconds=1, volumes=[{"name": "work", "emptyDir": {}}],
                               container={"livenessProbe": probe,
                                          "volumeMounts": [{"name": "work", "mountPath": "/opt"}]}), namespace)
     wait_for(lambda: pod_ready(raw, namespace, "lively"), 30, "the pod with a liveness probe")
-    time.sleep(1.5)  # passing probes leave it alone
-    assert container_status(raw.get(PODS, "lively", namespace))["restartCount"] == 0
+    probed = lambda: node.exec_in_container(namespace, "lively", "main", ["cat", "/opt/probed"]).stdout  # noqa: E731
+    wait_for(lambda: probed().count(b"run") >= 3, 30, "three passing liveness probes")
+    assert container_status(raw.get(PODS, "lively", namespace))["restartCount"] == 0  # passing probes leave it alone
     node.exec_in_container(namespace, "lively", "main", ["rm", "/opt/alive"])
     pod = wait_for(lambda: container_status(p := raw.get(PODS, "lively", namespace)).get("restartCount") == 1
                    and p, 30, "the container to be restarted after failing its liveness probe")
     assert container_status(pod)["lastState"]["terminated"]["exitCode"] == 143  # SIGTERM
     reasons = {e["reason"] for e in raw.list(EVENTS, namespace)["items"] if e["involvedObject"]["name"] == "lively"}
     assert {"Unhealthy", "Killing"} <= reasons
+
+
+HEALTH_SERVER = r"""
+import os, sys, time
+from cdriver.dra.health import serve_health_tcp
+server = serve_health_tcp(int(sys.argv[2]), lambda: "sick" if os.path.exists("/tmp/sick") else "", host=sys.argv[1])
+time.sleep(3600)
+"""
+
+
+def test_grpc_probes_call_the_health_service_and_restart_on_not_serving(
+        raw: RawClient, namespace: str, sim_nodes: list[NodeAgent], pool: str) -> None:
+    """grpc probes (the kubelet plugin's startup and liveness probes) call grpc.health.v1 on the pod IP."""
+    node = sim_nodes[0]
+    with socket.socket() as s:
+        s.bind((node.ip, 0))
+        port = s.getsockname()[1]
+    probe = {"grpc": {"port": port, "service": "liveness"}, "periodSeconds": 1, "failureThreshold": 1}
+    startup = {**probe, "failureThreshold": 30}  # as the chart's: until the server listens
+    raw.create(PODS, pod_body("grpc-probed", [PY, "-c", HEALTH_SERVER, "$(MY_IP)", str(port)], pool, node.name,
+                              terminationGracePeriodSeconds=1,
+                              container={"startupProbe": startup, "livenessProbe": probe, "env": [
+                                  {"name": "MY_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]}),
+               namespace)
+    wait_for(lambda: pod_ready(raw, namespace, "grpc-probed"), 30, "the startup probe to pass on SERVING")
+    node.exec_in_container(namespace, "grpc-probed", "main", ["touch", "/tmp/sick"])
+    pod = wait_for(lambda: container_status(p := raw.get(PODS, "grpc-probed", namespace)).get("restartCount") == 1
+                   and p, 30, "the container to be restarted after NOT_SERVING")
+    assert container_status(pod)["lastState"]["terminated"]["exitCode"] == 143  # SIGTERM
+    messages = [e["message"] for e in raw.list(EVENTS, namespace)["items"]
+                if e["involvedObject"]["name"] == "grpc-probed" and e["reason"] == "Unhealthy"]
+    assert 'Liveness probe failed: service unhealthy (responded with "NOT_SERVING")' in messages
+    # the restarted container has its own, healthy root (no /tmp/sick): it passes again
+    wait_for(lambda: pod_ready(raw, namespace, "grpc-probed"), 30, "the restarted container to pass its probes")
 
 
 def test_crashing_container_is_restarted_with_increasing_restart_count(
@@ -603,19 +638,27 @@ def test_dropped_plugin_socket_unregisters_the_driver_and_its_slices_go(
         node.options.slice_wipe_delay = wipe_delay
 
 
-def test_restarted_agent_runs_its_pods_again_and_keeps_counting_restarts(
+def test_restarted_agent_keeps_its_containers_running_and_keeps_counting_restarts(
         raw: RawClient, namespace: str, sim_nodes: list[NodeAgent], pool: str) -> None:
+    """As with kubelet: a node agent restart leaves the containers running and takes them back."""
     node = sim_nodes[1]
-    raw.create(PODS, pod_body("survivor", ["sleep", "3600"], pool, node.name), namespace)
-    wait_for(lambda: pod_ready(raw, namespace, "survivor"), 30, "the pod before the restart")
+    probe = {"exec": {"command": ["true"]}, "periodSeconds": 1}
+    raw.create(PODS, pod_body("survivor", ["sleep", "3600"], pool, node.name,
+                              container={"readinessProbe": probe}), namespace)
+    before = container_status(wait_for(lambda: pod_ready(raw, namespace, "survivor"), 30, "the pod before the restart"))
     first = node.container_pid(namespace, "survivor", "main")
     node.restart()
-    assert first is not None and not Path(f"/proc/{first}").exists()  # the node's containers stopped
-    pod = wait_for(lambda: (p := pod_ready(raw, namespace, "survivor"))
-                   and container_status(p).get("restartCount") == 1 and p, 30, "the pod after the restart")
-    assert container_status(pod)["state"].get("running")
-    assert node.container_pid(namespace, "survivor", "main") not in (None, first)
+    assert node.container_pid(namespace, "survivor", "main") == first  # the same process, taken back
+    assert first is not None and Path(f"/proc/{first}").exists()
+    pod = wait_for(lambda: pod_ready(raw, namespace, "survivor"), 30, "the pod to be Ready after the restart")
+    after = container_status(pod)
+    assert after["restartCount"] == 0 and after["containerID"] == before["containerID"]
+    assert after["state"]["running"]["startedAt"] == before["state"]["running"]["startedAt"]
     assert condition(raw.get(NODES, node.name), "Ready") == "True"
+    node.kill_container(namespace, "survivor", "main")  # the taken-back container is watched like any other
+    pod = wait_for(lambda: (p := pod_ready(raw, namespace, "survivor"))
+                   and container_status(p).get("restartCount") == 1 and p, 30, "the container to restart once")
+    assert node.container_pid(namespace, "survivor", "main") not in (None, first)
 
 
 def test_container_process_has_private_dev_mounts_and_hostname(tmp_path: Path) -> None:
@@ -639,7 +682,7 @@ def test_container_process_has_private_dev_mounts_and_hostname(tmp_path: Path) -
                                DeviceSpec("/dev/test/block", "b", 7, 9, 0o600)],
                       mounts=[BindMount(str(data), "/mnt", read_only=True),
                               BindMount(str(tools), "/tools", options=("noexec",))],
-                      dev_staging=str(tmp_path / "stage"))
+                      staging=str(tmp_path / "stage"))
     proc = ContainerProcess(spec, tmp_path / "spec.json", tmp_path / "logs" / "0.log", "t").start()
     assert proc.wait(10) == 0
     proc.close()
@@ -657,33 +700,29 @@ def test_container_process_has_private_dev_mounts_and_hostname(tmp_path: Path) -
 
 
 def test_processes_left_by_a_dead_node_run_are_ended_when_the_node_starts(tmp_path: Path) -> None:
-    """A container's children outlive a killed agent (adopted by PID 1); the next start ends them."""
-    from cdriver.sim.node.simulated.container import ContainerProcess, LaunchSpec
+    """A process with a mount from a node's pods directory (left by an older run) is found,
+    also once that run's files are gone, and ended."""
     from cdriver.sim.node.simulated.layout import NodeLayout
     from cdriver.sim.node.simulated.leftovers import kill_leftovers, leftover_pids
-    from cdriver.sim.node.simulated.volumes import BindMount
 
     layout = NodeLayout.at(tmp_path / "node").ensure()
     hosts = layout.pod_hosts_file("uid-1")
     hosts.parent.mkdir(parents=True)
     hosts.write_text("127.0.0.1\tlocalhost\n")
-    pid_file = tmp_path / "child.pid"
-    spec = LaunchSpec(argv=["sh", "-c", f"sleep 600 & echo $! > {pid_file}; wait"], env={"PATH": "/usr/bin:/bin"},
-                      mounts=[BindMount(str(hosts), "/etc/hosts")], dev_staging=str(tmp_path / "stage"))
-    proc = ContainerProcess(spec, tmp_path / "spec.json", tmp_path / "logs" / "0.log", "t").start()
-    child = int(wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), 10, "the container's child"))
-    # the main process dies as with its agent (nothing ends the container's group); its child lives on
-    os.kill(proc.pid, signal.SIGKILL)
-    os.waitpid(proc.pid, 0)
-    assert Path(f"/proc/{child}/stat").read_text().split()[2] != "Z"
-    assert leftover_pids(layout.pods_dir) == [child]
-    shutil.rmtree(layout.root)  # also found once the dead run's files are gone
-    assert leftover_pids(layout.pods_dir) == [child]
-    assert leftover_pids(tmp_path / "other") == []
-    assert kill_leftovers(layout.pods_dir) == [child]
-    wait_for(lambda: not Path(f"/proc/{child}").exists() or Path(f"/proc/{child}/stat").read_text().split()[2] == "Z",
-             10, "the left-behind process to end")
-    proc.close()
+    left = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                             f"mount --bind {hosts} /etc/hosts && echo ready && exec sleep 600"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert left.stdout is not None and left.stdout.readline().strip() == "ready"
+        assert leftover_pids(layout.pods_dir) == [left.pid]
+        shutil.rmtree(layout.root)  # also found once the dead run's files are gone
+        assert leftover_pids(layout.pods_dir) == [left.pid]
+        assert leftover_pids(tmp_path / "other") == []
+        assert kill_leftovers(layout.pods_dir) == [left.pid]
+        assert left.wait(10) == -signal.SIGKILL
+    finally:
+        left.kill()
+        left.wait()
 
 
 def test_node_that_cannot_start_reports_why_and_leaves_nothing_behind(raw: RawClient, tmp_path: Path) -> None:

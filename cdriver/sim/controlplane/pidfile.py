@@ -7,6 +7,10 @@ import signal
 import time
 from pathlib import Path
 
+#: Environment variable naming the directory a background process of a local cluster belongs
+#: to, so that a later start of that cluster finds what a dead run left (`processes_below`).
+OWNER_ENV = "CDRIVER_SIM_OWNER"
+
 
 def read_pid(pid_file: Path) -> int | None:
     """The pid recorded in `pid_file`, or None if there is none."""

@@ -38,6 +38,7 @@ from cdriver.imex.config import (
 )
 from cdriver.imex.ctl import DEFAULT_HOST_IMEX_SOCKET
 from cdriver.imex.supervisor import ProcessSupervisor
+from cdriver.sim.controlplane.pidfile import OWNER_ENV
 from cdriver.sim.gpu.driver_root import BIN_SUBDIR, DriverRoot
 
 LOG_FILE = "/var/log/nvidia-imex.log"
@@ -174,7 +175,7 @@ class HostImexService:
         self.peers = nodes_config_members(self.ip, peers)
         self.server_port = server_port
         self.cmd_port = cmd_port
-        self.env = dict(os.environ if env is None else env)
+        self.env = {**(os.environ if env is None else env), OWNER_ENV: str(self.paths.root)}
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
         self._supervisor: ProcessSupervisor | None = None

@@ -1,7 +1,8 @@
 """`cdriver sim node ...`: simulated Kubernetes nodes from the command line.
 
 ``run`` starts one node (``--name``, ``--ip`` 127.0.1.N, ``--root``), ``up`` starts N nodes
-``<prefix>-1..N`` at 127.0.1.1..N below a base directory; both run until SIGINT/SIGTERM and
+``<prefix>-1..N`` at 127.X.Y.1..N (a block leased for them, see `cdriver.sim.node.addresses`)
+below a base directory; both run until SIGINT/SIGTERM and
 then stop their pods. ``launch`` is the in-namespace container launcher a node runs (hidden;
 used by packaged builds that have no separate Python).
 """
@@ -129,7 +130,7 @@ def run_cmd(name: str, ip: str, root: Path, kubeconfig: str | None, labels: tupl
               help="Parent of the node roots (<base-dir>/<prefix>-<i>); keep it short.")
 @click.option("--prefix", default="node", show_default=True, help="Node name prefix.")
 @click.option("--first-index", type=click.IntRange(1, 254), default=1, show_default=True,
-              help="Index of the first node (name suffix and last octet of 127.0.1.N).")
+              help="Index of the first node (name suffix and last octet of its address 127.X.Y.N).")
 @kubeconfig_option
 @label_option
 @fast_option
@@ -141,7 +142,7 @@ def up_cmd(count: int, base_dir: Path, prefix: str, first_index: int, kubeconfig
     from cdriver.sim.node.simulated.agent import start_nodes
 
     if first_index + count - 1 > 254:
-        raise click.BadParameter(f"nodes {first_index}..{first_index + count - 1} exceed 127.0.1.254",
+        raise click.BadParameter(f"nodes {first_index}..{first_index + count - 1} exceed the last address 127.X.Y.254",
                                  param_hint="--count")
     try:
         agents = start_nodes(_kubeconfig(kubeconfig), count, base_dir, prefix=prefix, first_index=first_index,

@@ -1,7 +1,8 @@
 """The whole simulated cluster: control plane, simulated GB200 nodes, and the driver's chart.
 
 `SimWorld.start()` builds what is missing (cached), starts the real control plane, one
-simulated node per topology node (each with its own loopback address, root directory and
+simulated node per topology node (each with its own loopback address from a 127.X.Y.0/24 block
+leased for this cluster, so clusters on one machine do not collide, its own root directory and
 driver root holding the simulation kit), installs `helm/cdriver` with the built helm, and
 waits until the controller and every node's kubelet plugin are ready and publishing. Each
 step is named; a failure says which step failed and shows the relevant log tail.
@@ -129,6 +130,7 @@ class SimWorld:
         self.nodes: list[SimNode] = []
         self.helm: Path | None = None
         self.kubectl: Path | None = None
+        self.addresses: Any = None  # the leased 127.X.Y.0/24 of the nodes
 
     # -- lifecycle -----------------------------------------------------------------------
     def __enter__(self) -> SimWorld:
@@ -161,6 +163,7 @@ class SimWorld:
         """Bring everything up; if a step fails, stop what started and remove what this start
         created below the base directory (and the base directory itself when that leaves it empty)."""
         try:
+            self._step("end what a dead run of this cluster left running", self._end_leftovers)
             self._step("build or find the control-plane binaries and helm (first build: many minutes)",
                        self._binaries)
             self._step("start etcd, kube-apiserver, kube-controller-manager, kube-scheduler", self._start_cluster)
@@ -189,11 +192,21 @@ class SimWorld:
             except Exception as e:  # keep stopping the rest
                 log.warning("stopping node %s: %s", node.name, e)
         self.nodes = []
+        if self.addresses is not None:
+            self.addresses.release()
+            self.addresses = None
         if self.cluster is not None:
             self.cluster.stop()
             self.cluster = None
 
     # -- steps ---------------------------------------------------------------------------
+    def _end_leftovers(self) -> None:
+        from cdriver.sim.node.simulated.leftovers import kill_processes_below
+
+        ended = kill_processes_below(self.settings.base_dir)
+        if ended:
+            self.progress(f"    ended {len(ended)} processes a dead run left: {' '.join(map(str, ended))}")
+
     def _binaries(self) -> None:
         from cdriver.sim.controlplane.binaries import control_plane_binaries, helm_binary
 
@@ -219,13 +232,15 @@ class SimWorld:
         import threading
 
         from cdriver.sim.gpu.topology import clique_label
-        from cdriver.sim.node.simulated.agent import NodeAgent, node_ip
+        from cdriver.sim.node.addresses import lease_block
+        from cdriver.sim.node.simulated.agent import NodeAgent
         path, topology = self._topology()
         names = topology.nodes()[: self.settings.nodes]
         if len(names) < self.settings.nodes:
             raise WorldError(f"the topology {path} lists {len(names)} nodes, {self.settings.nodes} were asked for")
         names += list(self.settings.extra_nodes)
         options = node_options(self.settings)
+        self.addresses = lease_block()
         for i, name in enumerate(names, start=1):
             identity = topology.find(name)
             fabric = identity is not None and name not in self.settings.non_fabric_nodes
@@ -234,10 +249,11 @@ class SimWorld:
             if clique:
                 # What GPU feature discovery sets on a real node.
                 labels[constants.LABEL_NODE_CLIQUE] = clique
-            agent = NodeAgent(self.raw, name, node_ip(i), self.settings.base_dir / WORLD_DIRS[1] / name, labels=labels,
+            ip = self.addresses.ip(i)
+            agent = NodeAgent(self.raw, name, ip, self.settings.base_dir / WORLD_DIRS[1] / name, labels=labels,
                               options=options, topology=str(path), pki_dir=self.cluster.pki.dir,
                               fabric_state="completed" if fabric else "not_supported")
-            self.nodes.append(SimNode(name, node_ip(i), clique, agent))
+            self.nodes.append(SimNode(name, ip, clique, agent))
         errors: list[BaseException] = []
 
         def run(node: SimNode) -> None:
@@ -290,8 +306,11 @@ class SimWorld:
     def kubectl_cmd(self, *args: str, timeout: float = 60.0, stdin: str | None = None) -> subprocess.CompletedProcess:
         """Run the matching kubectl against this cluster (text output)."""
         assert self.kubectl is not None
+        # its discovery cache stays with the cluster's files
+        cache = os.environ.get("KUBECACHEDIR") or str(self.settings.base_dir / WORLD_DIRS[0] / "kubectl-cache")
         return subprocess.run([str(self.kubectl), "--kubeconfig", str(self.kubeconfig), *args], input=stdin,
-                              capture_output=True, text=True, timeout=timeout)
+                              capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, "KUBECACHEDIR": cache})
 
     def exec(self, namespace: str, pod: str, argv: list[str], container: str | None = None,
              timeout: float = 60.0) -> subprocess.CompletedProcess:

@@ -5,6 +5,7 @@ its Lease in ``kube-node-lease`` so node-lifecycle-controller keeps it schedulab
 every pod bound to it as real processes (`cdriver.sim.node.simulated.pods`), registers DRA plugins
 from its ``plugins_registry`` (`cdriver.sim.node.simulated.plugins`), and offers faults on demand for
 tests (kill a container, stop/restart the agent, drop a plugin socket, pause the heartbeat).
+Like kubelet's, a restart of the agent leaves the containers running and takes them back.
 
 Several agents can run in one process (each with its own root and address) or one per
 process (``cdriver sim node run``).
@@ -31,9 +32,11 @@ from cdriver.kube.events import EventRecorder
 from cdriver.kube.informer import Informer, uid_index
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
 from cdriver.sim.node import registration as nodemod
+from cdriver.sim.node.addresses import AddressBlock, lease_block
 from cdriver.sim.node.simulated.claim_cache import ClaimCache
 from cdriver.sim.node.simulated.claims import PodState, unprepare_pod_claims
 from cdriver.sim.node.simulated.container import run_in_container
+from cdriver.sim.node.simulated.container_store import ContainerStore
 from cdriver.sim.node.simulated.layout import NodeLayout
 from cdriver.sim.node.simulated.leftovers import kill_leftovers
 from cdriver.sim.node.simulated.plugins import PluginManager
@@ -114,6 +117,10 @@ class NodeAgent:
         self._wipe_timers: dict[str, threading.Timer] = {}
         self._log_handler: logging.Handler | None = None
         self._running = False
+        #: the address block this node's address comes from, kept leased while the node exists
+        self.addresses: AddressBlock | None = None
+        #: containers kept running while the agent restarts (the container runtime's part)
+        self.containers = ContainerStore()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def __enter__(self) -> NodeAgent:
@@ -134,7 +141,7 @@ class NodeAgent:
         self.layout.ensure()
         self._setup_logging()
         self.log.info("starting node %s (%s) in %s", self.name, self.ip, self.layout.root)
-        left = kill_leftovers(self.layout.pods_dir)
+        left = kill_leftovers(self.layout.pods_dir, keep=self.containers.mount_namespaces())
         if left:
             self.log.warning("ended %d processes a previous run of this node left behind: %s", len(left),
                              " ".join(map(str, left)))
@@ -166,7 +173,7 @@ class NodeAgent:
             node_name=self.name, node_ip=self.ip, layout=self.layout, raw=self.raw, recorder=self.recorder,
             plugins=self.plugins, api_host=host, api_port=port, allocatable=dict(self.capacity),
             options=self.options, path_prefix=[executable_dir()], log=self.log,
-            claims=ClaimCache(self.layout.claim_checkpoint))
+            claims=ClaimCache(self.layout.claim_checkpoint), containers=self.containers)
         self._spawn(self._heartbeat_loop, "heartbeat")
         self._spawn(self._housekeeping_loop, "housekeeping")
         self.informer = Informer(self.raw, PODS, field_selector=f"spec.nodeName={self.name}",
@@ -177,11 +184,15 @@ class NodeAgent:
         self.informer.start()
         if not self.informer.wait_synced(30):
             raise NodeError(f"node {self.name}: the pod list did not load within 30 s; is the API server up?")
+        self._end_kept(lambda uid: not self.informer or not self.informer.by_index("uid", uid))
         if wait:
             nodemod.wait_schedulable(self.raw, self.name, self.options.wait_schedulable)
 
-    def stop(self, delete_node: bool = False) -> None:
-        """Stop the pods (claims stay prepared), the plugin watcher and the heartbeat."""
+    def stop(self, delete_node: bool = False, keep_containers: bool = False) -> None:
+        """Stop the pods (claims stay prepared), the plugin watcher and the heartbeat; with
+        `keep_containers` (a restart), the containers keep running for the next start."""
+        if not keep_containers:
+            self._end_kept(lambda uid: True)
         if not self._running:
             return
         self.log.info("stopping node %s", self.name)
@@ -192,7 +203,7 @@ class NodeAgent:
         with self._lock:
             workers = list(self.workers.values())
         for worker in workers:
-            worker.shutdown()
+            worker.shutdown(keep_containers)
         for worker in workers:
             worker.finished.wait(self.options.shutdown_grace + 15)
         with self._lock:
@@ -219,9 +230,23 @@ class NodeAgent:
         self._teardown_logging()
 
     def restart(self, wait: bool = True) -> NodeAgent:
-        """Stop and start again (pods' containers are started anew, restart counts continue)."""
-        self.stop()
+        """Stop and start again, as kubelet restarts: running containers keep running and are
+        taken back by the new pod workers."""
+        self.stop(keep_containers=True)
         return self.start(wait=wait)
+
+    def _end_kept(self, gone: Callable[[str], bool]) -> None:
+        """Kill the kept containers of pods for which `gone(uid)` holds."""
+        for uid, pod in self.containers.take_all().items():
+            if not gone(uid):
+                self.containers.keep(uid, pod)
+                continue
+            for item in pod.containers:
+                item.proc.kill_group()
+                item.proc.wait(10)
+                item.proc.close()
+            if pod.containers:
+                self.log.info("ended %d kept container(s) of pod %s", len(pod.containers), uid)
 
     def _spawn(self, target: Callable[[], None], role: str) -> None:
         thread = threading.Thread(target=target, name=f"node-{self.name}-{role}", daemon=True)
@@ -461,7 +486,7 @@ class NodeAgent:
         live = self._require_worker(namespace, pod).container_info(container)
         if live is None:
             raise NodeError(f"container {container!r} of pod {namespace}/{pod} is not running")
-        return run_in_container(live.proc.pid, argv, live.env, live.working_dir, timeout, stdin)
+        return run_in_container(live.proc.init_pid, argv, live.env, live.working_dir, timeout, stdin)
 
     def wait_for_plugin(self, driver: str, timeout: float = 30.0) -> bool:
         return self.plugins is not None and self.plugins.wait_for(driver, timeout)
@@ -484,10 +509,15 @@ class NodeAgent:
 
 def start_nodes(raw: RawClient | str, count: int, base_dir: str | os.PathLike[str], *, prefix: str = "node",
                 first_index: int = 1, labels: dict[str, str] | None = None,
-                options: NodeOptions | None = None, wait: bool = True, **kwargs: Any) -> list[NodeAgent]:
-    """Start `count` nodes `<prefix>-<i>` at 127.0.1.<i> with roots `<base_dir>/<name>`, in parallel."""
-    agents = [NodeAgent(raw, f"{prefix}-{i}", node_ip(i), Path(base_dir) / f"{prefix}-{i}", labels=labels,
+                options: NodeOptions | None = None, wait: bool = True, addresses: AddressBlock | None = None,
+                **kwargs: Any) -> list[NodeAgent]:
+    """Start `count` nodes `<prefix>-<i>` at address <i> of `addresses` (default: a block leased
+    for as long as the agents exist) with roots `<base_dir>/<name>`, in parallel."""
+    block = addresses or lease_block()
+    agents = [NodeAgent(raw, f"{prefix}-{i}", block.ip(i), Path(base_dir) / f"{prefix}-{i}", labels=labels,
                         options=options, **kwargs) for i in range(first_index, first_index + count)]
+    for agent in agents:
+        agent.addresses = block
     errors: list[BaseException] = []
 
     def run(agent: NodeAgent) -> None:

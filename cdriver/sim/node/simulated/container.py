@@ -1,10 +1,13 @@
 """Container processes: launch through the in-namespace launcher, signal, reap, exec inside.
 
-A container is one process tree started by `cdriver.sim.node.simulated.launcher` in a new session (its
-process group is the container): SIGTERM goes to the main process, SIGKILL to the whole
-group. Output goes through pipes into a CRI-format log file per run. Commands run "inside"
-a container (exec probes, `kubectl exec`) enter its mount and UTS namespaces with
-``nsenter`` and get the container's environment.
+A container is one process tree started by `cdriver.sim.node.simulated.launcher` in a new session
+and its own PID namespace: SIGTERM goes to the launcher, which passes it to the command;
+SIGKILL to the whole group (the namespace's init dying ends every process in it). Containers
+are started from one long-lived thread of the agent's process, so their parent-death signal
+fires when that process dies, not when a pod worker's thread ends. Output goes through pipes
+into a CRI-format log file per run. Commands run "inside" a container (exec probes, `kubectl
+exec`) enter its mount, UTS, IPC and PID namespaces and its root with ``nsenter`` and get the
+container's environment.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +34,8 @@ log = logging.getLogger(__name__)
 #: Seconds the launcher may take to reach exec (imports, mounts) before the start fails.
 LAUNCH_TIMEOUT = 30.0
 NSENTER = "nsenter"
+#: The thread every container is started from: it lives as long as the process.
+_SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="container-spawner")
 
 
 class StartError(CdriverError):
@@ -64,13 +70,14 @@ class LaunchSpec:
     devices: list[DeviceSpec] = field(default_factory=list)
     mounts: list[BindMount] = field(default_factory=list)
     extra_dev_dir: str | None = None
-    dev_staging: str = ""
+    #: an empty directory of the node's that the container's private root is built on
+    staging: str = ""
 
     def to_dict(self, parent_pid: int | None) -> dict[str, Any]:
         return {
             "argv": self.argv, "env": self.env, "workingDir": self.working_dir, "hostname": self.hostname,
             "devices": [d.to_dict() for d in self.devices], "mounts": [m.to_dict() for m in self.mounts],
-            "extraDevDir": self.extra_dev_dir, "devStaging": self.dev_staging, "parentPid": parent_pid,
+            "extraDevDir": self.extra_dev_dir, "staging": self.staging, "parentPid": parent_pid,
         }
 
 
@@ -99,8 +106,8 @@ def exit_details(returncode: int) -> tuple[int, int]:
 
 
 def nsenter_argv(pid: int, argv: list[str], working_dir: str | None = None) -> list[str]:
-    """Run `argv` in the mount and UTS namespaces of process `pid`."""
-    out = [NSENTER, f"--target={pid}", "--mount", "--uts"]
+    """Run `argv` in the namespaces and root of container process `pid` (its init)."""
+    out = [NSENTER, f"--target={pid}", "--mount", "--uts", "--ipc", "--pid", "--root"]
     if working_dir:
         out.append(f"--wdns={working_dir}")
     return [*out, "--", *argv]
@@ -119,6 +126,8 @@ class ContainerProcess:
         self.copiers: list[PipeCopier] = []
         self.started_at = 0.0
         self.returncode: int | None = None
+        #: the container's init (PID 1 inside), which `nsenter` targets
+        self.init_pid = 0
 
     @property
     def pid(self) -> int:
@@ -127,7 +136,7 @@ class ContainerProcess:
     def start(self) -> ContainerProcess:
         """Launch and wait until the command was exec'd; raises StartError with the reason."""
         self.spec_path.parent.mkdir(parents=True, exist_ok=True)
-        Path(self.spec.dev_staging).mkdir(parents=True, exist_ok=True)
+        Path(self.spec.staging).mkdir(parents=True, exist_ok=True)
         tmp = self.spec_path.with_name(f".{self.spec_path.name}.tmp")
         tmp.write_text(json.dumps(self.spec.to_dict(os.getpid())))
         os.replace(tmp, self.spec_path)
@@ -136,11 +145,11 @@ class ContainerProcess:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
-            self.popen = subprocess.Popen(
-                [*launcher_command(), str(self.spec_path), str(status_w)],
+            self.popen = _SPAWNER.submit(
+                subprocess.Popen, [*launcher_command(), str(self.spec_path), str(status_w)],
                 stdin=subprocess.DEVNULL, stdout=out_w, stderr=err_w, pass_fds=(status_w,),
                 start_new_session=True, env=launcher_env(), close_fds=True,
-            )
+            ).result()
         except OSError as exc:
             for fd in (status_r, status_w, out_r, out_w, err_r, err_w):
                 os.close(fd)
@@ -176,8 +185,14 @@ class ContainerProcess:
                 chunks.append(chunk)
         finally:
             os.close(fd)
-        if chunks:
-            return b"".join(chunks).decode(errors="replace")
+        text = b"".join(chunks).decode(errors="replace")
+        first, _, rest = text.partition("\n")
+        if first.startswith("pid ") and first[4:].isdigit():
+            self.init_pid, text = int(first[4:]), rest
+        if text:
+            return text
+        if not self.init_pid:
+            return "the container launcher ended before it started the container"
         return None
 
     def poll(self) -> int | None:

@@ -262,7 +262,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.flush()
         self.close_connection = True
         ws = WebSocketConn(self.connection, self.rfile)
-        ExecSession(ws, proto, live.proc.pid, live.env, live.working_dir, argv,
+        ExecSession(ws, proto, live.proc.init_pid, live.env, live.working_dir, argv,
                     stdin=flag(query, "input", "stdin"), stdout=flag(query, "output", "stdout"),
                     stderr=flag(query, "error", "stderr"), tty=flag(query, "tty"), log=self.server.log).run()
 

@@ -9,7 +9,10 @@ A pod with a deletionTimestamp is terminated gracefully (SIGTERM, grace period, 
 its claims unprepared, and then deleted with grace period 0, as kubelet does.
 
 Restart counts and prepared claims are kept in ``pods/<uid>/state.json`` so a restarted
-node agent continues counting and can unprepare the claims of pods deleted meanwhile.
+node agent continues counting and can unprepare the claims of pods deleted meanwhile. An agent
+stopped for a restart keeps the containers running, as kubelet's restart does: the worker hands
+them and its container records to the node's `ContainerStore` and the next worker of the pod
+takes them back (probes start anew).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from cdriver.sim.node.simulated.container import (
     exit_details,
     run_in_container,
 )
+from cdriver.sim.node.simulated.container_store import KeptContainer, KeptPod
 from cdriver.sim.node.simulated.runtime import NodeOptions as NodeOptions  # re-exported (older import path)
 from cdriver.sim.node.simulated.runtime import NodeRuntime
 from cdriver.sim.node.simulated.volumes import BindMount, PodVolumes, VolumeContext, VolumeError, container_mounts
@@ -135,6 +139,7 @@ class PodWorker:
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._deleted = False
         self._shutdown = False
+        self._keep_containers = False
         self.stage = "setup"
         self.state = PodState.load(rt.layout.pod_state_file(self.uid))
         self.state.namespace, self.state.name = self.namespace, self.name
@@ -179,8 +184,10 @@ class PodWorker:
         self._deleted = True
         self._wake.set()
 
-    def shutdown(self) -> None:
-        """The node agent stops: stop the containers, keep claims prepared."""
+    def shutdown(self, keep_containers: bool = False) -> None:
+        """The node agent stops: stop the containers (or, for a restart, keep them running
+        in the node's store), keep claims prepared."""
+        self._keep_containers = keep_containers
         self._shutdown = True
         self._wake.set()
 
@@ -255,9 +262,13 @@ class PodWorker:
         if not self.state.start_time:
             self.state.start_time = (self._pod().get("status") or {}).get("startTime") or st.rfc3339(st.now_utc())
         self._save_state()
+        self._take_kept()
         while True:
             if self._shutdown:
-                self._kill_all(self.rt.options.shutdown_grace)
+                if self._keep_containers:
+                    self._keep()
+                else:
+                    self._kill_all(self.rt.options.shutdown_grace)
                 return
             if self._deleted:
                 self._terminate(grace=min(self._grace(), 2.0), delete_object=False)
@@ -416,7 +427,7 @@ class PodWorker:
         restart = record.restart_count if first_run else record.restart_count + 1
         launch = LaunchSpec(argv=argv, env=env, working_dir=working_dir, hostname=hostname, devices=devices,
                             mounts=mounts, extra_dev_dir=str(self.rt.layout.dev_dir) if privileged else None,
-                            dev_staging=str(run_dir / f"{name}.dev"))
+                            staging=str(run_dir / f"{name}.root"))
         log_path = self.rt.layout.container_log(self.namespace, self.name, self.uid, name, restart)
         proc = ContainerProcess(launch, run_dir / f"{name}.json", log_path, f"{self.name}-{name}")
         if not first_run:
@@ -455,13 +466,15 @@ class PodWorker:
                 command = list((probe["exec"] or {}).get("command") or [])
 
                 def run(cmd: list[str], timeout: float) -> Any:
-                    return run_in_container(live.proc.pid, cmd, live.env, live.working_dir, timeout)
+                    return run_in_container(live.proc.init_pid, cmd, live.env, live.working_dir, timeout)
 
                 return lambda timeout: probemod.check_exec(run, command, timeout)
             if "httpGet" in probe:
                 return lambda timeout: probemod.check_http(probe["httpGet"], self.rt.node_ip, timeout, ports)
             if "tcpSocket" in probe:
                 return lambda timeout: probemod.check_tcp(probe["tcpSocket"], self.rt.node_ip, timeout, ports)
+            if "grpc" in probe:
+                return lambda timeout: probemod.check_grpc(probe["grpc"], self.rt.node_ip, timeout)
             return lambda timeout: (False, f"probe handler {sorted(probe)} is not supported on simulated nodes")
 
         def on_change(kind: str, ok: bool, message: str) -> None:
@@ -510,6 +523,39 @@ class PodWorker:
                 record.ready = ok and record.started
             elif kind == probemod.LIVENESS and not ok:
                 self._request_kill(live, f"Container {name} failed liveness probe, will be restarted")
+
+    def _keep(self) -> None:
+        """Hand the running containers and the container records to the node's store."""
+        with self._lock:
+            lives, self.live = list(self.live.values()), {}
+        for live in lives:
+            live.stop_probes()
+        kept = [KeptContainer(live.name, live.proc, live.env, live.working_dir) for live in lives]
+        self.rt.containers.keep(self.uid, KeptPod(kept, dict(self.records)))
+        self.log.info("pod %s/%s: %d container(s) keep running while the node agent restarts",
+                      self.namespace, self.name, len(kept))
+
+    def _take_kept(self) -> None:
+        """Take back what a stopped agent's worker of this pod left running."""
+        kept = self.rt.containers.take(self.uid)
+        if kept is None:
+            return
+        self.records.update({n: r for n, r in kept.records.items() if n in self.records})
+        self.sandbox_ready = True
+        for item in kept.containers:
+            record = self.records.get(item.name)
+            if record is None:
+                item.proc.kill_group()
+                item.proc.wait(10)
+                item.proc.close()
+                continue
+            self._run_ids += 1
+            live = LiveContainer(item.name, self._run_ids, item.proc, item.env, item.working_dir)
+            with self._lock:
+                self.live[item.name] = live
+            self._start_probes(self._container(item.name), live, record)
+        self.log.info("pod %s/%s: took back %d running container(s)", self.namespace, self.name,
+                      len(kept.containers))
 
     def _request_kill(self, live: LiveContainer, reason: str) -> None:
         if live.kill_deadline is not None:

@@ -2,8 +2,9 @@
 
 `ProbeTracker` is the pure threshold logic; `ProbeWorker` runs one probe of one container run
 in a thread (initial delay, period, timeout) and reports state changes. Exec probes run the
-command inside the container's namespaces with its environment; httpGet and tcpSocket probes
-dial the pod IP (the node's address).
+command inside the container's namespaces with its environment; httpGet, tcpSocket and grpc
+probes dial the pod IP (the node's address); a grpc probe calls grpc.health.v1.Health/Check
+for its service and passes only on SERVING, as kubelet's does.
 """
 
 from __future__ import annotations
@@ -132,6 +133,27 @@ def check_tcp(spec: dict[str, Any], default_host: str, timeout: float, ports: di
             return True, ""
     except OSError as exc:
         return False, f"dial tcp {host}:{port}: {exc}"
+
+
+def check_grpc(spec: dict[str, Any], host: str, timeout: float) -> tuple[bool, str]:
+    """grpc.health.v1 Check of `spec["service"]` on host:`spec["port"]`; passes on SERVING."""
+    import grpc
+
+    from cdriver.dra.gen.grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    target = f"{host}:{int(spec.get('port') or 0)}"
+    try:
+        with grpc.insecure_channel(target, options=[("grpc.enable_http_proxy", 0)]) as channel:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=spec.get("service") or ""), timeout=timeout)
+    except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return False, f"timeout: health rpc did not complete within {timeout:g}s"
+        return False, f"error: health rpc probe failed: {exc.code().name}: {exc.details()}"
+    if reply.status != health_pb2.HealthCheckResponse.SERVING:
+        name = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+        return False, f'service unhealthy (responded with "{name}")'
+    return True, ""
 
 
 def resolve_port(port: Any, named: dict[str, int]) -> int:
