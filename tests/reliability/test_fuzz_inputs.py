@@ -376,7 +376,7 @@ def test_kubeconfigs_resolve_or_name_the_file(tmp_path: Path) -> None:
     def check(case: tuple) -> None:
         kind, arg = case
         content = yaml.safe_dump(mutate(VALID_KUBECONFIG, *arg)) if kind == "doc" else arg
-        path.write_text(content)
+        path.write_bytes(content.encode("utf-8", "surrogatepass"))
         tally.tried += 1
         try:
             settings = settings_from_kubeconfigs([(str(path), read_kubeconfig(str(path)))])
@@ -387,7 +387,7 @@ def test_kubeconfigs_resolve_or_name_the_file(tmp_path: Path) -> None:
             assert settings.server.startswith(("http://", "https://"))
             assert urlsplit(settings.server).hostname, settings.server
             assert urlsplit(settings.server).port in (None, *range(65536)), settings.server  # raises if not a port
-        assert path.read_text() == content, "the kubeconfig was changed"
+        assert path.read_bytes() == content.encode("utf-8", "surrogatepass"), "the kubeconfig was changed"
 
     check()
     tally.report("fuzz", "kubeconfig")
