@@ -1,6 +1,9 @@
-"""The reliability suite's figures table, printed after the run."""
+"""The reliability suite: its figures table (printed after the run) and its simulated cluster."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -13,3 +16,21 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.section(f"reliability figures ({'full run' if figures.FULL else 'bounded subset'})")
     terminalreporter.write_line(figures.table(figures.RECORDED))
     terminalreporter.write_line(figures.json_line(figures.RECORDED))
+
+
+@pytest.fixture(scope="package")
+def rel_world() -> Iterator[Any]:
+    """One simulated cluster (two cliques of two GB200 nodes) for the fault and load tests."""
+    from tests.e2e.conftest import start_world
+
+    yield from start_world({"nodes": 4}, "rel")
+
+
+@pytest.fixture
+def rel_namespace(rel_world: Any, request: pytest.FixtureRequest) -> str:
+    from cdriver.sim.world import scenario
+
+    name = "rel-" + "".join(ch for ch in request.node.name.lower().replace("_", "-") if ch.isalnum() or ch == "-")
+    name = name[:50].rstrip("-")
+    scenario.ensure_namespace(rel_world.raw, name)
+    return name
