@@ -21,7 +21,7 @@ import psutil
 from cdriver.api import constants
 from cdriver.cdi.writer import claim_spec_name, list_specs
 from cdriver.checkpoint import decode
-from cdriver.diagnose.collect import SOURCES, Collector
+from cdriver.diagnose.collect import SOURCES, CollectError, Collector
 from cdriver.imex.config import IMEX_DAEMON_BINARY
 from cdriver.kube.raw import ApiError
 from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME, PLUGIN_DOMAINS_DIR_NAME
@@ -82,7 +82,7 @@ def converged(world: SimWorld, what: str, timeout: float, checks: tuple[Check, .
         try:
             data = snapshot(world)
             found = violations(data, checks) + (extra(data) if extra else [])
-        except (ApiError, OSError) as exc:
+        except (CollectError, ApiError, OSError) as exc:  # the API server may be restarting
             found = [f"cannot read the cluster: {exc}"]
         if not found or time.monotonic() > deadline:
             if found:
