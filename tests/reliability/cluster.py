@@ -25,7 +25,7 @@ from cdriver.diagnose.collect import SOURCES, CollectError, Collector
 from cdriver.imex.config import IMEX_DAEMON_BINARY
 from cdriver.kube.raw import ApiError
 from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME, PLUGIN_DOMAINS_DIR_NAME
-from cdriver.sim.controlplane.cluster import APISERVER, ETCD
+from cdriver.sim.controlplane.cluster import APISERVER, ETCD, ClusterError
 from cdriver.sim.node.simulated.layout import NodeLayout
 from cdriver.sim.world import scenario
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
@@ -80,9 +80,10 @@ def converged(world: SimWorld, what: str, timeout: float, checks: tuple[Check, .
     deadline = time.monotonic() + timeout
     while True:
         try:
+            revive(world)
             data = snapshot(world)
             found = violations(data, checks) + (extra(data) if extra else [])
-        except (CollectError, ApiError, OSError) as exc:  # the API server may be restarting
+        except (CollectError, ApiError, OSError, ClusterError) as exc:  # the API server may be restarting
             found = [f"cannot read the cluster: {exc}"]
         if not found or time.monotonic() > deadline:
             if found:
@@ -163,9 +164,17 @@ class Cycle:
 KILL_PATIENCE = 30.0
 
 
+def revive(world: SimWorld) -> None:
+    """Restart control-plane parts that died (the supervisor's job). Called from the test's
+    main thread only: a component runs with PR_SET_PDEATHSIG, which fires when the thread
+    that started it ends, so a restart from a short-lived thread would die with the thread."""
+    if world.cluster.dead_components():
+        world.cluster.ensure_healthy()
+
+
 def killer(world: SimWorld, kill: Kill, cycle: Cycle, nodes: list[str], stop: threading.Event) -> threading.Thread:
     """A thread that SIGKILLs `kill.role` at its moment (or as soon after as the process
-    exists), or restarts kube-apiserver / etcd after a SIGKILL."""
+    exists): a role's process, or kube-apiserver / etcd (restarted by `revive`)."""
     def run() -> None:
         moment = cycle.moments[kill.anchor]
         while not moment.wait(0.2):
@@ -176,9 +185,9 @@ def killer(world: SimWorld, kill: Kill, cycle: Cycle, nodes: list[str], stop: th
         give_up = time.monotonic() + KILL_PATIENCE
         while not stop.is_set() and time.monotonic() < give_up:
             kill.phase = cycle.phase
-            if kill.role in CONTROL_PLANE:
+            if kill.role in CONTROL_PLANE:  # revive() in the test's thread brings it back
                 kill.done, kill.at = True, time.monotonic() - cycle.started
-                world.cluster.restart(kill.role, kill=True)
+                world.cluster.kill(kill.role)
                 return
             proc = role_process(world, kill.role, cycle.uid, nodes)
             if proc is not None:
@@ -206,24 +215,23 @@ def cliques(world: SimWorld) -> list[str]:
 
 def start_domain(world: SimWorld, ns: str, name: str, clique: str, pods: int = 2) -> str:
     """Create a ComputeDomain and `pods` workload pods on distinct nodes of `clique`; its uid."""
-    raw = world.raw
-    cd = raw.create(scenario.CDS, scenario.compute_domain(name, ns, f"{name}-channel"), ns)
+    cd = create_retrying(world, scenario.CDS, scenario.compute_domain(name, ns, f"{name}-channel"), ns)
     for i in range(pods):
         pod = scenario.workload_pod(f"{name}-w{i}", ns, f"{name}-channel", clique=clique, group=f"{ns}-{name}")
         create_retrying(world, scenario.PODS, pod, ns)
-    return cd["metadata"]["uid"]
+    return str(cd["metadata"]["uid"])
 
 
-def create_retrying(world: SimWorld, resource: Any, body: dict, ns: str, timeout: float = 60) -> None:
-    """Create, retrying while the API server is away (it may be restarting)."""
+def create_retrying(world: SimWorld, resource: Any, body: dict, ns: str, timeout: float = 60) -> dict:
+    """Create (or find, after a lost answer), retrying while the API server is away."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            world.raw.create(resource, body, ns)
-            return
+            revive(world)
+            return world.raw.create(resource, body, ns)
         except ApiError as exc:
             if exc.already_exists:
-                return
+                return world.raw.get(resource, body["metadata"]["name"], ns)
             if not exc.unavailable or time.monotonic() > deadline:
                 raise
         except OSError:
@@ -252,6 +260,7 @@ def delete_quietly(world: SimWorld, resource: Any, name: str, ns: str, timeout: 
     deadline = time.monotonic() + timeout
     while True:
         try:
+            revive(world)
             world.raw.delete(resource, name, ns)
             return
         except ApiError as exc:
