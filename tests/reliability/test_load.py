@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from cdriver.api import constants
 from cdriver.sim.world import scenario
 from tests.reliability import cluster as rc
 from tests.reliability.figures import FULL, record, size
@@ -97,8 +98,8 @@ def run_round(world: Any, ns: str, round_no: int) -> dict[str, Any]:
 def leaks(world: Any) -> list[str]:
     """Anything a finished round must not leave: labels, cliques, node files, IMEX processes."""
     data = rc.snapshot(world)
-    out = [f"node {n['metadata']['name']} keeps label {rc.constants.LABEL_COMPUTE_DOMAIN}"
-           for n in data["nodes"] if rc.constants.LABEL_COMPUTE_DOMAIN in (n["metadata"].get("labels") or {})]
+    out = [f"node {n['metadata']['name']} keeps label {constants.LABEL_COMPUTE_DOMAIN}"
+           for n in data["nodes"] if constants.LABEL_COMPUTE_DOMAIN in (n["metadata"].get("labels") or {})]
     out += [f"clique {c['metadata']['name']} remains" for c in data["cliques"]]
     for node, files in data["nodeFiles"].items():
         live = {u: r for u, r in (files.get("checkpoint") or {}).items() if r.get("state") != "PrepareAborted"}
