@@ -26,8 +26,8 @@ KILLS_PER_ROLE = size(1, 20)
 RESTARTS_PER_CONTROL_PLANE_PART = size(1, 5)
 #: A kill lands up to this many seconds after the domain is created (its workloads start
 #: then), or up to DELETE_WINDOW seconds after its deletion begins.
-CREATE_WINDOW = 10.0
-DELETE_WINDOW = 3.0
+CREATE_WINDOW = 6.0
+DELETE_WINDOW = 1.5
 CONVERGE_TIMEOUT = 120.0
 MAX_LOST = 2
 
@@ -68,7 +68,8 @@ def run_cycle(world: Any, ns: str, index: int, role: str, rng: random.Random) ->
         lost += rc.converged(world, f"{name} deleted after killing {role}", CONVERGE_TIMEOUT,
                              extra=rc.gone(world, ns, [name]))
         cycle.phase = "deleted"
-        thread.join(timeout=DELETE_WINDOW + rc.KILL_PATIENCE)
+        if role not in (rc.DAEMON_ROLE, rc.IMEX_ROLE):  # a daemon of a deleted domain never comes back
+            thread.join(timeout=DELETE_WINDOW + rc.KILL_PATIENCE)
         if kill.done and kill.phase == "deleted":
             lost += rc.converged(world, f"idle after killing {role}", CONVERGE_TIMEOUT)
     finally:
