@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,8 +23,16 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 def rel_world() -> Iterator[Any]:
     """One simulated cluster (two cliques of two GB200 nodes) for the fault and load tests."""
     from tests.e2e.conftest import start_world
+    from tests.reliability.cluster import Supervisor
 
-    yield from start_world({"nodes": 4}, "rel")
+    world = start_world({"nodes": 4}, "rel")
+    supervisor = Supervisor(next(world)).start()
+    try:
+        yield supervisor.world
+    finally:
+        supervisor.stop()
+        with contextlib.suppress(StopIteration):
+            next(world)
 
 
 @pytest.fixture
