@@ -78,6 +78,7 @@ def run_cycle(world: Any, ns: str, index: int, role: str, rng: random.Random) ->
     return kill, lost
 
 
+@pytest.mark.timeout(size(600, 3600))  # the full run is far longer than the default limit
 def test_kill_at_random_points(rel_world: Any, rel_namespace: str) -> None:
     seed = int(os.environ.get("CDRIVER_RELIABILITY_SEED") or random.SystemRandom().randrange(2**31))
     print(f"kill seed: {seed} (repeat with CDRIVER_RELIABILITY_SEED={seed})")

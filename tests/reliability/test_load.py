@@ -111,6 +111,7 @@ def leaks(world: Any) -> list[str]:
     return out
 
 
+@pytest.mark.timeout(size(600, 3600))  # the full run is far longer than the default limit
 def test_load_rounds_converge_and_leak_nothing(rel_world: Any, rel_namespace: str) -> None:
     rounds = [run_round(rel_world, rel_namespace, r) for r in range(ROUNDS)]
     for r, result in enumerate(rounds):
