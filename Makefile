@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: venv control-plane test unit integration e2e lint typecheck protos binary demo bench clean
+.PHONY: venv control-plane test unit integration e2e reliability lint typecheck protos binary demo bench clean
 
 venv: $(VENV)/.installed
 
@@ -28,6 +28,11 @@ integration: venv control-plane
 
 e2e: venv control-plane
 	$(BIN)/pytest -q -m e2e $(PYTEST_ARGS)
+
+# The reliability suite at full size (faults, fuzzed input, load, security; `make test` runs a
+# bounded subset): prints the figures table and its JSON line.
+reliability: venv control-plane
+	CDRIVER_RELIABILITY=full $(BIN)/pytest -q -m reliability -p no:logging $(PYTEST_ARGS)
 
 # ruff, the layering rules in .importlinter (roles and sim independent, sim layered, kube below api),
 # then the type check.

@@ -254,6 +254,10 @@ def decode(data: bytes) -> Checkpoint:
     if SECTION in document:
         return _decode_native(_as_object(document[SECTION], SECTION))
     if "version" not in document and any(key in document for key in UPSTREAM_KEYS):
+        unknown = sorted(str(key)[:60] for key in document if key not in UPSTREAM_KEYS)
+        if unknown:  # e.g. a damaged "cdriver" key: reading only upstream's part would lose claims
+            raise _Invalid(f"unknown top-level key {unknown[0]!r} (known: {SECTION}, {', '.join(UPSTREAM_KEYS)}): "
+                           "the file was modified or damaged, or written by a newer driver")
         return _decode_upstream(document)
     return _decode_native(document)
 

@@ -8,6 +8,9 @@ import sys
 import time
 
 LOG_FORMATS = ("text", "json")
+#: Libraries whose debug lines say nothing about the driver (filelock logs every acquire and
+#: release of the checkpoint lock); they log warnings and errors only, at any verbosity.
+NOISY_LIBRARY_LOGGERS = ("urllib3", "kubernetes.client.rest", "filelock")
 
 
 class JsonFormatter(logging.Formatter):
@@ -47,5 +50,5 @@ def setup_logging(fmt: str = "text", verbosity: int = 0) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(verbosity_to_level(verbosity))
-    for noisy in ("urllib3", "kubernetes.client.rest"):
+    for noisy in NOISY_LIBRARY_LOGGERS:
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -229,7 +229,13 @@ def settings_from_kubeconfigs(
             raise UnsupportedKubeconfig(f"{where_c} uses {key}", [p for p, _ in docs], context)
 
     server = _text(cluster, "server", where_c)
-    parts = urlsplit(server)
+    try:
+        parts = urlsplit(server)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number from 0 to 65535
+    except ValueError as exc:
+        raise KubeConfigError(
+            f"{where_c} server {server!r} is not a valid URL ({exc}); expected https://HOST:PORT"
+        ) from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise KubeConfigError(
             f"{where_c} server {server!r} is not an http(s) URL; expected https://HOST:PORT"

@@ -17,10 +17,12 @@ import psutil
 import pytest
 
 from cdriver.api import constants
+from cdriver.checkpoint import CheckpointStore
 from cdriver.imex.config import IMEX_CTL_BINARY, IMEX_DAEMON_BINARY, IMEXD_CONFIG
 from cdriver.imex.hosts import HOSTS_BLOCK_HEADER
 from cdriver.nvml.discover import IMEX_CHANNELS_DEV_DIR, channel_device_path
 from cdriver.roles.controller.desired import DAEMON_POD_CLAIM_NAME
+from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME, DOMAINS_DIR_NAME
 from cdriver.sim.world import scenario
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
 from tests.e2e.conftest import exec_in, start_world, text
@@ -69,6 +71,29 @@ def delete_all(world: SimWorld, ns: str, pods: list[str], cd_name: str, uid: str
     scenario.wait_for("every object of the domain to be deleted", gone, 120)
 
 
+def node_leftovers(world: SimWorld, uid: str) -> dict[str, list[str]]:
+    """Per node: checkpoint records and the per-domain directory the plugin keeps for ``uid``."""
+    out: dict[str, list[str]] = {}
+    for node in world.nodes:
+        plugin_dir = node.agent.layout.plugins_dir / constants.DRIVER_NAME
+        found = [f"{rec.state} {claim}" for claim, rec in
+                 CheckpointStore(plugin_dir / CHECKPOINT_FILE_NAME, boot_id="").read().claims.items()
+                 if rec.domain_id == uid]
+        if (plugin_dir / DOMAINS_DIR_NAME / uid).exists():
+            found.append(f"directory {DOMAINS_DIR_NAME}/{uid}")
+        if found:
+            out[node.name] = found
+    return out
+
+
+def unhealthy_events(world: SimWorld, pods: list[dict]) -> list[str]:
+    """Probe-failure Warnings recorded on the given pods."""
+    names = {p["metadata"]["name"] for p in pods}
+    return [f"{e['involvedObject']['name']}: {e.get('message')}"
+            for e in world.raw.list(scenario.EVENTS, DRIVER_NAMESPACE)["items"]
+            if e.get("reason") == "Unhealthy" and e["involvedObject"].get("name") in names]
+
+
 def is_char_device(world: SimWorld, ns: str, pod: dict, path: str) -> bool:
     out = exec_in(world, ns, pod, ["test", "-c", path])
     return out.returncode == 0
@@ -102,6 +127,8 @@ def test_bootstrap_loop_injects_the_channel(world: SimWorld, e2e_namespace: str,
     assert daemon_nodes == want_nodes
     cd = raw.get(scenario.CDS, "cd", ns)
     assert cd["status"]["status"] == constants.STATUS_READY
+    # A normal daemon start records no probe failure (an operator would chase it).
+    assert unhealthy_events(world, scenario.daemon_pods(raw, DRIVER_NAMESPACE, uid)) == []
     for pod in pods:
         assert is_char_device(world, ns, pod, channel_device_path(0))
         # Single hands out channel 0 only; All hands out every channel.
@@ -264,3 +291,6 @@ def test_deleting_the_domain_while_workloads_start_leaves_nothing(world: SimWorl
     delete_all(world, ns, names, "early", uid)
     assert scenario.generated_objects(raw, DRIVER_NAMESPACE, uid) == {
         "resourceclaimtemplates": [], "daemonsets": [], "daemon pods": [], "node labels": [], "cliques": []}
+    # Nor on the nodes: the plugins clean up on the deletion, not at their next periodic sweep.
+    scenario.wait_for("no checkpoint record or domain directory of the deleted domain on any node",
+                      lambda: scenario.Seen(not (left := node_leftovers(world, uid)), left, json.dumps(left)), 30)

@@ -24,8 +24,9 @@ from cdriver.api.constants import (
 )
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.kube.raw import RESOURCES, ApiError
+from tests.reliability.figures import record
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.reliability]
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "cdriver"
 NS = "rbac-proof"
@@ -236,6 +237,7 @@ def test_each_account_can_reach_only_its_allow_list(tokens, namespace, role: str
     in_driver_ns = rules_in(account, NS) - anywhere
     reach = {(CLUSTER, *r) for r in anywhere} | {(DRIVER_NS, *r) for r in in_driver_ns}
     beyond = sorted(reach - ALLOWED[role])
+    record("security", f"RBAC allow-list: {role}", len(reach), len(reach) - len(beyond), beyond=len(beyond))
     assert beyond == [], f"{role} can reach more than its role needs: {beyond}"
     assert reach == ALLOWED[role], f"{role} lacks: {sorted(ALLOWED[role] - reach)}"
 

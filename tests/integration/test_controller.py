@@ -262,6 +262,23 @@ def test_daemon_pod_scheduled_on_labelled_node(raw, namespace, driver_ns, start_
         raw.delete(RESOURCES["resourceslices"], f"{node}-cd")
 
 
+def set_pod_ready(raw: RawClient, pod: dict, ready: bool) -> None:
+    """Write a daemon pod's status as kubelet would (no kubelet runs in this world)."""
+    def write() -> bool:
+        current = raw.get(PODS, pod["metadata"]["name"], pod["metadata"]["namespace"])
+        current["status"] = {**(current.get("status") or {}), "phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True" if ready else "False"}]}
+        try:
+            raw.update_status(PODS, current)
+        except ApiError as exc:
+            if exc.conflict:
+                return False
+            raise
+        return True
+
+    wait_for(write, 10, "pod status written")
+
+
 def test_status_follows_cliques_and_prunes_entries(raw, namespace, driver_ns, start_controller,
                                                    nodes):
     start_controller(settings_for(driver_ns))
@@ -271,6 +288,8 @@ def test_status_follows_cliques_and_prunes_entries(raw, namespace, driver_ns, st
     n1, n2 = nodes({constants.LABEL_COMPUTE_DOMAIN: uid}), nodes({constants.LABEL_COMPUTE_DOMAIN: uid})
     # The DaemonSet controller creates one daemon pod per labelled node.
     wait_for(lambda: len(labelled(raw, PODS, uid, driver_ns)) == 2, 30, "two daemon pods")
+    for pod in labelled(raw, PODS, uid, driver_ns):
+        set_pod_ready(raw, pod, True)
     clique_id = "11111111-2222-3333-4444-555555555555.0"
     clique = raw.create(CLIQUES, {
         "metadata": {"name": f"{uid}.{clique_id}", "labels": {
@@ -306,6 +325,37 @@ def test_status_follows_cliques_and_prunes_entries(raw, namespace, driver_ns, st
              what="node list without n2")
     assert status()["status"] == constants.STATUS_NOT_READY
     assert ready_condition(raw.get(CDS, "cd1", namespace))["reason"] == "WaitingForNodes"
+
+
+def test_entry_of_a_killed_daemon_turns_not_ready_with_its_pod(raw, namespace, driver_ns,
+                                                               start_controller, nodes):
+    """A SIGKILLed daemon cannot write NotReady; kubelet marks its pod not Ready, and neither
+    the clique entry nor the domain may stay Ready."""
+    start_controller(settings_for(driver_ns))
+    cd = raw.create(CDS, compute_domain("cd1", "chan"), namespace)
+    uid = cd["metadata"]["uid"]
+    wait_generated(raw, cd, driver_ns)
+    node = nodes({constants.LABEL_COMPUTE_DOMAIN: uid})
+    pod = wait_for(lambda: next(iter(labelled(raw, PODS, uid, driver_ns)), None), 30, "daemon pod")
+    set_pod_ready(raw, pod, True)
+    clique_id = "11111111-2222-3333-4444-555555555555.0"
+    name = f"{uid}.{clique_id}"
+    raw.create(CLIQUES, {
+        "metadata": {"name": name, "labels": {
+            constants.LABEL_COMPUTE_DOMAIN: uid, constants.LABEL_CLIQUE_ID: clique_id}},
+        "daemons": [{"nodeName": node, "ipAddress": "10.1.0.1", "cliqueID": clique_id, "index": 0,
+                     "status": "Ready"}]}, driver_ns)
+
+    def status() -> dict:
+        return raw.get(CDS, "cd1", namespace).get("status") or {}
+
+    wait_for(lambda: status().get("status") == constants.STATUS_READY, what="Ready")
+    set_pod_ready(raw, pod, False)  # the daemon container died and does not come back
+    wait_for(lambda: raw.get(CLIQUES, name, driver_ns)["daemons"][0]["status"]
+             == constants.STATUS_NOT_READY, 20, "clique entry NotReady")
+    wait_for(lambda: status().get("status") == constants.STATUS_NOT_READY, what="domain NotReady")
+    assert status()["nodes"][0]["status"] == constants.STATUS_NOT_READY
+    assert ready_condition(raw.get(CDS, "cd1", namespace))["reason"] == "NodesNotReady"
 
 
 def test_deleting_removes_everything_then_the_domain(raw, namespace, driver_ns,

@@ -325,3 +325,18 @@ def test_writer_killed_mid_write_leaves_old_checkpoint(store: CheckpointStore) -
     with store.locked() as cp:  # the lock died with the writer; leftovers are swept
         assert list(cp.claims) == ["u1"]
     assert atomic.stale_temp_files(store.path) == []
+
+
+def test_a_damaged_section_key_is_refused_not_read_from_the_upstream_part(tmp_path: Path) -> None:
+    """One flipped bit in the "cdriver" key must not make the store fall back to upstream's
+    (poorer) copy of the claims and drop what only cdriver's section records."""
+    path = tmp_path / "checkpoint.json"
+    store = CheckpointStore(path, boot_id=BOOT)
+    with store.locked() as cp:
+        cp.claims["a"] = record("a")
+    data = path.read_bytes()
+    assert data.count(b'"cdriver"') == 1
+    path.write_bytes(data.replace(b'"cdriver"', b'"cdrivds"'))
+    with pytest.raises(CheckpointError) as err:
+        CheckpointStore(path, boot_id=BOOT).read()
+    assert "unknown top-level key 'cdrivds'" in str(err.value) and RECOVERY in str(err.value)

@@ -112,8 +112,12 @@ def test_daemon_set_targets_labelled_nodes_and_runs_the_daemon():
     assert container["image"] == "registry.local/cdriver:1.2"
     assert container["command"] == ["cdriver", "imex-daemon", "run"]
     assert container["resources"]["claims"] == [{"name": DAEMON_POD_CLAIM_NAME}]
-    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+    for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["exec"]["command"] == ["cdriver", "imex-daemon", "check"]
+    # The startup probe waits for READY within its timeout: no failure recorded while starting.
+    startup = container["startupProbe"]
+    assert startup["exec"]["command"] == ["cdriver", "imex-daemon", "check", "--wait", "8"]
+    assert 8 < startup["timeoutSeconds"]
     env = _env(container)
     assert env[ENV_FEATURE_GATES] == gates.to_env()
     assert "ComputeDomainCliques=false," in env[ENV_FEATURE_GATES]

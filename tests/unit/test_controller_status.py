@@ -13,6 +13,7 @@ from cdriver.roles.controller.status import (
     REASON_WAITING_FOR_NODES,
     Problem,
     aggregate_nodes,
+    corrected_clique,
     desired_status,
     global_status,
     nodes_from_cliques,
@@ -176,6 +177,26 @@ def test_prune_drops_entries_of_nodes_without_daemon_pods():
     assert prune_clique(c, {"n1", "n2", "n3"}) is None
     assert prune_clique(c, {"n2"}) == [daemon("n2", "2", 1)]
     assert prune_clique(c, set()) == []
+
+
+def test_ready_entries_of_nodes_whose_daemon_pod_is_not_ready_are_demoted():
+    # n1's daemon was killed: its entry still says Ready, kubelet says its pod is not.
+    c = clique(daemon("n1", "1", 0), daemon("n2", "2", 1), daemon("n3", "3", 2, constants.STATUS_NOT_READY))
+    assert corrected_clique(c, {"n1", "n2", "n3"}, {"n2"}) == [
+        daemon("n1", "1", 0, constants.STATUS_NOT_READY), daemon("n2", "2", 1),
+        daemon("n3", "3", 2, constants.STATUS_NOT_READY)]
+    # Pruning and demotion together; nothing to change gives None (no write).
+    assert corrected_clique(c, {"n1", "n2"}, {"n2"}) == [
+        daemon("n1", "1", 0, constants.STATUS_NOT_READY), daemon("n2", "2", 1)]
+    assert corrected_clique(c, {"n1", "n2", "n3"}, {"n1", "n2"}) is None
+    assert corrected_clique(c, {"n2", "n3"}, {"n2"}) == [daemon("n2", "2", 1),
+                                                        daemon("n3", "3", 2, constants.STATUS_NOT_READY)]
+
+
+def test_legacy_entry_of_a_daemon_whose_pod_is_not_ready_is_not_ready():
+    current = [{"name": "n1", "ipAddress": "10.0.0.1", "cliqueID": "c.0", "index": 0, "status": "Ready"}]
+    nodes = aggregate_nodes(current, [], [pod("n1", "10.0.0.1", ready=False)], cliques_enabled=False)
+    assert [(n["name"], n["status"]) for n in nodes] == [("n1", "NotReady")]
 
 
 def test_pod_node_name_known_before_binding():

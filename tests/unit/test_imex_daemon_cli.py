@@ -61,6 +61,25 @@ def test_check_fails_on_any_other_answer(tmp_path: Path, output: str) -> None:
     assert result.stderr.startswith("Error: IMEX daemon not ready:")
 
 
+def test_check_with_wait_passes_once_imex_turns_ready(tmp_path: Path) -> None:
+    """The startup probe's form: asks again until READY instead of failing on the first answer."""
+    script = tmp_path / "nvidia-imex-ctl"
+    script.write_text(f"#!/bin/sh\necho x >> {tmp_path}/calls\n"
+                      f"if [ $(wc -l < {tmp_path}/calls) -ge 3 ]; then echo READY; else echo STARTING; fi\n")
+    script.chmod(0o755)
+    assert run_cli(tmp_path, "--imex-ctl-binary", str(script), "check").returncode == 1
+    result = run_cli(tmp_path, "--imex-ctl-binary", str(script), "check", "--wait", "30")
+    assert result.returncode == 0, result.stderr
+    assert len((tmp_path / "calls").read_text().split()) == 3
+
+
+def test_check_with_wait_gives_up_with_the_last_answer(tmp_path: Path) -> None:
+    ctl = fake_ctl(tmp_path, "STARTING\n")
+    result = run_cli(tmp_path, "--imex-ctl-binary", str(ctl), "check", "--wait", "0.6")
+    assert result.returncode == 1
+    assert "IMEX daemon not ready: 'STARTING\\n'" in result.stderr
+
+
 def test_check_fails_when_the_ctl_fails(tmp_path: Path) -> None:
     ctl = fake_ctl(tmp_path, "connection refused", code=3)
     result = run_cli(tmp_path, "--imex-ctl-binary", str(ctl), "check")

@@ -69,3 +69,32 @@ def test_options_fast_is_faster_everywhere() -> None:
     slow, fast = runtime.NodeOptions(), runtime.NodeOptions.fast()
     for name in ("heartbeat_interval", "backoff_base", "backoff_max", "setup_retry_base", "plugin_scan_interval"):
         assert getattr(fast, name) < getattr(slow, name)
+
+
+class FlakyApi:
+    """Refuses the first `failures` deletes as an API server that is restarting would."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.deletes = 0
+
+    def delete(self, *args: object, **kwargs: object) -> None:
+        from cdriver.kube.raw import ApiError
+
+        self.deletes += 1
+        if self.deletes <= self.failures:
+            raise ApiError(0, "ProtocolError", "Connection aborted")
+
+
+def test_the_final_delete_of_a_terminated_pod_is_retried_while_the_api_server_is_away() -> None:
+    """A pod whose final delete met a restarting API server must not stay Terminating forever."""
+    import logging
+    from types import SimpleNamespace
+
+    worker = object.__new__(pods.PodWorker)
+    worker.rt = SimpleNamespace(raw=FlakyApi(failures=2), options=runtime.NodeOptions.fast())
+    worker.name, worker.namespace, worker.uid = "w", "ns", "uid-1"
+    worker.log = logging.getLogger("test")
+    worker._deleted = worker._shutdown = False
+    assert worker._final_delete() is True
+    assert worker.rt.raw.deletes == 3

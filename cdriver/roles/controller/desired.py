@@ -37,6 +37,10 @@ DAEMONSET_TEMPLATE = "daemonset.yaml.j2"
 #: Daemon container command and its probe command (`cdriver imex-daemon check`).
 DAEMON_RUN_COMMAND = ("cdriver", "imex-daemon", "run")
 DAEMON_CHECK_COMMAND = ("cdriver", "imex-daemon", "check")
+#: Seconds the startup probe waits for READY: below its timeoutSeconds (10), above a normal
+#: start, so a starting daemon records no "Startup probe failed" Warning.
+DAEMON_STARTUP_WAIT_SECONDS = 8
+DAEMON_STARTUP_CHECK_COMMAND = (*DAEMON_CHECK_COMMAND, "--wait", str(DAEMON_STARTUP_WAIT_SECONDS))
 #: Env vars daemon pods take from the downward API: (name, fieldPath).
 DOWNWARD_ENV = (
     (constants.ENV_NODE_NAME, "spec.nodeName"),
@@ -180,6 +184,7 @@ def daemon_set(cd: DomainLike, settings: ControllerSettings, claim_template_name
         image=settings.daemon_image,
         run_command=list(DAEMON_RUN_COMMAND),
         check_command=list(DAEMON_CHECK_COMMAND),
+        startup_check_command=list(DAEMON_STARTUP_CHECK_COMMAND),
         downward_env=[list(pair) for pair in DOWNWARD_ENV],
         log_verbosity=settings.daemon_log_verbosity,
         env_max_nodes=constants.ENV_MAX_NODES,

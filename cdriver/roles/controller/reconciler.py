@@ -41,9 +41,10 @@ from cdriver.roles.controller.status import (
     CONDITION_READY,
     Problem,
     aggregate_nodes,
+    corrected_clique,
     desired_status,
     pod_node_name,
-    prune_clique,
+    pod_ready,
     pruned_fields,
     status_differs,
     without_fields,
@@ -423,24 +424,32 @@ class Reconciler:
         cliques: list[dict] = []
         if self.settings.cliques_enabled:
             hosts = {pod_node_name(p) for p in pods} - {""}
+            ready = {pod_node_name(p) for p in pods if pod_ready(p)} - {""}
             for clique in self.cliques(uid):
-                kept = prune_clique(clique, hosts)
+                kept = corrected_clique(clique, hosts, ready)
                 if kept is not None:
-                    clique = self._prune(clique, kept)
+                    clique = self._correct(clique, kept)
                 cliques.append(clique)
         current = ((cd_obj.get("status") or {}).get("nodes")) or []
         return aggregate_nodes(current, cliques, pods, self.settings.cliques_enabled)
 
-    def _prune(self, clique: dict, kept: list[dict]) -> dict:
+    def _correct(self, clique: dict, kept: list[dict]) -> dict:
         body = copy.deepcopy(clique)
         if kept:
             body["daemons"] = kept
         else:
             body.pop("daemons", None)
-        gone = sorted({d.get("nodeName") for d in clique.get("daemons") or []}
-                      - {d.get("nodeName") for d in kept})
-        log.info("clique %s: removing entries of nodes without a daemon pod: %s",
-                 object_key(clique), ", ".join(map(str, gone)))
+        before = {d.get("nodeName"): d.get("status") for d in clique.get("daemons") or []}
+        after = {d.get("nodeName"): d.get("status") for d in kept}
+        gone = sorted(map(str, before.keys() - after.keys()))
+        demoted = sorted(str(n) for n, st in after.items() if st != before.get(n))
+        if gone:
+            log.info("clique %s: removing entries of nodes without a daemon pod: %s",
+                     object_key(clique), ", ".join(gone))
+        if demoted:
+            log.warning("clique %s: daemon pods not Ready on nodes %s (killed or failing); their "
+                        "entries are NotReady until the daemons report Ready again",
+                        object_key(clique), ", ".join(demoted))
         return self._update(CLIQUES, body)
 
     def _write_status(self, obj: dict, cd: ComputeDomain, nodes: list[dict],

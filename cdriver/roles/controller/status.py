@@ -4,6 +4,8 @@
   per non-fabric daemon pod (its clique label present and empty).
 - Cliques gate off (legacy): daemons write their own fabric entries; entries whose IP no longer
   belongs to a fabric daemon pod of the domain are dropped, non-fabric entries are rebuilt.
+- Either way an entry is Ready only while its daemon pod is Ready: a daemon killed outright
+  cannot report itself NotReady, kubelet's view of its pod can.
 - ``status.status``: Ready unless fewer nodes than ``numNodes`` or any node NotReady; always
   Ready in host-managed mode (meaning: admitted and workload template created); NotReady while
   a problem (e.g. a name conflict) blocks the domain.
@@ -122,8 +124,15 @@ def nodes_legacy(current: list[dict], pods: list[dict]) -> list[dict]:
         (pod.get("status") or {}).get("podIP")
         for pod in pods if not is_non_fabric(pod)
     } - {None, ""}
+    ready_ips = {
+        (pod.get("status") or {}).get("podIP")
+        for pod in pods if not is_non_fabric(pod) and pod_ready(pod)
+    } - {None, ""}
     kept = [dict(e) for e in current
             if e.get("cliqueID") and e.get("ipAddress") in fabric_ips]
+    for entry in kept:
+        if entry.get("ipAddress") not in ready_ips:
+            entry["status"] = constants.STATUS_NOT_READY
     return _dedup_sorted(kept + non_fabric_entries(pods))
 
 
@@ -145,6 +154,35 @@ def prune_clique(clique: dict, nodes_with_pods: set[str]) -> list[dict] | None:
     if len(kept) == len(daemons):
         return None
     return kept
+
+
+def demote_unready(daemons: list[dict], ready_nodes: set[str]) -> list[dict] | None:
+    """The daemons with every Ready entry of a node whose daemon pod is not Ready turned
+    NotReady, or None when nothing changes.
+
+    A daemon writes its own entry, Ready only while its pod is Ready; a daemon killed (SIGKILL,
+    out of memory) cannot write NotReady, but kubelet marks its pod not Ready, so the
+    controller writes what the daemon would have. A restarted daemon writes Ready again once
+    its pod is Ready."""
+    changed = False
+    out = []
+    for daemon in daemons:
+        if daemon.get("status") == constants.STATUS_READY and daemon.get("nodeName") not in ready_nodes:
+            daemon = {**daemon, "status": constants.STATUS_NOT_READY}
+            changed = True
+        out.append(daemon)
+    return out if changed else None
+
+
+def corrected_clique(clique: dict, nodes_with_pods: set[str], ready_nodes: set[str]) -> list[dict] | None:
+    """The clique's daemons after pruning entries without a daemon pod and demoting entries
+    whose pod is not Ready; None when the clique is right as it is."""
+    pruned = prune_clique(clique, nodes_with_pods)
+    daemons = (clique.get("daemons") or []) if pruned is None else pruned
+    demoted = demote_unready(daemons, ready_nodes)
+    if demoted is not None:
+        return demoted
+    return pruned
 
 
 # --- global status -----------------------------------------------------------------------

@@ -26,6 +26,8 @@ from .inputs import RawInputs
 ENV_IMEXD_DIR = "IMEXD_DIR"
 ENV_IMEX_HOSTS_FILE = "IMEX_HOSTS_FILE"
 IMEX_CHECK_NOOP_MESSAGE = "check succeeded (noop, clique ID is empty)"
+#: Pause between two questions of `check --wait`.
+CHECK_RETRY_SECONDS = 0.25
 
 
 def _fail(message: str) -> None:
@@ -105,9 +107,14 @@ def run_command(raw: RawInputs, max_restart_backoff: float = 30.0, recheck_inter
 @command.command("check")
 @click.option("--timeout", type=float, default=5.0, show_default=True,
               help="Seconds to wait for nvidia-imex-ctl.")
+@click.option("--wait", type=float, default=0.0, show_default=True,
+              help="Seconds to keep asking until nvidia-imex answers READY (a startup probe that passes "
+                   "on its first run instead of recording failures while the daemon starts).")
 @click.pass_obj
-def check_command(raw: RawInputs, timeout: float) -> None:
+def check_command(raw: RawInputs, timeout: float, wait: float) -> None:
     """Probe: succeed only if the local nvidia-imex answers exactly READY."""
+    import time
+
     from cdriver.imex import ctl
 
     from . import failures
@@ -118,12 +125,19 @@ def check_command(raw: RawInputs, timeout: float) -> None:
     if not settings.clique_id:
         click.echo(IMEX_CHECK_NOOP_MESSAGE)
         return
-    state = failures.read_state(settings.paths.state)
-    if state is not None:
-        _fail(f"IMEX daemon check failed: {state.get('message') or state['phase']}")
-    result = ctl.probe_ready(settings.ctl_binary, config_path=str(settings.paths.config), timeout=timeout)
-    if probe_passed(result.returncode, result.output):
-        return
+    deadline = time.monotonic() + max(0.0, wait)
+    while True:
+        state = failures.read_state(settings.paths.state)
+        if state is not None:
+            _fail(f"IMEX daemon check failed: {state.get('message') or state['phase']}")
+        remaining = deadline - time.monotonic()
+        result = ctl.probe_ready(settings.ctl_binary, config_path=str(settings.paths.config),
+                                 timeout=timeout if remaining <= 0 else max(0.5, min(timeout, remaining)))
+        if probe_passed(result.returncode, result.output):
+            return
+        if time.monotonic() + CHECK_RETRY_SECONDS >= deadline:
+            break
+        time.sleep(CHECK_RETRY_SECONDS)
     output = result.output.strip() or "<no output>"
     if result.returncode != 0:
         _fail(f"IMEX daemon check failed: error running {IMEX_CTL_BINARY} (exit {result.returncode}): {output}")

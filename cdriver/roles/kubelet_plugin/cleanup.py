@@ -1,6 +1,10 @@
-"""Periodic sweeps: claims stuck in PrepareStarted whose ResourceClaim is gone, PrepareAborted
-entries past their time to live, and per-domain directories of ComputeDomains that no longer
-exist."""
+"""Sweeps: claims stuck in PrepareStarted whose ResourceClaim is gone, PrepareAborted entries
+past their time to live, and per-domain directories of ComputeDomains that no longer exist.
+
+A sweep runs at start, every cleanup interval, and at once when a ComputeDomain is deleted or
+a claim of a deleted domain is unprepared. While records or directories of deleted domains
+remain, it comes back every few seconds (not only at the next interval), so a domain deleted
+while its daemons and workloads start leaves nothing behind for long."""
 
 from __future__ import annotations
 
@@ -24,6 +28,8 @@ CLAIMS = RESOURCES["resourceclaims"]
 #: How long a PrepareAborted entry is kept: twice kubelet's 45 s call timeout, so every
 #: Prepare retry of the aborted claim that was already under way has ended.
 ABORTED_ENTRY_TTL = 90.0
+#: Pause between sweeps while something of a deleted ComputeDomain is left on the node.
+FOLLOW_UP_SECONDS = 5.0
 
 
 @dataclass
@@ -34,6 +40,8 @@ class SweepReport:
     expired: list[str] = field(default_factory=list)
     domain_dirs: list[str] = field(default_factory=list)
     orphan_specs: list[str] = field(default_factory=list)
+    #: Something of a deleted domain is still here: sweep again soon.
+    follow_up: bool = False
 
 
 def stale_domain_dirs(dir_names: list[str], known_domains: set[str], used_domains: set[str]) -> list[str]:
@@ -41,10 +49,26 @@ def stale_domain_dirs(dir_names: list[str], known_domains: set[str], used_domain
     return sorted(n for n in dir_names if n not in known_domains and n not in used_domains)
 
 
-def expired_aborted(claims: dict, now: float, ttl: float) -> list[str]:
-    """UIDs of PrepareAborted records older than ``ttl`` seconds, sorted."""
+def domains_in_use(claims: dict) -> set[str]:
+    """Domains of the claims that still hold something (an aborted claim holds nothing)."""
+    return {rec.domain_id for rec in claims.values() if rec.state != ClaimState.PREPARE_ABORTED}
+
+
+def leftovers_of_deleted_domains(claims: dict, dir_names: list[str], known_domains: set[str]) -> bool:
+    """True while a not completely prepared claim or a directory of a deleted domain remains:
+    the sweep that removes them must come back soon."""
+    if any(n not in known_domains for n in dir_names):
+        return True
+    return any(rec.state != ClaimState.PREPARE_COMPLETED and rec.domain_id not in known_domains
+               for rec in claims.values())
+
+
+def expired_aborted(claims: dict, now: float, ttl: float, known_domains: set[str] | None = None) -> list[str]:
+    """UIDs of PrepareAborted records older than ``ttl`` seconds, or of a domain that no longer
+    exists (a late Prepare retry of such a claim fails anyway), sorted."""
     return sorted(uid for uid, rec in claims.items()
-                  if rec.state == ClaimState.PREPARE_ABORTED and now - rec.updated >= ttl)
+                  if rec.state == ClaimState.PREPARE_ABORTED
+                  and (now - rec.updated >= ttl or (known_domains is not None and rec.domain_id not in known_domains)))
 
 
 class Sweeper:
@@ -53,8 +77,14 @@ class Sweeper:
     def __init__(self, state: PluginState, unprepare: Callable[[ClaimRef], bool], interval: float) -> None:
         self.state = state
         self.unprepare = unprepare
-        self._periodic = Periodic("cleanup sweep", self.sweep, interval, at_start=True)
-        self.start, self.stop = self._periodic.start, self._periodic.stop
+        self.interval = interval
+        self._periodic = Periodic("cleanup sweep", self._run, interval, at_start=True)
+        self.start, self.stop, self.wake = self._periodic.start, self._periodic.stop, self._periodic.wake
+
+    def _run(self) -> float:
+        """One sweep; the delay until the next one."""
+        report = self.sweep()
+        return min(self.interval, FOLLOW_UP_SECONDS) if report.follow_up else self.interval
 
     def sweep(self) -> SweepReport:
         report = SweepReport()
@@ -99,10 +129,11 @@ class Sweeper:
 
     def _expire_aborted(self, report: SweepReport, now: float | None = None) -> None:
         now = time.time() if now is None else now
-        if not expired_aborted(self.state.store.read().claims, now, ABORTED_ENTRY_TTL):
+        known = {uid_of(cd) for cd in self.state.cds.objects()} if self.state.cds.synced else None
+        if not expired_aborted(self.state.store.read().claims, now, ABORTED_ENTRY_TTL, known):
             return
         with self.state.store.locked() as cp:
-            for uid in expired_aborted(cp.claims, now, ABORTED_ENTRY_TTL):
+            for uid in expired_aborted(cp.claims, now, ABORTED_ENTRY_TTL, known):
                 del cp.claims[uid]
                 report.expired.append(uid)
         if report.expired:
@@ -115,12 +146,14 @@ class Sweeper:
         try:
             names = [p.name for p in domains.iterdir() if p.is_dir() and not p.is_symlink()]
         except FileNotFoundError:
-            return
+            names = []
         known = {uid_of(cd) for cd in self.state.cds.objects()}
-        used = {rec.domain_id for rec in self.state.store.read().claims.values()}
-        for name in stale_domain_dirs(names, known, used):
+        claims = self.state.store.read().claims
+        for name in stale_domain_dirs(names, known, domains_in_use(claims)):
             try:
                 shutil.rmtree(domains / name)
                 report.domain_dirs.append(name)
             except OSError as exc:
                 log.warning("cleanup: cannot remove %s: %s", domains / name, exc)
+        left = [n for n in names if n not in report.domain_dirs]
+        report.follow_up = leftovers_of_deleted_domains(claims, left, known)

@@ -137,6 +137,8 @@ class Plugin:
         self._servers.insert(0, (reg, cfg.registration_socket))
 
         self._sweeper = Sweeper(state, self.driver.unpreparer.unprepare, cfg.cleanup_interval)
+        state.wake_sweeper = self._sweeper.wake
+        cds.add_handler(on_delete=lambda _cd: state.wake_sweeper())
         self._sweeper.start()
         if cfg.healthcheck_port >= 0:
             server, port = health.serve_health_tcp(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -54,6 +55,8 @@ class PluginState:
     events: BackgroundEvents
     notifier: ChangeNotifier = field(default_factory=ChangeNotifier)
     labeler: NodeLabeler = field(init=False)
+    #: Asks for a cleanup sweep now (set once the sweeper runs).
+    wake_sweeper: Callable[[], None] = field(default=lambda: None)
 
     def __post_init__(self) -> None:
         self.labeler = NodeLabeler(self.raw, self.config.node_name, self.node_object)

@@ -727,15 +727,27 @@ class PodWorker:
             return
         if delete_object and not self._deleted:
             self._post_status(force=True)
-        if delete_object:
+        if delete_object and not self._final_delete():
+            return
+        self._cleanup()
+
+    def _final_delete(self) -> bool:
+        """Remove the terminated pod's object, retrying (as kubelet's status manager does) while
+        the API server is away; False if the worker must stop first."""
+        failures = 0
+        while True:
             try:
                 self.rt.raw.delete(PODS, self.name, self.namespace, grace_period_seconds=0,
                                    precondition_uid=self.uid)
+                return True
             except ApiError as exc:
-                if not (exc.not_found or exc.conflict):
-                    self.log.warning("pod %s/%s: final delete failed: %s", self.namespace, self.name, exc)
-                    return
-        self._cleanup()
+                if exc.not_found or exc.conflict:
+                    return True
+                failures += 1
+                self.log.warning("pod %s/%s: final delete failed (retrying): %s", self.namespace, self.name, exc)
+            delay = backoff_delay(failures, self.rt.options.setup_retry_base, self.rt.options.setup_retry_max)
+            if self._wait_or_stop(max(delay, self.rt.options.setup_retry_base)):
+                return self._deleted
 
     def _cleanup(self) -> None:
         """Remove the pod's directory (volumes, state); logs stay."""

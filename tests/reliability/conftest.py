@@ -1,0 +1,45 @@
+"""The reliability suite: its figures table (printed after the run) and its simulated cluster."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.reliability import figures
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not figures.RECORDED:
+        return
+    terminalreporter.section(f"reliability figures ({'full run' if figures.FULL else 'bounded subset'})")
+    terminalreporter.write_line(figures.table(figures.RECORDED))
+    terminalreporter.write_line(figures.json_line(figures.RECORDED))
+
+
+@pytest.fixture(scope="package")
+def rel_world() -> Iterator[Any]:
+    """One simulated cluster (two cliques of two GB200 nodes) for the fault and load tests."""
+    from tests.e2e.conftest import start_world
+    from tests.reliability.cluster import Supervisor
+
+    world = start_world({"nodes": 4}, "rel")
+    supervisor = Supervisor(next(world)).start()
+    try:
+        yield supervisor.world
+    finally:
+        supervisor.stop()
+        with contextlib.suppress(StopIteration):
+            next(world)
+
+
+@pytest.fixture
+def rel_namespace(rel_world: Any, request: pytest.FixtureRequest) -> str:
+    from cdriver.sim.world import scenario
+
+    name = "rel-" + "".join(ch for ch in request.node.name.lower().replace("_", "-") if ch.isalnum() or ch == "-")
+    name = name[:50].rstrip("-")
+    scenario.ensure_namespace(rel_world.raw, name)
+    return name
