@@ -860,6 +860,27 @@ def test_incomplete_fabric_fails_start_with_a_clear_message(tmp_path: Path) -> N
     assert error and "fabric" in error[0].lower()
 
 
+def test_driver_root_without_fabric_mgmt_capability_fails_start_naming_the_driver_root(tmp_path: Path) -> None:
+    """Without the capability every daemon claim would fail later, far from the cause."""
+    from cdriver.sim.gpu.driver_root import create_driver_root
+
+    name = "kp-nocap"
+    topology = tmp_path / "topology.yaml"
+    topology.write_text(yaml.safe_dump({"version": 1, "domains": [
+        {"uuid": CLUSTER_UUID, "cliques": [{"id": 3, "nodes": [name]}]}]}))
+    root = create_driver_root(tmp_path / "root", name, topology, channel_count=1)
+    root.capability_file.unlink()
+    out = subprocess.run([sys.executable, "-m", "cdriver", "kubelet-plugin", "--node-name", name,
+                          "--nvidia-driver-root", str(root.root), "--kubelet-plugins-directory-path",
+                          str(tmp_path / "p"), "--kubelet-registrar-directory-path", str(tmp_path / "r"),
+                          "--cdi-root", str(tmp_path / "cdi")],
+                         env=root.process_env(), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1, out.stderr
+    assert "Traceback" not in out.stderr
+    (error,) = [line for line in out.stderr.splitlines() if line.startswith("Error:")]
+    assert "fabric-imex-mgmt" in error and f"driver root {root.root} " in error and "--nvidia-driver-root" in error
+
+
 def _upstream_checkpoint(claims: dict[str, dict], boot_id: str) -> bytes:
     """A checkpoint file as the upstream plugin writes it (current layout, kubelet checksums)."""
     from cdriver.checkpoint_upstream import go_json, kubelet_checksum
