@@ -482,14 +482,18 @@ def test_foreign_template_is_never_overwritten(raw, namespace, driver_ns, start_
     assert mine["metadata"]["labels"][constants.LABEL_COMPUTE_DOMAIN] == cd["metadata"]["uid"]
 
 
-def test_invalid_template_name_surfaces_as_event(raw, namespace, driver_ns, start_controller):
-    start_controller(settings_for(driver_ns))
-    cd = raw.create(CDS, compute_domain("cd1", "Not_A_Valid_Name"), namespace)
-    cd = wait_for(lambda: ready_condition(c := raw.get(CDS, "cd1", namespace)).get("reason")
-                  == "ResourceClaimTemplateCreateFailed" and c, what="create-failed condition")
-    assert "Not_A_Valid_Name" in ready_condition(cd)["message"]
-    wait_for(lambda: [e for e in events_for(raw, cd)
-                      if e["reason"] == "ResourceClaimTemplateCreateFailed"], 10, "event")
+@pytest.mark.parametrize("template, num_nodes, field", [
+    ("", 0, "spec.channel.resourceClaimTemplate.name"),
+    ("Not_A_Valid_Name", 0, "spec.channel.resourceClaimTemplate.name"),
+    ("x" * 254, 0, "spec.channel.resourceClaimTemplate.name"),
+    ("chan", 5001, "spec.numNodes"),
+])
+def test_the_crd_refuses_bad_specs_naming_the_field(raw, namespace, crds, template, num_nodes, field):
+    """Refused at the API (before anything is generated), with the field in the message."""
+    with pytest.raises(ApiError) as info:
+        raw.create(CDS, compute_domain("bad", template, num_nodes=num_nodes), namespace)
+    assert info.value.invalid and field in str(info.value)
+    assert get(raw, CDS, "bad", namespace) is None
 
 
 def test_host_managed_mode_creates_only_the_workload_template(raw, namespace, driver_ns,

@@ -336,13 +336,21 @@ class Reconciler:
             raise RequeueAfter(self.timing.wait_retry_seconds, f"{key}: incomplete")
 
     def _invalid(self, obj: dict, exc: ValidationError) -> None:
+        """Nothing is generated for an invalid domain; its status and an Event say why."""
         meta = meta_of(obj)
         uid, rv = meta.get("uid", ""), meta.get("resourceVersion", "")
         log.warning("%s: %s", object_key(obj), exc)
+        message = f"{exc}; fix the ComputeDomain (its spec is immutable: delete and recreate it)"
         if self._invalid_seen.get(uid) != rv:
             self._invalid_seen[uid] = rv
-            self.recorder.warning(obj, EVENT_INVALID, f"{exc}; fix the ComputeDomain (its "
-                                  "spec is immutable: delete and recreate it)")
+            self.recorder.warning(obj, EVENT_INVALID, message)
+        current = obj.get("status") or {}
+        want = desired_status(current, 0, [], "", self.settings.host_managed,
+                              Problem(EVENT_INVALID, message), generation_of(obj), self.clock())
+        want = without_fields(want, self._pruned_status)
+        if status_differs(current, want):
+            self._record("update_status", CDS.plural,
+                         self.raw.update_status(CDS, {**copy.deepcopy(obj), "status": want}))
 
     def _ensure(self, cd_obj: dict, role: str, namespace: str, name: str,
                 build: Callable[[], dict]) -> tuple[dict | None, Problem | None]:
