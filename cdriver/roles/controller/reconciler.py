@@ -537,7 +537,15 @@ class Reconciler:
         if self.settings.host_managed:
             return []
         namespace = meta_of(cd_obj).get("namespace")
-        claims = self.raw.list(CLAIMS, namespace=namespace)["items"]
+        try:
+            claims = self.raw.list(CLAIMS, namespace=namespace)["items"]
+        except ApiError as exc:
+            if not exc.forbidden:
+                raise
+            log.warning("%s: cannot list ResourceClaims (%s): deleting without waiting for workload pods; "
+                        "grant the controller get/list on resourceclaims (the chart does)",
+                        object_key(cd_obj), exc)
+            return []
         return deletion.workloads_in_use(claims, uid_of(cd_obj))
 
     def _announce_kept(self, cd_obj: dict, in_use: list[deletion.WorkloadUse]) -> None:
