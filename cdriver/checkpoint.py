@@ -59,10 +59,20 @@ FILE_MODE = 0o600
 LOCK_FILE_NAME = "pu.lock"
 #: Key of cdriver's own section in the shared file.
 SECTION = "cdriver"
+#: An unusable file is kept as ``<name>.corrupt-<UTC time>``.
+ASIDE_SUFFIX = ".corrupt-"
 
 
 class CheckpointError(CdriverError):
     """The checkpoint cannot be read, written or locked; the message says what to do."""
+
+
+class CorruptCheckpoint(CheckpointError):
+    """The file was read but its content is unusable (``reason`` says why)."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class ClaimState(enum.StrEnum):
@@ -391,12 +401,45 @@ class CheckpointStore:
             self._boot_id = read_boot_id()
         return self._boot_id
 
-    def _error(self, reason: str) -> CheckpointError:
-        return CheckpointError(
-            f"checkpoint {self.path} is unusable: {reason}. The file was left untouched. To recover, move it "
-            f"aside (mv {self.path} {self.path}.bad) and restart the kubelet plugin; it will re-prepare the "
-            "claims kubelet retries."
+    def _error(self, reason: str) -> CorruptCheckpoint:
+        return CorruptCheckpoint(
+            f"checkpoint {self.path} is unusable: {reason}. The file was left untouched. To recover, restart "
+            f"the kubelet plugin: it moves the file aside (to {self.path.name}{ASIDE_SUFFIX}<time>, kept for "
+            "inspection) and rebuilds the record of prepared claims from the API server and the CDI specs on "
+            "this node, deleting none of them.",
+            reason,
         )
+
+    def keep_aside(self, now: float | None = None) -> Path:
+        """Rename the (unusable) file to ``<name>.corrupt-<UTC time>`` next to it, never over an
+        existing file; returns the new path. Nothing is written in its place."""
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
+        with self._lock_held():
+            for attempt in range(1000):
+                extra = f".{attempt}" if attempt else ""
+                target = self.path.with_name(f"{self.path.name}{ASIDE_SUFFIX}{stamp}{extra}")
+                try:
+                    os.link(self.path, target)
+                except FileExistsError:
+                    continue
+                except OSError as err:
+                    raise CheckpointError(
+                        f"cannot keep checkpoint {self.path} aside as {target}: {err.strerror or err}"
+                    ) from None
+                os.unlink(self.path)
+                return target
+        raise CheckpointError(f"cannot keep checkpoint {self.path} aside: 1000 kept copies exist; remove old ones")
+
+    @contextlib.contextmanager
+    def _lock_held(self) -> Iterator[None]:
+        try:
+            self._lock.acquire()
+        except filelock.Timeout:
+            raise CheckpointError(f"timed out waiting for the checkpoint lock {self.lock_path}") from None
+        try:
+            yield
+        finally:
+            self._lock.release()
 
     def _load(self) -> tuple[Checkpoint, bytes | None]:
         """The stored checkpoint (empty if there is no file) and the raw bytes read."""

@@ -17,6 +17,11 @@ from cdriver.kube.objects import meta_of
 
 #: Longest domainID accepted: the limit of a Kubernetes label value.
 MAX_DOMAIN_ID_LEN = 63
+#: Largest spec.numNodes: the largest cluster Kubernetes supports (the CRD says the same).
+MAX_NUM_NODES = 5000
+#: A ResourceClaimTemplate name: a lowercase RFC 1123 subdomain (the CRD's pattern).
+MAX_OBJECT_NAME_LEN = 253
+_DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _STATUSES = (constants.STATUS_READY, constants.STATUS_NOT_READY)
 _OBJECT_KEYS = ("apiVersion", "kind", "metadata")
@@ -76,7 +81,8 @@ class _Reader:
             self.fail(key, "must not be empty")
         return value
 
-    def integer(self, key: str, default: int = 0, minimum: int | None = None) -> int:
+    def integer(self, key: str, default: int = 0, minimum: int | None = None,
+                maximum: int | None = None, why_maximum: str = "") -> int:
         if key not in self.obj or self.obj[key] is None:
             return default
         value = self.obj[key]
@@ -84,6 +90,19 @@ class _Reader:
             self.fail(key, f"expected an integer, got {_type_name(value)} {_short(value)}")
         if minimum is not None and value < minimum:
             self.fail(key, f"must be >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            self.fail(key, f"must be <= {maximum}{why_maximum}, got {value}")
+        return value
+
+    def object_name(self, key: str) -> str:
+        """A required Kubernetes object name (lowercase RFC 1123 subdomain)."""
+        value = self.string(key, required=True)
+        if len(value) > MAX_OBJECT_NAME_LEN:
+            self.fail(key, f"{len(value)} characters, more than the {MAX_OBJECT_NAME_LEN} a Kubernetes object "
+                           "name may have; choose a shorter name")
+        if not _DNS_SUBDOMAIN_RE.match(value):
+            self.fail(key, f"{_short(value)} is not a valid Kubernetes object name: use lowercase letters, "
+                           "digits, '-' and '.', starting and ending with a letter or digit")
         return value
 
     def enum(self, key: str, choices: tuple[str, ...], default: str) -> str:
@@ -233,8 +252,9 @@ class ComputeDomain:
             name=str(meta.get("name") or ""),
             namespace=str(meta.get("namespace") or ""),
             uid=str(meta.get("uid") or ""),
-            num_nodes=spec.integer("numNodes", minimum=0),
-            channel_template_name=template.string("name", required=True),
+            num_nodes=spec.integer("numNodes", minimum=0, maximum=MAX_NUM_NODES,
+                                   why_maximum=" (the largest cluster Kubernetes supports; 0 is usual)"),
+            channel_template_name=template.object_name("name"),
             allocation_mode=channel.enum("allocationMode", constants.ALLOCATION_MODES,
                                          constants.ALLOCATION_MODE_SINGLE),
             status=status.enum("status", _STATUSES, "") if status.obj.get("status") else "",

@@ -141,7 +141,7 @@ def start_controller(raw: RawClient, crds: None) -> Iterator[Callable[..., Contr
     def start(settings: ControllerSettings, **kw) -> Controller:
         config = ControllerConfig(settings=settings, resync_seconds=300,
                                   timing=Timing(problem_retry_seconds=0.5,
-                                                wait_retry_seconds=1.0),
+                                                wait_retry_seconds=1.0, workload_retry_seconds=0.3),
                                   sweep_delay_seconds=0.2, **kw)
         controller = Controller(raw, config)
         controller.start()
@@ -372,6 +372,51 @@ def test_deleting_removes_everything_then_the_domain(raw, namespace, driver_ns,
     assert constants.LABEL_COMPUTE_DOMAIN not in labels and labels["keep"] == "me"
 
 
+def test_deleting_a_domain_in_use_waits_for_its_pods_and_says_so(raw, namespace, driver_ns,
+                                                                  start_controller, nodes):
+    """Running jobs keep their IMEX domain: the daemons stay until the last pod using a
+    channel ends; the domain's status and Events on the pods say why it is still there."""
+    start_controller(settings_for(driver_ns))
+    cd = raw.create(CDS, compute_domain("cd1", "chan"), namespace)
+    uid = cd["metadata"]["uid"]
+    wait_generated(raw, cd, driver_ns)
+    node = nodes({constants.LABEL_COMPUTE_DOMAIN: uid})
+    pod = raw.create(PODS, {"metadata": {"name": "trainer"}, "spec": {
+        "nodeSelector": {"cdriver-test/never": "true"}, "containers": [{"name": "c", "image": "none"}]}},
+        namespace)
+    params = {"apiVersion": constants.API_VERSION, "kind": constants.KIND_CHANNEL_CONFIG, "domainID": uid}
+    config = [{"requests": ["channel"], "opaque": {"driver": constants.DRIVER_NAME, "parameters": params}}]
+    claim = raw.create(RESOURCES["resourceclaims"], {"metadata": {"name": "trainer-channel"}, "spec": {
+        "devices": {"requests": [{"name": "channel", "exactly": {
+            "deviceClassName": constants.DEVICE_CLASS_DEFAULT_CHANNEL}}], "config": config}}}, namespace)
+    claim["status"] = {"allocation": {"devices": {
+        "results": [{"request": "channel", "driver": constants.DRIVER_NAME, "pool": node,
+                     "device": constants.DEVICE_CHANNEL_0}],
+        "config": [{"source": "FromClaim", **config[0]}]}},
+        "reservedFor": [{"resource": "pods", "name": "trainer", "uid": pod["metadata"]["uid"]}]}
+    claim = raw.update_status(RESOURCES["resourceclaims"], claim, namespace)
+
+    raw.delete(CDS, "cd1", namespace)
+    cd = wait_for(lambda: ready_condition(c := raw.get(CDS, "cd1", namespace)).get("reason")
+                  == "DeletionWaitsForWorkloads" and c, 20, "the condition of a deletion that waits")
+    assert f"pod {namespace}/trainer (claim trainer-channel)" in ready_condition(cd)["message"]
+    warned = wait_for(lambda: [e for e in raw.list(EVENTS, namespace)["items"]
+                               if e["reason"] == "DeletionWaitsForWorkloads"
+                               and e["involvedObject"].get("name") == "trainer"], 10, "event on the pod")
+    assert warned[0]["type"] == "Warning" and "cd1" in warned[0]["message"]
+    # The daemons stay, the node keeps its label; no new workload can join (template gone).
+    wait_for(lambda: labelled(raw, RCTS, uid, namespace) == [], 20, "workload template gone")
+    (ds,) = labelled(raw, DS, uid, driver_ns)
+    assert not ds["metadata"].get("deletionTimestamp")
+    assert raw.get(NODES, node)["metadata"]["labels"][constants.LABEL_COMPUTE_DOMAIN] == uid
+
+    claim["status"]["reservedFor"] = []  # the pod ended
+    raw.update_status(RESOURCES["resourceclaims"], claim, namespace)
+    wait_for(lambda: get(raw, CDS, "cd1", namespace) is None, 30, "domain gone once its pod ended")
+    assert labelled(raw, DS, uid, driver_ns) == []
+    assert constants.LABEL_COMPUTE_DOMAIN not in raw.get(NODES, node)["metadata"]["labels"]
+
+
 def test_deletion_resumes_after_the_controller_is_killed(raw, cluster, namespace, driver_ns,
                                                           crds, nodes, tmp_path):
     proc = controller_process(cluster, driver_ns, log=tmp_path / "c1.log")
@@ -482,14 +527,18 @@ def test_foreign_template_is_never_overwritten(raw, namespace, driver_ns, start_
     assert mine["metadata"]["labels"][constants.LABEL_COMPUTE_DOMAIN] == cd["metadata"]["uid"]
 
 
-def test_invalid_template_name_surfaces_as_event(raw, namespace, driver_ns, start_controller):
-    start_controller(settings_for(driver_ns))
-    cd = raw.create(CDS, compute_domain("cd1", "Not_A_Valid_Name"), namespace)
-    cd = wait_for(lambda: ready_condition(c := raw.get(CDS, "cd1", namespace)).get("reason")
-                  == "ResourceClaimTemplateCreateFailed" and c, what="create-failed condition")
-    assert "Not_A_Valid_Name" in ready_condition(cd)["message"]
-    wait_for(lambda: [e for e in events_for(raw, cd)
-                      if e["reason"] == "ResourceClaimTemplateCreateFailed"], 10, "event")
+@pytest.mark.parametrize("template, num_nodes, field", [
+    ("", 0, "spec.channel.resourceClaimTemplate.name"),
+    ("Not_A_Valid_Name", 0, "spec.channel.resourceClaimTemplate.name"),
+    ("x" * 254, 0, "spec.channel.resourceClaimTemplate.name"),
+    ("chan", 5001, "spec.numNodes"),
+])
+def test_the_crd_refuses_bad_specs_naming_the_field(raw, namespace, crds, template, num_nodes, field):
+    """Refused at the API (before anything is generated), with the field in the message."""
+    with pytest.raises(ApiError) as info:
+        raw.create(CDS, compute_domain("bad", template, num_nodes=num_nodes), namespace)
+    assert info.value.invalid and field in str(info.value)
+    assert get(raw, CDS, "bad", namespace) is None
 
 
 def test_host_managed_mode_creates_only_the_workload_template(raw, namespace, driver_ns,

@@ -861,6 +861,27 @@ def test_incomplete_fabric_fails_start_with_a_clear_message(tmp_path: Path) -> N
     assert error and "fabric" in error[0].lower()
 
 
+def test_driver_root_without_fabric_mgmt_capability_fails_start_naming_the_driver_root(tmp_path: Path) -> None:
+    """Without the capability every daemon claim would fail later, far from the cause."""
+    from cdriver.sim.gpu.driver_root import create_driver_root
+
+    name = "kp-nocap"
+    topology = tmp_path / "topology.yaml"
+    topology.write_text(yaml.safe_dump({"version": 1, "domains": [
+        {"uuid": CLUSTER_UUID, "cliques": [{"id": 3, "nodes": [name]}]}]}))
+    root = create_driver_root(tmp_path / "root", name, topology, channel_count=1)
+    root.capability_file.unlink()
+    out = subprocess.run([sys.executable, "-m", "cdriver", "kubelet-plugin", "--node-name", name,
+                          "--nvidia-driver-root", str(root.root), "--kubelet-plugins-directory-path",
+                          str(tmp_path / "p"), "--kubelet-registrar-directory-path", str(tmp_path / "r"),
+                          "--cdi-root", str(tmp_path / "cdi")],
+                         env=root.process_env(), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1, out.stderr
+    assert "Traceback" not in out.stderr
+    (error,) = [line for line in out.stderr.splitlines() if line.startswith("Error:")]
+    assert "fabric-imex-mgmt" in error and f"driver root {root.root} " in error and "--nvidia-driver-root" in error
+
+
 def _upstream_checkpoint(claims: dict[str, dict], boot_id: str) -> bytes:
     """A checkpoint file as the upstream plugin writes it (current layout, kubelet checksums)."""
     from cdriver.checkpoint_upstream import go_json, kubelet_checksum
@@ -936,3 +957,55 @@ def test_plugin_takes_over_an_upstream_checkpoint(plugin_factory: Callable[..., 
     assert kubelet.prepare(fresh)[uid_of(fresh)].error == ""
     assert kubelet.unprepare(fresh) == {uid_of(fresh): ""}
     assert plugin.checkpoint() == {} and plugin.claim_specs() == [] and node_label(raw, node) is None
+
+
+@pytest.mark.parametrize("damage", ["deleted", "garbage"])
+def test_lost_checkpoint_is_rebuilt_without_removing_specs_running_pods_use(
+        plugin_factory: Callable[..., PluginProcess], raw: RawClient, namespace: str, node: SimNode,
+        driver_ns: str, damage: str) -> None:
+    """Deleting or damaging the checkpoint must not take the CDI spec from a running pod (its
+    restarted container would fail with "CDI device ... is not defined")."""
+    plugin = plugin_factory(node)
+    cd = make_cd(raw, namespace)
+    set_clique_ready(raw, driver_ns, cd, node)
+    claim = allocated_claim(raw, namespace, node.name, channel_params(cd))
+    kubelet = Kubelet(plugin)
+    first = kubelet.prepare(claim)[uid_of(claim)]
+    assert first.error == ""
+    spec = plugin.cdi_root / f"{CDI_VENDOR}-claim_{uid_of(claim)}.json"
+    content = spec.read_bytes()
+    # A spec of a claim the API server does not know (say, deleted while the node was away).
+    stranger = plugin.cdi_root / f"{CDI_VENDOR}-claim_{uuid.uuid4()}.json"
+    stranger.write_text(json.dumps({"cdiVersion": "0.5.0", "kind": CDI_KIND_CLAIM, "devices": [
+        {"name": "x-channel-0", "containerEdits": {"env": ["A=B"]}}]}))
+    plugin.stop()
+    checkpoint = plugin.plugin_dir / CHECKPOINT_FILE_NAME
+    if damage == "deleted":
+        checkpoint.unlink()
+    else:
+        checkpoint.write_bytes(b'{"cdriver": {"version": 1, "claims": {')
+
+    plugin.start()
+    assert spec.read_bytes() == content and stranger.exists(), "no CDI spec may be removed"
+    if damage == "garbage":
+        (kept,) = plugin.plugin_dir.glob(f"{CHECKPOINT_FILE_NAME}.corrupt-*")
+        assert kept.read_bytes() == b'{"cdriver": {"version": 1, "claims": {'
+    rec = plugin.checkpoint()[uid_of(claim)]
+    assert (rec.state, rec.name, rec.namespace, rec.domain_id) == (
+        "PrepareCompleted", claim["metadata"]["name"], namespace, uid_of(cd))
+    # kubelet retrying Prepare gets the same answer; the operator learns what happened.
+    again = kubelet.prepare(claim)[uid_of(claim)]
+    assert again.error == "" and list(again.devices[0].cdi_device_ids) == list(first.devices[0].cdi_device_ids)
+    label = f"{namespace}/{claim['metadata']['name']}"
+    (event,) = wait_for(lambda: [e for e in raw.list(EVENTS, "default")["items"]
+                                 if e["reason"] == "CheckpointRebuilt" and label in e["message"]
+                                 and e["involvedObject"].get("name") == node.name], 10, "CheckpointRebuilt event")
+    assert event["type"] == "Warning" and stranger.name in event["message"]
+    assert ("kept as" in event["message"]) == (damage == "garbage")
+    # Unprepare undoes the rebuilt records as usual, the unexplained one too (by UID).
+    assert kubelet.unprepare(claim) == {uid_of(claim): ""}
+    assert not spec.exists() and node_label(raw, node) is None
+    stranger_uid = stranger.name.removeprefix(f"{CDI_VENDOR}-claim_").removesuffix(".json")
+    assert kubelet.unprepare({"metadata": {"namespace": namespace, "name": "gone", "uid": stranger_uid}}) == {
+        stranger_uid: ""}
+    assert plugin.claim_specs() == [] and plugin.checkpoint() == {}

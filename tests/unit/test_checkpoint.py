@@ -27,7 +27,7 @@ pytestmark = pytest.mark.unit
 
 BOOT = "11111111-aaaa-4bbb-8ccc-000000000001"
 NEXT_BOOT = "22222222-aaaa-4bbb-8ccc-000000000002"
-RECOVERY = "move it aside"
+RECOVERY = "restart the kubelet plugin: it moves the file aside"
 
 # Holds the checkpoint lock until its stdin closes.
 LOCK_HOLDER = textwrap.dedent(
@@ -229,9 +229,21 @@ def test_checksum_mismatch_is_refused_and_kept(store: CheckpointStore) -> None:
     store.path.write_text(tampered)
     with pytest.raises(CheckpointError, match=f"checkpoint {store.path} is unusable: checksum mismatch"):
         store.read()
-    with pytest.raises(CheckpointError, match=f"mv {store.path} {store.path}.bad"), store.locked():
+    with pytest.raises(CheckpointError, match=RECOVERY), store.locked():
         pass
     assert store.path.read_text() == tampered
+
+
+def test_an_unusable_file_is_kept_aside_never_overwritten(store: CheckpointStore) -> None:
+    store.path.parent.mkdir(parents=True)
+    store.path.write_bytes(b"garbage one")
+    first = store.keep_aside(now=0)
+    assert first.name == "checkpoint.json.corrupt-19700101T000000Z" and first.read_bytes() == b"garbage one"
+    assert not store.path.exists()
+    store.path.write_bytes(b"garbage two")  # damaged again within the same second
+    second = store.keep_aside(now=0)
+    assert second != first and second.read_bytes() == b"garbage two"
+    assert first.read_bytes() == b"garbage one"
 
 
 def test_oversized_file_is_refused(store: CheckpointStore, monkeypatch) -> None:

@@ -88,7 +88,7 @@ def test_tampered_upstream_checkpoint_is_refused_and_kept(tmp_path: Path) -> Non
     store.path.write_text(text)
     with pytest.raises(CheckpointError, match="v2 checksum mismatch") as err:
         store.read()
-    assert "move it aside" in str(err.value)
+    assert "it moves the file aside" in str(err.value)
     assert store.path.read_text() == text
 
 

@@ -10,8 +10,10 @@ from cdriver.roles.controller.deletion import (
     ROLE_WORKLOAD_TEMPLATE,
     Action,
     Generated,
+    WorkloadUse,
     generated_from,
     plan_deletion,
+    workloads_in_use,
 )
 
 pytestmark = pytest.mark.unit
@@ -85,3 +87,36 @@ def test_generated_from_reads_metadata():
     assert g == Generated(ROLE_DAEMON_SET, "ns", "x", True, True)
     assert g.describe() == "DaemonSet ns/x"
     assert Action.DELETE.value == "delete"
+
+
+def channel_claim(name: str, domain: str, pods: list[str], allocated: bool = True) -> dict:
+    params = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomainChannelConfig", "domainID": domain}
+    status: dict = {"reservedFor": [{"resource": "pods", "name": p, "uid": f"uid-{p}"} for p in pods]}
+    if allocated:
+        status["allocation"] = {"devices": {"results": []}}
+    config = {"opaque": {"driver": "compute-domain.nvidia.com", "parameters": params}}
+    return {"metadata": {"name": name, "namespace": "team"},
+            "spec": {"devices": {"config": [config]}}, "status": status}
+
+
+def test_claims_in_use_are_the_domains_reserved_channel_claims():
+    claims = [channel_claim("c2", "d1", ["p2"]), channel_claim("c1", "d1", ["p1", "p3"]),
+              channel_claim("idle", "d1", []), channel_claim("other", "d2", ["p9"]),
+              channel_claim("pending", "d1", ["p4"], allocated=False)]
+    uses = workloads_in_use(claims, "d1")
+    assert uses == [WorkloadUse("team", "c1", (("p1", "uid-p1"), ("p3", "uid-p3"))),
+                    WorkloadUse("team", "c2", (("p2", "uid-p2"),))]
+    assert uses[1].describe() == "pod team/p2 (claim c2)"
+
+
+def test_while_pods_hold_channels_only_the_workload_template_goes():
+    """Running jobs keep their daemons and node labels; no new workload can join."""
+    use = WorkloadUse("team", "c1", (("p1", "u1"),))
+    plan = plan_deletion([obj(ROLE_WORKLOAD_TEMPLATE), obj(ROLE_DAEMON_TEMPLATE), obj(ROLE_DAEMON_SET)],
+                         ["node-a"], in_use=[use])
+    assert actions(plan) == [("delete", ROLE_WORKLOAD_TEMPLATE)]
+    assert not plan.releases_domain and plan.waiting_for == ("pod team/p1 (claim c1) to end",)
+    again = plan_deletion([obj(ROLE_WORKLOAD_TEMPLATE, True), obj(ROLE_DAEMON_SET)], ["node-a"], in_use=[use])
+    assert actions(again) == [("remove-finalizer", ROLE_WORKLOAD_TEMPLATE)] and not again.finished
+    gone = plan_deletion([obj(ROLE_DAEMON_SET)], ["node-a"], in_use=[use])
+    assert actions(gone) == [] and not gone.finished

@@ -6,6 +6,11 @@ created is deleted too); strip the domain's label from every node; release the w
 template's finalizer and wait until it is gone; then release the daemon template's and the
 DaemonSet's finalizers and wait until they are gone; finally release the domain's finalizer.
 The same plan cleans up after a domain that no longer exists (orphans), minus the last step.
+
+While pods still use the domain's channels (its workload claims are reserved), only the
+workload template goes (no new workload can join); the daemons, their DaemonSet and the node
+labels stay, so running jobs keep their IMEX domain, and the domain's finalizer stays until the
+last pod releases its claim (as Kubernetes protects a PersistentVolumeClaim in use).
 """
 
 from __future__ import annotations
@@ -88,9 +93,56 @@ def _release(objs: list[Generated]) -> tuple[list[Step], list[str]]:
     return steps, waiting
 
 
+@dataclass(frozen=True)
+class WorkloadUse:
+    """A workload claim of the domain that pods still hold."""
+
+    namespace: str
+    claim: str
+    #: (name, uid) of each pod the claim is reserved for.
+    pods: tuple[tuple[str, str], ...]
+
+    def describe(self) -> str:
+        names = ", ".join(f"{self.namespace}/{name}" for name, _ in self.pods)
+        return f"pod {names} (claim {self.claim})" if len(self.pods) == 1 else f"pods {names} (claim {self.claim})"
+
+
+def _claim_domains(claim: dict) -> set[str]:
+    configs = ((claim.get("spec") or {}).get("devices") or {}).get("config") or []
+    out = set()
+    for config in configs:
+        opaque = (config or {}).get("opaque") or {}
+        params = opaque.get("parameters") or {}
+        if opaque.get("driver") == constants.DRIVER_NAME and isinstance(params, dict) \
+                and params.get("kind") == constants.KIND_CHANNEL_CONFIG:
+            out.add(str(params.get("domainID") or ""))
+    return out
+
+
+def workloads_in_use(claims: list[dict], domain_uid: str) -> list[WorkloadUse]:
+    """The domain's channel claims that are reserved for pods, sorted by claim name."""
+    out = []
+    for claim in claims:
+        if domain_uid not in _claim_domains(claim):
+            continue
+        status = claim.get("status") or {}
+        pods = tuple((str(r.get("name") or ""), str(r.get("uid") or ""))
+                     for r in status.get("reservedFor") or [] if r.get("resource") == "pods")
+        if status.get("allocation") and pods:
+            meta = meta_of(claim)
+            out.append(WorkloadUse(str(meta.get("namespace") or ""), str(meta.get("name") or ""), pods))
+    return sorted(out, key=lambda u: u.claim)
+
+
 def plan_deletion(objects: list[Generated], labelled_nodes: list[str],
-                  domain_exists: bool = True) -> DeletionPlan:
-    """The next steps given the generated objects and nodes labelled for the domain."""
+                  domain_exists: bool = True, in_use: list[WorkloadUse] | None = None) -> DeletionPlan:
+    """The next steps given the generated objects, nodes labelled for the domain and the
+    workload claims pods still hold."""
+    if in_use:
+        workload = [o for o in objects if o.role == ROLE_WORKLOAD_TEMPLATE]
+        steps = [Step(Action.DELETE, o) for o in workload if not o.terminating]
+        steps += [Step(Action.REMOVE_FINALIZER, o) for o in workload if o.terminating and o.has_finalizer]
+        return DeletionPlan(tuple(steps), tuple(f"{u.describe()} to end" for u in in_use))
     steps = [Step(Action.DELETE, o) for o in objects if not o.terminating]
     steps += [Step(Action.UNLABEL_NODE, node=n) for n in sorted(labelled_nodes)]
     workload = [o for o in objects if o.role == ROLE_WORKLOAD_TEMPLATE]

@@ -63,6 +63,7 @@ TEMPLATES = RESOURCES["resourceclaimtemplates"]
 DAEMON_SETS = RESOURCES["daemonsets"]
 PODS = RESOURCES["pods"]
 NODES = RESOURCES["nodes"]
+CLAIMS = RESOURCES["resourceclaims"]
 CLIQUES = COMPUTE_DOMAIN_CLIQUES
 
 INDEX_UID = "uid"
@@ -72,6 +73,8 @@ INDEX_DOMAIN_TARGET = "domain-target"
 EVENT_INVALID = "InvalidComputeDomain"
 EVENT_ALLOCATION_MODE_FORCED = "AllocationModeForced"
 EVENT_CLEANUP_FAILED = "CleanupFailed"
+#: Condition reason and Event reason of a deletion that waits for workload pods.
+REASON_DELETION_WAITS = "DeletionWaitsForWorkloads"
 REASON_CONFLICT = "{kind}Conflict"
 REASON_CREATE_FAILED = "{kind}CreateFailed"
 REASON_TERMINATING = "{kind}Terminating"
@@ -148,6 +151,9 @@ class Timing:
     problem_retry_seconds: float = 30.0
     #: Safety re-check while waiting for watch events (deletions, recreations).
     wait_retry_seconds: float = 10.0
+    #: Re-check of a deletion that waits for workload pods to release their claims (claims are
+    #: not watched: only a deleting domain with running workloads asks).
+    workload_retry_seconds: float = 2.0
 
 
 class Reconciler:
@@ -170,6 +176,8 @@ class Reconciler:
         self._invalid_seen: dict[str, str] = {}
         #: Status fields the installed CRD prunes: not written again (no endless re-writes).
         self._pruned_status: set[str] = set()
+        #: Pods told that the domain they use is being deleted, per domain UID.
+        self._deletion_announced: dict[str, set[tuple[str, str]]] = {}
 
     # --- cache reads --------------------------------------------------------------------
     def domain(self, key: str) -> dict | None:
@@ -336,13 +344,21 @@ class Reconciler:
             raise RequeueAfter(self.timing.wait_retry_seconds, f"{key}: incomplete")
 
     def _invalid(self, obj: dict, exc: ValidationError) -> None:
+        """Nothing is generated for an invalid domain; its status and an Event say why."""
         meta = meta_of(obj)
         uid, rv = meta.get("uid", ""), meta.get("resourceVersion", "")
         log.warning("%s: %s", object_key(obj), exc)
+        message = f"{exc}; fix the ComputeDomain (its spec is immutable: delete and recreate it)"
         if self._invalid_seen.get(uid) != rv:
             self._invalid_seen[uid] = rv
-            self.recorder.warning(obj, EVENT_INVALID, f"{exc}; fix the ComputeDomain (its "
-                                  "spec is immutable: delete and recreate it)")
+            self.recorder.warning(obj, EVENT_INVALID, message)
+        current = obj.get("status") or {}
+        want = desired_status(current, 0, [], "", self.settings.host_managed,
+                              Problem(EVENT_INVALID, message), generation_of(obj), self.clock())
+        want = without_fields(want, self._pruned_status)
+        if status_differs(current, want):
+            self._record("update_status", CDS.plural,
+                         self.raw.update_status(CDS, {**copy.deepcopy(obj), "status": want}))
 
     def _ensure(self, cd_obj: dict, role: str, namespace: str, name: str,
                 build: Callable[[], dict]) -> tuple[dict | None, Problem | None]:
@@ -491,19 +507,74 @@ class Reconciler:
         return generated, objects
 
     def finalize(self, cd_obj: dict) -> None:
-        """Tear a deleted domain down, step by step, then release its finalizer."""
+        """Tear a deleted domain down, step by step, then release its finalizer; while pods
+        still use its channels, keep its daemons and say so on the domain and the pods."""
         if constants.FINALIZER not in finalizers_of(cd_obj):
             return
         uid = cd_obj["metadata"]["uid"]
+        labelled = self.labelled_nodes(uid)
+        # A channel is handed out only on a node labelled for the domain: without one, no pod
+        # holds a working channel and nothing waits.
+        in_use = self._workloads_in_use(cd_obj) if labelled else []
         generated, objects = self._state(uid)
-        plan = deletion.plan_deletion(generated, self.labelled_nodes(uid), domain_exists=True)
+        plan = deletion.plan_deletion(generated, labelled, domain_exists=True, in_use=in_use)
         self._execute(plan, uid, objects, cd_obj)
+        if in_use:
+            self._announce_kept(cd_obj, in_use)
+            raise RequeueAfter(self.timing.workload_retry_seconds,
+                               f"{object_key(cd_obj)}: deletion waits for " + "; ".join(plan.waiting_for))
         if plan.releases_domain:
             self._delete_cliques(uid)
+            self._deletion_announced.pop(uid, None)
             log.info("%s: cleaned up, finalizer released", object_key(cd_obj))
             return
         raise RequeueAfter(self.timing.wait_retry_seconds,
                            f"{object_key(cd_obj)}: waiting for " + "; ".join(plan.waiting_for))
+
+    def _workloads_in_use(self, cd_obj: dict) -> list[deletion.WorkloadUse]:
+        """The domain's workload claims that pods hold (driver-managed mode: in host-managed
+        mode the host's IMEX service outlives the domain, nothing waits)."""
+        if self.settings.host_managed:
+            return []
+        namespace = meta_of(cd_obj).get("namespace")
+        try:
+            claims = self.raw.list(CLAIMS, namespace=namespace)["items"]
+        except ApiError as exc:
+            if not exc.forbidden:
+                raise
+            log.warning("%s: cannot list ResourceClaims (%s): deleting without waiting for workload pods; "
+                        "grant the controller get/list on resourceclaims (the chart does)",
+                        object_key(cd_obj), exc)
+            return []
+        return deletion.workloads_in_use(claims, uid_of(cd_obj))
+
+    def _announce_kept(self, cd_obj: dict, in_use: list[deletion.WorkloadUse]) -> None:
+        """Status and Events (once per pod) of a deletion that waits for workloads."""
+        key, uid = object_key(cd_obj), uid_of(cd_obj)
+        pods = "; ".join(u.describe() for u in in_use)
+        message = (f"ComputeDomain {key} is being deleted while pods still use its IMEX channels: {pods}. "
+                   "Its IMEX daemons stay, and the deletion completes, once those pods end; delete them to "
+                   "finish it now")
+        try:
+            cd = parse_domain(cd_obj)
+        except ValidationError:
+            cd = None
+        if cd is not None:
+            self._write_status(cd_obj, cd, self._nodes(cd_obj, uid),
+                               Problem(REASON_DELETION_WAITS, message, warn=False))
+        announced = self._deletion_announced.setdefault(uid, set())
+        if not announced:
+            self.recorder.warning(cd_obj, REASON_DELETION_WAITS, message)
+        for use in in_use:
+            for name, pod_uid in use.pods:
+                if (name, pod_uid) in announced:
+                    continue
+                announced.add((name, pod_uid))
+                pod_ref = {"apiVersion": "v1", "kind": "Pod",
+                           "metadata": {"name": name, "namespace": use.namespace, "uid": pod_uid}}
+                self.recorder.warning(pod_ref, REASON_DELETION_WAITS, (
+                    f"ComputeDomain {key}, whose IMEX channel this pod uses (claim {use.claim}), is being "
+                    "deleted: it stays until this pod and the other pods using it end; no new pod can join it"))
 
     def _execute(self, plan: deletion.DeletionPlan, uid: str, objects: dict[tuple[str, str], dict],
                  cd_obj: dict | None) -> None:

@@ -87,6 +87,20 @@ def fabric_mgmt_device(read_root: Path) -> CapDevice:
     return CapDevice(major=cap.major, minor=cap.minor, mode=restrictive_mode(cap.mode, on_disk))
 
 
+def check_fabric_mgmt(config: PluginConfig, clique_id: str) -> None:
+    """A fabric node's IMEX daemons need the fabric-imex-mgmt capability: refuse to start
+    without it (otherwise every daemon claim fails later, far from the cause)."""
+    try:
+        fabric_mgmt_device(config.read_root)
+    except DiscoveryError as exc:
+        raise DiscoveryError(
+            f"node {config.node_name} is on an NVLink fabric (clique ID {clique_id}), but the driver root "
+            f"{config.driver_root} does not provide the fabric-imex-mgmt capability ({exc}); IMEX daemons "
+            "cannot start on this node. Set --nvidia-driver-root (NVIDIA_DRIVER_ROOT; the chart's "
+            "nvidiaDriverRoot) to the NVIDIA driver installation with IMEX support, or load that driver"
+        ) from None
+
+
 def dev_dir(read_root: Path) -> Path:
     """The device directory of the driver root: ``<read_root>/dev`` when it exists, else /dev."""
     return (read_root if (read_root / "dev").is_dir() else Path("/")) / "dev"
@@ -143,6 +157,8 @@ def discover(config: PluginConfig) -> NodeDiscovery:
     root = config.read_root
     major = nvml.channel_major(str(root))
     clique_id = read_clique_id(config)
+    if clique_id and not config.host_managed:
+        check_fabric_mgmt(config, clique_id)
     version = ""
     if config.gates.enabled(fg.IMEX_DAEMONS_WITH_DNS_NAMES) and not config.host_managed:
         version = nvml.driver_version(str(root))

@@ -18,7 +18,7 @@ import grpc
 from cdriver.api import constants
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.cdi.writer import write_spec
-from cdriver.checkpoint import CheckpointStore
+from cdriver.checkpoint import CheckpointStore, CorruptCheckpoint
 from cdriver.dra import health, node_service, registration, sockets
 from cdriver.errors import CdriverError
 from cdriver.httpserve import HttpServer
@@ -26,7 +26,7 @@ from cdriver.kube.client import load_api_client
 from cdriver.kube.events import EventRecorder
 from cdriver.kube.informer import Informer, uid_index
 from cdriver.kube.objects import uid_of
-from cdriver.kube.raw import RESOURCES, RawClient
+from cdriver.kube.raw import RESOURCES, ApiError, RawClient
 from cdriver.roles.kubelet_plugin import cdi_edits
 from cdriver.roles.kubelet_plugin.cleanup import Sweeper
 from cdriver.roles.kubelet_plugin.clique_refresh import CliqueRefresher
@@ -36,6 +36,7 @@ from cdriver.roles.kubelet_plugin.discovery import NodeDiscovery, base_device_no
 from cdriver.roles.kubelet_plugin.driver import ComputeDomainDriver
 from cdriver.roles.kubelet_plugin.metrics import CountingRawClient, PluginMetrics
 from cdriver.roles.kubelet_plugin.prepare import remove_orphan_specs
+from cdriver.roles.kubelet_plugin.recovery import recover
 from cdriver.roles.kubelet_plugin.resourceslice import SlicePublisher, slice_field_selector
 from cdriver.roles.kubelet_plugin.state import UID_INDEX, BackgroundEvents, PluginState
 from cdriver.roles.startup import STOP_SIGNALS, install_signal_handlers
@@ -83,7 +84,8 @@ class Plugin:
         found = discover(cfg)
         self._write_base_spec(found)
         store = CheckpointStore(cfg.checkpoint_path)
-        checkpoint = store.read()  # an unusable checkpoint stops the start, with its recovery step
+        lost = self._open_checkpoint(store)
+        checkpoint = store.read()
         log.info("checkpoint %s: %d claims", cfg.checkpoint_path, len(checkpoint.claims))
 
         metrics = PluginMetrics(cfg.node_name)
@@ -128,6 +130,14 @@ class Plugin:
                 f"node {cfg.node_name!r} does not exist in the cluster; set --node-name / NODE_NAME to this node's name"
             )
 
+        if lost:
+            try:
+                recover(state, lost)
+            except (ApiError, CdriverError) as exc:
+                raise StartupError(
+                    f"{lost}; rebuilding it needs the ResourceClaims from the API server, which failed ({exc}). "
+                    "No CDI spec was removed; the plugin retries on its next start"
+                ) from None
         remove_orphan_specs(state)  # before serving: no Prepare can be half-way now
         self.driver = ComputeDomainDriver(state)
         dra = node_service.serve_node_service(cfg.dra_socket, self.driver, max_workers=cfg.grpc_workers)
@@ -172,6 +182,20 @@ class Plugin:
             cfg.dra_socket,
             cfg.registration_socket,
         )
+
+    @staticmethod
+    def _open_checkpoint(store: CheckpointStore) -> str:
+        """"" when the checkpoint is usable; otherwise what happened to it. A damaged file is
+        kept aside (never replaced), so the record can be rebuilt."""
+        if not store.path.exists():
+            return f"checkpoint {store.path} does not exist (deleted, or this node's first start)"
+        try:
+            store.read()
+        except CorruptCheckpoint as exc:
+            kept = store.keep_aside()
+            log.error("checkpoint %s is unusable (%s); kept it as %s", store.path, exc.reason, kept)
+            return f"checkpoint {store.path} was unusable ({exc.reason}); the damaged file is kept as {kept}"
+        return ""
 
     def _serve_metrics(self, metrics: PluginMetrics) -> None:
         cfg = self.config

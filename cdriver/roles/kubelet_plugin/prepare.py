@@ -79,6 +79,27 @@ def record_devices(records: list[PreparedDevice], plan: ClaimPlan) -> list[dict]
     return out
 
 
+def prepared_devices(plan: ClaimPlan, with_spec: bool, node_name: str) -> list[PreparedDevice]:
+    """What kubelet gets for a prepared claim: daemon devices also name the node's base spec;
+    each device names its entry in the claim's own spec when it has one."""
+    devices = []
+    for d in plan.devices:
+        ids = []
+        if d.ref.type == KIND_DAEMON:
+            ids.append(cdi_edits.base_device_id())
+        if with_spec:
+            ids.append(cdi_edits.claim_device_id(plan.uid, d.device))
+        devices.append(
+            PreparedDevice(
+                request_names=[d.request],
+                pool_name=d.pool or node_name,
+                device_name=d.device,
+                cdi_device_ids=ids,
+            )
+        )
+    return devices
+
+
 class Preparer:
     """Prepares claims on this node. Thread-safe: state changes go through the checkpoint lock."""
 
@@ -312,21 +333,7 @@ class Preparer:
         """
         spec_devices = [(d.device, edits) for d in plan.devices]
         spec = cdi_edits.claim_spec(plan.uid, spec_devices)
-        devices = []
-        for d in plan.devices:
-            ids = []
-            if d.ref.type == KIND_DAEMON:
-                ids.append(cdi_edits.base_device_id())
-            if spec is not None:
-                ids.append(cdi_edits.claim_device_id(plan.uid, d.device))
-            devices.append(
-                PreparedDevice(
-                    request_names=[d.request],
-                    pool_name=d.pool or self.config.node_name,
-                    device_name=d.device,
-                    cdi_device_ids=ids,
-                )
-            )
+        devices = prepared_devices(plan, spec is not None, self.config.node_name)
         with self.state.store.locked() as cp:
             done = self._completed(cp.claims.get(plan.uid))
             if done is not None:
