@@ -16,6 +16,7 @@ $(VENV)/.installed: pyproject.toml
 
 control-plane:
 	hack/kube/build.sh all
+	hack/kube/build.sh kube-1.33  # the oldest Kubernetes minor the tests cover
 
 test: lint control-plane
 	$(BIN)/pytest -q $(PYTEST_ARGS)
