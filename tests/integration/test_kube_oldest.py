@@ -178,6 +178,8 @@ def test_controller_and_plugin_work_against_1_33(old_cluster: Any, old_raw: RawC
         assert list(device.cdi_device_ids) == [f"{constants.CDI_KIND_CLAIM}={uid_of(claim)}-channel-0"]
         assert kubelet.unprepare(claim) == {uid_of(claim): ""}
         assert plugin.checkpoint() == {}
+        assert plugin.stop() == 0
+        assert "Traceback" not in plugin.log_path.read_text(), plugin.log_tail(80)
     finally:
         plugin.stop()
         controller.terminate()
@@ -185,7 +187,6 @@ def test_controller_and_plugin_work_against_1_33(old_cluster: Any, old_raw: RawC
         sim.registered.delete()
         subprocess.run(["rm", "-rf", str(base)], check=False)
     assert "Traceback" not in controller_log.read_text(), controller_log.read_text()[-3000:]
-    assert "Traceback" not in plugin.log_path.read_text(), plugin.log_tail(80)
 
 
 def _get_or_none(raw: RawClient, path: str) -> dict | None:
