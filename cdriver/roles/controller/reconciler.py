@@ -458,7 +458,7 @@ class Reconciler:
             self._pruned_status |= dropped
             log.warning("the installed ComputeDomain CRD drops status fields %s (an older CRD, e.g. the "
                         "upstream driver's, is installed; Helm does not upgrade CRDs): they are no longer "
-                        "written; apply cdriver's CRDs with kubectl apply --server-side -f helm/cdriver/crds/",
+                        "written; apply cdriver's CRDs with `cdriver crds apply -f helm/cdriver/crds/`",
                         ", ".join(sorted(dropped)))
         previous = next((c.get("reason") for c in current.get("conditions") or []
                          if c.get("type") == CONDITION_READY), None)
