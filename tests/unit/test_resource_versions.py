@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import threading
 
 import pytest
 
@@ -106,3 +107,62 @@ def test_device_classes_and_metadata_patches_keep_their_shape() -> None:
     patch = {"metadata": {"finalizers": []}}
     assert to_served(patch, "v1beta1", "ResourceClaimTemplate") == patch
     assert to_served(SLICE_V1, "v1", "ResourceSlice") is SLICE_V1
+
+
+class FakeServer:
+    """Answers RawClient requests like an API server that serves `versions` of resource.k8s.io."""
+
+    def __init__(self, versions: list[str]) -> None:
+        self.versions = versions
+        self.calls: list[tuple[str, str, object]] = []
+
+    def request(self, method: str, path: str, query: object = None, body: object = None,
+                content_type: object = None, timeout: object = None) -> object:
+        from cdriver.kube.raw import ApiError
+
+        self.calls.append((method, path, body))
+        if path == "/apis/resource.k8s.io":
+            if not self.versions:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            return {"kind": "APIGroup", "versions": [{"version": v} for v in self.versions]}
+        if method == "GET":
+            return {"items": [{"metadata": {"name": "n1-slice"},
+                               "spec": {**SLICE_V1["spec"], "devices": SLICE_V1BETA1_DEVICES}}],
+                    "metadata": {}}
+        return body
+
+
+def fake_client(server: FakeServer) -> object:
+    from cdriver.kube.raw import RawClient
+
+    client = RawClient.__new__(RawClient)
+    client._served, client._served_lock = {}, threading.Lock()
+    client.connection = type("C", (), {"host": "https://apiserver"})()
+    client.request = server.request  # type: ignore[method-assign]
+    return client
+
+
+def test_client_speaks_the_served_version_and_converts_both_ways() -> None:
+    from cdriver.kube.raw import RESOURCES
+
+    server = FakeServer(["v1beta1"])
+    client = fake_client(server)
+    listed = client.list(RESOURCES["resourceslices"])
+    assert listed["items"] == [{"metadata": {"name": "n1-slice"}, "spec": SLICE_V1["spec"]}]
+    sent = client.create(RESOURCES["resourceslices"], SLICE_V1)
+    method, path, body = server.calls[-1]
+    assert (method, path) == ("POST", "/apis/resource.k8s.io/v1beta1/resourceslices")
+    assert body["apiVersion"] == "resource.k8s.io/v1beta1" and body["spec"]["devices"] == SLICE_V1BETA1_DEVICES
+    assert sent == SLICE_V1, "the answer is converted back to v1"
+    assert [c[1] for c in server.calls].count("/apis/resource.k8s.io") == 1, "discovered once"
+    client.get(RESOURCES["pods"], "p", "ns")
+    assert server.calls[-1][1] == "/api/v1/namespaces/ns/pods/p"
+
+
+def test_client_without_dra_says_how_to_turn_it_on() -> None:
+    from cdriver.kube.raw import RESOURCES, ApiError
+
+    with pytest.raises(ApiError) as err:
+        fake_client(FakeServer([])).list(RESOURCES["resourceclaims"], "ns")
+    assert "--feature-gates=DynamicResourceAllocation=true" in err.value.message
+    assert "serves resource.k8s.io versions none" in err.value.message
