@@ -16,6 +16,8 @@ $(VENV)/.installed: pyproject.toml
 
 control-plane:
 	hack/kube/build.sh all
+	hack/kube/build.sh kube-1.33  # the oldest Kubernetes minor the tests cover
+	hack/peer-checkpoint/build.sh  # upstream's checkpoint reader, from its source tarball
 
 test: lint control-plane
 	$(BIN)/pytest -q $(PYTEST_ARGS)

@@ -9,14 +9,15 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote, urlencode
 
 import urllib3
 
 from cdriver.errors import CdriverError
+from cdriver.kube import resource_versions
 from cdriver.kube.connection import as_connection
 from cdriver.kube.objects import meta_of
 
@@ -188,8 +189,11 @@ class WatchStream:
     another thread and ends the iteration promptly.
     """
 
-    def __init__(self, response: urllib3.BaseHTTPResponse) -> None:
+    def __init__(self, response: urllib3.BaseHTTPResponse,
+                 convert: Callable[[dict], dict] | None = None) -> None:
+        """``convert``: applied to each event's object (e.g. from the served API version)."""
         self._response = response
+        self._convert = convert
         self._closed = threading.Event()
         self._lock = threading.Lock()
         self._reading = False
@@ -250,11 +254,11 @@ class WatchStream:
                     line, buffer = buffer.split(b"\n", 1)
                     event = self._decode(line)
                     if event is not None:
-                        yield event
+                        yield self._converted(event)
             if buffer.strip() and not self._closed.is_set():
                 event = self._decode(buffer)
                 if event is not None:
-                    yield event
+                    yield self._converted(event)
         except (urllib3.exceptions.ReadTimeoutError, urllib3.exceptions.ProtocolError,
                 OSError, ValueError) as exc:
             # A read error after close() is the expected way a stopped watch ends; a silent
@@ -266,6 +270,9 @@ class WatchStream:
                 self._reading = False
                 self._closed.set()
             self._discard()
+
+    def _converted(self, event: tuple[str, dict]) -> tuple[str, dict]:
+        return event if self._convert is None else (event[0], self._convert(event[1]))
 
     @staticmethod
     def _decode(line: bytes) -> tuple[str, dict] | None:
@@ -293,6 +300,8 @@ class RawClient:
         self.connection = as_connection(api_client)
         self.timeout = timeout
         self._pool = self.connection.pool
+        self._served: dict[str, str] = {}  # API group -> the version spoken with this server
+        self._served_lock = threading.Lock()
 
     @property
     def server(self) -> str:
@@ -409,11 +418,58 @@ class RawClient:
             raise ValueError("object has no metadata.name")
         return str(name)
 
+    # -- resource.k8s.io versions ---------------------------------------------------
+    def served_version(self, group: str = resource_versions.GROUP) -> str:
+        """The resource.k8s.io version spoken with this server, asked once and remembered."""
+        with self._served_lock:
+            known = self._served.get(group)
+        if known:
+            return known
+        try:
+            doc = self._json("GET", f"/apis/{group}")
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+            doc = {}
+        served = resource_versions.served_versions(doc)
+        version = resource_versions.choose_version(served)
+        if version is None:
+            raise ApiError(503, "ResourceAPINotServed",
+                           f"the API server at {self.server} serves {group} versions "
+                           f"{served or 'none'}, none of {', '.join(resource_versions.SUPPORTED_VERSIONS)}: "
+                           + resource_versions.NOT_SERVED_HINT)
+        with self._served_lock:
+            self._served[group] = version
+        if version != resource_versions.INTERNAL_VERSION:
+            log.info("the API server serves %s/%s (not %s): converting at the edge", group, version,
+                     resource_versions.INTERNAL_VERSION)
+        return version
+
+    def on_wire(self, res: Resource) -> Resource:
+        """`res` in the version this server serves (resource.k8s.io/v1 may be v1beta1/v1beta2)."""
+        if res.group != resource_versions.GROUP or res.version != resource_versions.INTERNAL_VERSION:
+            return res
+        version = self.served_version(res.group)
+        return res if version == res.version else replace(res, version=version)
+
+    @staticmethod
+    def _out(wire: Resource, res: Resource, body: Any) -> Any:
+        if wire is res:
+            return body
+        return resource_versions.to_served(body, wire.version, res.kind)
+
+    @staticmethod
+    def _in(wire: Resource, res: Resource, obj: Any) -> Any:
+        if wire is res:
+            return obj
+        return resource_versions.from_served(obj, wire.version, res.kind)
+
     # -- CRUD ------------------------------------------------------------------------
     def get(self, res: Resource, name: str, namespace: str | None = None) -> dict:
         ns = self._ns(res, namespace)
         self._require_ns(res, ns, "get")
-        return self._json("GET", res.path(ns, name))
+        wire = self.on_wire(res)
+        return self._in(wire, res, self._json("GET", wire.path(ns, name)))
 
     def get_or_none(self, res: Resource, name: str, namespace: str | None = None) -> dict | None:
         """Like `get`, but None when the object does not exist."""
@@ -439,38 +495,46 @@ class RawClient:
         )
         if continue_token:
             query["continue"] = continue_token
-        result = self._json("GET", res.path(ns), query)
+        wire = self.on_wire(res)
+        result = self._json("GET", wire.path(ns), query)
         result.setdefault("items", [])
         if result["items"] is None:
             result["items"] = []
         if limit is None:
             while meta_of(result).get("continue"):
                 query["continue"] = result["metadata"]["continue"]
-                page = self._json("GET", res.path(ns), query)
+                page = self._json("GET", wire.path(ns), query)
                 result["items"].extend(page.get("items") or [])
                 result["metadata"] = meta_of(page)
+        if wire is not res:
+            result["items"] = [self._in(wire, res, item) for item in result["items"]]
         return result
 
     def create(self, res: Resource, body: dict, namespace: str | None = None,
                dry_run: bool = False) -> dict:
         ns = self._ns(res, namespace, body)
         self._require_ns(res, ns, "create")
-        return self._json("POST", res.path(ns), _query(dryRun="All" if dry_run else None),
-                          self._with_type(res, body))
+        wire = self.on_wire(res)
+        return self._in(wire, res, self._json(
+            "POST", wire.path(ns), _query(dryRun="All" if dry_run else None),
+            self._out(wire, res, self._with_type(res, body))))
 
     def update(self, res: Resource, body: dict, namespace: str | None = None) -> dict:
         """PUT the whole object; include metadata.resourceVersion for a conflict check."""
         ns = self._ns(res, namespace, body)
         self._require_ns(res, ns, "update")
-        return self._json("PUT", res.path(ns, self._name_of(body)), None,
-                          self._with_type(res, body))
+        wire = self.on_wire(res)
+        return self._in(wire, res, self._json("PUT", wire.path(ns, self._name_of(body)), None,
+                                              self._out(wire, res, self._with_type(res, body))))
 
     def update_status(self, res: Resource, body: dict, namespace: str | None = None) -> dict:
         """PUT the object's status subresource."""
         ns = self._ns(res, namespace, body)
         self._require_ns(res, ns, "update_status")
-        return self._json("PUT", res.path(ns, self._name_of(body), "status"), None,
-                          self._with_type(res, body))
+        wire = self.on_wire(res)
+        return self._in(wire, res, self._json(
+            "PUT", wire.path(ns, self._name_of(body), "status"), None,
+            self._out(wire, res, self._with_type(res, body))))
 
     def patch(
         self, res: Resource, name: str, patch: Any, namespace: str | None = None,
@@ -492,8 +556,9 @@ class RawClient:
         ns = self._ns(res, namespace)
         self._require_ns(res, ns, "patch")
         query = _query(fieldManager=field_manager, force=True if force else None)
-        return self._json("PATCH", res.path(ns, name, subresource), query, patch,
-                          PATCH_CONTENT_TYPES[patch_type])
+        wire = self.on_wire(res)
+        return self._in(wire, res, self._json("PATCH", wire.path(ns, name, subresource), query,
+                                              self._out(wire, res, patch), PATCH_CONTENT_TYPES[patch_type]))
 
     def delete(
         self, res: Resource, name: str, namespace: str | None = None, *,
@@ -504,9 +569,10 @@ class RawClient:
         """DELETE; returns the object (if finalizers delay deletion) or a Status."""
         ns = self._ns(res, namespace)
         self._require_ns(res, ns, "delete")
-        return self._json("DELETE", res.path(ns, name), None, self._delete_options(
+        wire = self.on_wire(res)
+        return self._in(wire, res, self._json("DELETE", wire.path(ns, name), None, self._delete_options(
             propagation_policy, grace_period_seconds, precondition_uid,
-            precondition_resource_version))
+            precondition_resource_version)))
 
     def delete_collection(
         self, res: Resource, namespace: str | None = None,
@@ -515,7 +581,7 @@ class RawClient:
     ) -> dict:
         ns = self._ns(res, namespace)
         query = _query(labelSelector=label_selector, fieldSelector=field_selector)
-        return self._json("DELETE", res.path(ns), query,
+        return self._json("DELETE", self.on_wire(res).path(ns), query,
                           self._delete_options(propagation_policy, None, None, None))
 
     def create_subresource(
@@ -525,7 +591,7 @@ class RawClient:
         """POST to a subresource, e.g. ``serviceaccounts/token`` (TokenRequest)."""
         ns = self._ns(res, namespace)
         self._require_ns(res, ns, "create_subresource")
-        return self._json("POST", res.path(ns, name, subresource), None, body)
+        return self._json("POST", self.on_wire(res).path(ns, name, subresource), None, body)
 
     def get_subresource(
         self, res: Resource, name: str, subresource: str, namespace: str | None = None,
@@ -533,7 +599,7 @@ class RawClient:
         """GET a subresource (e.g. ``status``); JSON decoded, or text (``log``)."""
         ns = self._ns(res, namespace)
         self._require_ns(res, ns, "get_subresource")
-        return self.request("GET", res.path(ns, name, subresource))
+        return self.request("GET", self.on_wire(res).path(ns, name, subresource))
 
     # -- watch -----------------------------------------------------------------------
     def watch(
@@ -555,9 +621,12 @@ class RawClient:
             allowWatchBookmarks=True if allow_bookmarks else None,
         )
         read = None if timeout_seconds is None else float(timeout_seconds) + WATCH_READ_SLACK
-        resp = self._send("GET", res.path(ns), query, None, None,
+        wire = self.on_wire(res)
+        resp = self._send("GET", wire.path(ns), query, None, None,
                           (self.timeout[0], read) if read else None, stream=True)
-        return WatchStream(resp)
+        if wire is res:
+            return WatchStream(resp)
+        return WatchStream(resp, lambda obj: self._in(wire, res, obj))
 
     # -- helpers ---------------------------------------------------------------------
     @staticmethod

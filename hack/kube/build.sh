@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Build the local control-plane binaries (etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler, kubectl, helm) from the Go wrapper modules in this directory.
+# `build.sh kube-1.33` builds an older Kubernetes minor (kube-apiserver, controller-manager,
+# scheduler only) from the module in kube-1.33/, for the version-range tests.
 #
 # Output: ${XDG_CACHE_HOME:-$HOME/.cache}/cdriver/<component>-<version>-<gosum hash>/
 # A finished build is reused; a change of version or go.sum builds into a new directory.
@@ -26,7 +28,9 @@ trap 'exit 130' INT TERM
 
 case "${1:-all}" in
   all|etcd|kube|helm) ;;
-  *) log "unknown component '${1}': use one of all, etcd, kube, helm"; exit 2 ;;
+  kube-1.*)
+    [[ -f "$HERE/${1}/go.mod" ]] || { log "no module for '${1}': add $HERE/${1}/go.mod (one per Kubernetes minor)"; exit 2; } ;;
+  *) log "unknown component '${1}': use one of all, etcd, kube, helm, kube-1.<minor> (see the kube-1.* modules here)"; exit 2 ;;
 esac
 
 key_dir() { # component version module-dir
@@ -72,7 +76,26 @@ build_component() { # component version module-dir expected-binaries... -- go bu
 }
 
 want="${1:-all}"
-KUBE_LDFLAGS="-s -w -X k8s.io/component-base/version.gitVersion=${KUBE_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37 -X k8s.io/client-go/pkg/version.gitVersion=${KUBE_VERSION} -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=37"
+kube_ldflags() { # version minor
+  local v
+  for v in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    printf -- ' -X %s.gitVersion=%s -X %s.gitMajor=1 -X %s.gitMinor=%s' "$v" "$1" "$v" "$v" "$2"
+  done
+}
+KUBE_LDFLAGS="-s -w$(kube_ldflags "$KUBE_VERSION" 37)"
+
+if [[ "$want" == kube-1.* ]]; then
+  moddir="$HERE/$want"
+  version="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v1\./ {print $2; exit}' "$moddir/go.mod")"
+  [[ -n "$version" ]] || { log "$moddir/go.mod: no 'k8s.io/kubernetes vX.Y.Z' requirement"; exit 2; }
+  minor="${want#kube-1.}"
+  # Cached as kube-<version>-<hash>; reported as kube-1.<minor>=<dir>.
+  build_component kube "$version" "$moddir" kube-apiserver kube-controller-manager kube-scheduler -- \
+    -ldflags "-s -w$(kube_ldflags "$version" "$minor")" k8s.io/kubernetes/cmd/kube-apiserver \
+    k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler \
+    | sed "s/^kube=/$want=/"
+  exit 0
+fi
 
 if [[ "$want" == all || "$want" == etcd ]]; then
   build_component etcd "$ETCD_VERSION" "$HERE/etcd" etcd -- -ldflags "-s -w" .

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -242,10 +241,7 @@ class Reconciler:
         """Create with compact JSON. Opaque device parameters are stored byte for byte: sent
         with spaces they would differ from the server's own re-encoding, and every later patch
         of the claim template (even a label) would fail as a change of its immutable spec."""
-        data = json.dumps(obj, separators=(",", ":")).encode()
-        result = self.raw.request("POST", res.path(obj["metadata"].get("namespace")), body=data,
-                                  content_type="application/json")
-        return result if isinstance(result, dict) else {}
+        return self.raw.create(res, obj)  # RawClient sends compact JSON
 
     def _patch_finalizers(self, res: Resource, obj: dict, finalizers: list[str]) -> dict:
         """Set the finalizers with an optimistic-concurrency merge patch (the cached copy may
@@ -487,7 +483,7 @@ class Reconciler:
             self._pruned_status |= dropped
             log.warning("the installed ComputeDomain CRD drops status fields %s (an older CRD, e.g. the "
                         "upstream driver's, is installed; Helm does not upgrade CRDs): they are no longer "
-                        "written; apply cdriver's CRDs with kubectl apply --server-side -f helm/cdriver/crds/",
+                        "written; apply cdriver's CRDs with `cdriver crds apply -f helm/cdriver/crds/`",
                         ", ".join(sorted(dropped)))
         previous = next((c.get("reason") for c in current.get("conditions") or []
                          if c.get("type") == CONDITION_READY), None)

@@ -9,6 +9,8 @@ Environment overrides (no build is run for an overridden component):
   CDRIVER_KUBE_BIN_DIR  directory holding kube-apiserver, kube-controller-manager,
                         kube-scheduler and kubectl
   CDRIVER_HELM_BIN_DIR  directory holding ``helm``
+  CDRIVER_KUBE_1_33_BIN_DIR  directory holding kube-apiserver, kube-controller-manager and
+                        kube-scheduler of Kubernetes 1.33 (the oldest minor cdriver is tested on)
   CDRIVER_KUBE_BUILD_SCRIPT  path of build.sh (default: hack/kube/build.sh of the source tree)
 """
 
@@ -24,15 +26,20 @@ from pathlib import Path
 
 from cdriver.errors import CdriverError
 
+#: The build.sh component of the default Kubernetes minor, and of the oldest one tested.
+KUBE = "kube"
+KUBE_OLDEST = "kube-1.33"
 #: component -> the binaries it provides
 COMPONENT_BINARIES: dict[str, tuple[str, ...]] = {
     "etcd": ("etcd",),
-    "kube": ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"),
+    KUBE: ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"),
+    KUBE_OLDEST: ("kube-apiserver", "kube-controller-manager", "kube-scheduler"),
     "helm": ("helm",),
 }
 ENV_BIN_DIR = {
     "etcd": "CDRIVER_ETCD_BIN_DIR",
-    "kube": "CDRIVER_KUBE_BIN_DIR",
+    KUBE: "CDRIVER_KUBE_BIN_DIR",
+    KUBE_OLDEST: "CDRIVER_KUBE_1_33_BIN_DIR",
     "helm": "CDRIVER_HELM_BIN_DIR",
 }
 ENV_BUILD_SCRIPT = "CDRIVER_KUBE_BUILD_SCRIPT"
@@ -143,16 +150,17 @@ def component_dirs(components: tuple[str, ...] = ("etcd", "kube"), echo: bool = 
     return dirs
 
 
-def control_plane_binaries(echo: bool = True) -> ControlPlaneBinaries:
-    """Paths of etcd and the Kubernetes binaries, building them on first use."""
-    dirs = component_dirs(("etcd", "kube"), echo=echo)
-    kube = dirs["kube"]
+def control_plane_binaries(echo: bool = True, kube: str = KUBE) -> ControlPlaneBinaries:
+    """Paths of etcd and the Kubernetes binaries, building them on first use.
+
+    ``kube``: `KUBE` (the default minor) or `KUBE_OLDEST`; kubectl is always the default one's."""
+    dirs = component_dirs(tuple(dict.fromkeys(("etcd", KUBE, kube))), echo=echo)
     return ControlPlaneBinaries(
         etcd=dirs["etcd"] / "etcd",
-        kube_apiserver=kube / "kube-apiserver",
-        kube_controller_manager=kube / "kube-controller-manager",
-        kube_scheduler=kube / "kube-scheduler",
-        kubectl=kube / "kubectl",
+        kube_apiserver=dirs[kube] / "kube-apiserver",
+        kube_controller_manager=dirs[kube] / "kube-controller-manager",
+        kube_scheduler=dirs[kube] / "kube-scheduler",
+        kubectl=dirs[KUBE] / "kubectl",
     )
 
 

@@ -202,6 +202,14 @@ def scheduler_args(binary: Path, layout: Layout, ports: Ports) -> list[str]:
     ]
 
 
+def dra_beta_args(versions: tuple[str, ...] = ("v1beta1",)) -> dict[str, list[str]]:
+    """Extra flags that turn dynamic resource allocation on in Kubernetes 1.32/1.33 (beta, off
+    by default there), serving the resource.k8s.io `versions`; for `LocalCluster.extra_args`."""
+    gate = "--feature-gates=DynamicResourceAllocation=true"
+    runtime = ",".join(f"resource.k8s.io/{v}=true" for v in versions)
+    return {APISERVER: [gate, f"--runtime-config={runtime}"], CONTROLLER_MANAGER: [gate], SCHEDULER: [gate]}
+
+
 def kubeconfig_dict(server: str, files: pki.PKIFiles, user: str = pki.ADMIN_USER) -> dict[str, Any]:
     """An admin kubeconfig with the CA and client certificate embedded (copyable as is)."""
     def b64(path: Path) -> str:
@@ -362,6 +370,8 @@ class LocalCluster:
     stop_grace: float = 10.0
     die_with_parent: bool = True
     ports: Ports | None = None
+    #: component -> flags added to its command line (e.g. `dra_beta_args()` for 1.33)
+    extra_args: dict[str, list[str]] = field(default_factory=dict)
     _procs: dict[str, _Process] = field(default_factory=dict, init=False, repr=False)
     _raw: Any = field(default=None, init=False, repr=False)
     _created_dir: bool = field(default=False, init=False, repr=False)
@@ -468,16 +478,18 @@ class LocalCluster:
     def _start_all(self, binaries: ControlPlaneBinaries) -> None:
         layout, ports = self.layout, self.ports
         assert ports is not None
+        extra = self.extra_args
         self._procs = {
             ETCD: _Process(ETCD, etcd_args(binaries.etcd, layout, ports), layout.log_file(ETCD)),
-            APISERVER: _Process(APISERVER, apiserver_args(binaries.kube_apiserver, layout, ports),
-                                layout.log_file(APISERVER)),
+            APISERVER: _Process(APISERVER, apiserver_args(binaries.kube_apiserver, layout, ports)
+                                + extra.get(APISERVER, []), layout.log_file(APISERVER)),
             CONTROLLER_MANAGER: _Process(
                 CONTROLLER_MANAGER,
-                controller_manager_args(binaries.kube_controller_manager, layout, ports),
+                controller_manager_args(binaries.kube_controller_manager, layout, ports)
+                + extra.get(CONTROLLER_MANAGER, []),
                 layout.log_file(CONTROLLER_MANAGER)),
-            SCHEDULER: _Process(SCHEDULER, scheduler_args(binaries.kube_scheduler, layout, ports),
-                                layout.log_file(SCHEDULER)),
+            SCHEDULER: _Process(SCHEDULER, scheduler_args(binaries.kube_scheduler, layout, ports)
+                                + extra.get(SCHEDULER, []), layout.log_file(SCHEDULER)),
         }
         for component in COMPONENTS:
             self._launch(component)

@@ -117,3 +117,17 @@ annotations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
+
+{{/* resource.k8s.io version for DeviceClasses: the newest the cluster serves (v1 from 1.34,
+v1beta2/v1beta1 on 1.32-1.33). Without a cluster (helm template) it follows --kube-version. */}}
+{{- define "cdriver.resourceApiVersion" -}}
+{{- if and (.Capabilities.APIVersions.Has "resource.k8s.io/v1") (semverCompare ">=1.34.0-0" .Capabilities.KubeVersion.Version) -}}
+resource.k8s.io/v1
+{{- else if .Capabilities.APIVersions.Has "resource.k8s.io/v1beta2" -}}
+resource.k8s.io/v1beta2
+{{- else if .Capabilities.APIVersions.Has "resource.k8s.io/v1beta1" -}}
+resource.k8s.io/v1beta1
+{{- else -}}
+resource.k8s.io/v1
+{{- end -}}
+{{- end -}}

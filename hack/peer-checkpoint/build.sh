@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Build upstream-checkpoint-reader: main.go here plus the upstream plugin's checkpoint code,
+# taken at build time from the upstream source tarball (see ../../README.md, "Migrating from the
+# upstream driver"). Nothing of upstream is kept in this repository.
+#
+# Source: ${CDRIVER_PEERS_DIR:-<repo>/../shared/peers}/dra-driver-nvidia-gpu-*.tar.xz
+# Output: ${XDG_CACHE_HOME:-$HOME/.cache}/cdriver/upstream-checkpoint-reader-<hash>/upstream-checkpoint-reader
+# Prints the binary's path on its last line. Exit 3: no tarball (nothing to build from).
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+PEERS="${CDRIVER_PEERS_DIR:-$HERE/../../../shared/peers}"
+CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/cdriver"
+FILES=(checkpoint.go checkpointv.go checkpoint_legacy.go prepared.go types.go deviceinfo.go)
+export GOWORK=off GOTOOLCHAIN=local GOFLAGS="-mod=vendor -buildvcs=false" CGO_ENABLED=0
+
+log() { echo "[upstream-checkpoint-reader] $*" >&2; }
+
+tarball="$(ls "$PEERS"/dra-driver-nvidia-gpu-*.tar.xz 2>/dev/null | head -n1 || true)"
+if [[ -z "$tarball" ]]; then
+  log "no upstream source tarball in $PEERS: set CDRIVER_PEERS_DIR to the folder holding dra-driver-nvidia-gpu-*.tar.xz"
+  exit 3
+fi
+key="$(cat "$HERE/main.go" "$HERE/build.sh" | sha256sum | cut -c1-8)-$(basename "$tarball" .tar.xz | sed 's/.*-//')"
+out="$CACHE_ROOT/upstream-checkpoint-reader-$key"
+mkdir -p "$CACHE_ROOT"
+exec 9>"$out.lock"
+flock 9
+if [[ ! -f "$out/.complete" ]]; then
+  tmp="$out.tmp.$$"
+  trap 'rm -rf "$tmp"' EXIT
+  rm -rf "$tmp"; mkdir -p "$tmp"
+  log "building from $tarball"
+  tar -xJf "$tarball" -C "$tmp"
+  src="$(ls -d "$tmp"/*/ | head -n1)"
+  pkg="$src/cmd/cdriver-upstream-checkpoint-reader"
+  mkdir -p "$pkg"
+  for f in "${FILES[@]}"; do cp "$src/cmd/compute-domain-kubelet-plugin/$f" "$pkg/"; done
+  cp "$HERE/main.go" "$pkg/main.go"
+  # Two declarations the checkpoint code needs live in files with the whole plugin's dependencies.
+  plugin="$src/cmd/compute-domain-kubelet-plugin"
+  {
+    echo "package main"
+    grep -m1 'cdiapi "' "$plugin/device_state.go" | sed 's/^\s*/import /'
+    sed -n '/^type DeviceConfigState struct/,/^}/p' "$plugin/device_state.go"
+    grep -m1 -E '^\s+DriverName\s+=' "$plugin/main.go" | sed 's/^\s*/const /'
+  } > "$pkg/declarations.go"
+  (cd "$src" && go build -ldflags "-s -w" -o "$tmp/upstream-checkpoint-reader" ./cmd/cdriver-upstream-checkpoint-reader)
+  find "$tmp" -mindepth 1 -maxdepth 1 ! -name upstream-checkpoint-reader -exec rm -rf {} +
+  touch "$tmp/.complete"
+  rm -rf "$out"; mv "$tmp" "$out"
+  trap - EXIT
+fi
+echo "$out/upstream-checkpoint-reader"

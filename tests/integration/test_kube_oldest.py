@@ -1,0 +1,198 @@
+"""cdriver on the oldest Kubernetes minor it supports.
+
+A real Kubernetes 1.33 control plane (built like the default one) with dynamic resource
+allocation turned on as a 1.32/1.33 cluster has it: beta, serving resource.k8s.io/v1beta1 only.
+The chart installs with v1beta1 DeviceClasses and its admission policy reads v1beta1 claims;
+the controller writes claim templates, the plugin publishes its ResourceSlice and prepares a
+claim that the 1.33 scheduler allocated from it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdriver.api import constants
+from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from tests.integration.test_kubelet_plugin import (
+    Kubelet,
+    PluginProcess,
+    _sim_node,
+    make_cd,
+    node_label,
+    set_clique_ready,
+    uid_of,
+)
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.integration
+
+CHART = Path(__file__).resolve().parents[2] / "helm" / "cdriver"
+BETA = "/apis/resource.k8s.io/v1beta1"
+RELEASE = "old"
+TEMPLATES, CLAIMS, PODS = RESOURCES["resourceclaimtemplates"], RESOURCES["resourceclaims"], RESOURCES["pods"]
+
+
+@pytest.fixture(scope="module")
+def old_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from cdriver.errors import CdriverError
+    from cdriver.sim.controlplane.binaries import KUBE_OLDEST, control_plane_binaries
+    from cdriver.sim.controlplane.cluster import LocalCluster, dra_beta_args
+
+    try:
+        binaries = control_plane_binaries(echo=False, kube=KUBE_OLDEST)
+    except CdriverError as exc:
+        pytest.fail(f"the Kubernetes 1.33 control plane could not be built:\n{exc}", pytrace=False)
+    local = LocalCluster(run_dir=tmp_path_factory.mktemp("kube-1.33") / "run", binaries=binaries,
+                         extra_args=dra_beta_args(("v1beta1",)))
+    local.start()
+    yield local
+    local.stop()
+
+
+@pytest.fixture(scope="module")
+def old_raw(old_cluster: Any) -> RawClient:
+    return old_cluster.raw
+
+
+@pytest.fixture(scope="module")
+def release_ns(old_cluster: Any) -> str:
+    """The chart installed with `helm install` against the 1.33 API server."""
+    from cdriver.sim.controlplane.binaries import helm_binary
+
+    ns = "cdriver-system"
+    out = subprocess.run([str(helm_binary(echo=False)), "--kubeconfig", str(old_cluster.kubeconfig),
+                          "--namespace", ns, "install", RELEASE, str(CHART), "--create-namespace"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return ns
+
+
+@pytest.fixture
+def workload_ns(old_cluster: Any, old_raw: RawClient) -> Iterator[str]:
+    name = f"w-{uuid.uuid4().hex[:8]}"
+    old_cluster.create_namespace(name)
+    yield name
+    for pod in old_raw.list(PODS, name)["items"]:
+        old_raw.delete(PODS, pod["metadata"]["name"], name, grace_period_seconds=0)
+
+
+def test_server_serves_only_v1beta1(old_raw: RawClient) -> None:
+    assert old_raw.served_version() == "v1beta1"
+    with pytest.raises(ApiError) as err:
+        old_raw.request("GET", "/apis/resource.k8s.io/v1/deviceclasses")
+    assert err.value.not_found
+
+
+def test_chart_installs_beta_device_classes_and_its_policy_reads_beta_claims(
+        old_raw: RawClient, release_ns: str, workload_ns: str) -> None:
+    for name in (constants.DEVICE_CLASS_DEFAULT_CHANNEL, constants.DEVICE_CLASS_DAEMON):
+        cls = old_raw.request("GET", f"{BETA}/deviceclasses/{name}")
+        assert cls["apiVersion"] == "resource.k8s.io/v1beta1"
+        assert f"'{constants.DRIVER_NAME}'" in cls["spec"]["selectors"][0]["cel"]["expression"]
+        # ... and cdriver's own client reads them as v1 objects.
+        assert old_raw.get(RESOURCES["deviceclasses"], name)["apiVersion"] == "resource.k8s.io/v1"
+
+    # The daemon device class is reserved for the driver namespace, in the v1beta1 shape too.
+    def refused() -> str:
+        body = {"apiVersion": "resource.k8s.io/v1beta1", "kind": "ResourceClaim",
+                "metadata": {"name": f"steal-{uuid.uuid4().hex[:5]}"},
+                "spec": {"devices": {"requests": [
+                    {"name": "d", "deviceClassName": constants.DEVICE_CLASS_DAEMON}]}}}
+        try:
+            old_raw.request("POST", f"{BETA}/namespaces/{workload_ns}/resourceclaims", body=body)
+        except ApiError as exc:
+            return exc.message if exc.status in (403, 422) else ""
+        return ""
+
+    message = wait_for(refused, 20, "the admission policy to refuse a v1beta1 claim for the daemon class")
+    assert "is reserved for the IMEX daemons" in message
+
+
+def test_controller_and_plugin_work_against_1_33(old_cluster: Any, old_raw: RawClient, release_ns: str,
+                                                  workload_ns: str, tmp_path: Path) -> None:
+    controller_log = tmp_path / "controller.log"
+    with open(controller_log, "ab") as log:
+        controller = subprocess.Popen(
+            [sys.executable, "-m", "cdriver", "-v", "4", "controller", "--kubeconfig", str(old_cluster.kubeconfig),
+             "--namespace", release_ns, "--daemon-image", "cdriver:test"], stdout=log, stderr=subprocess.STDOUT)
+    base = Path(f"/tmp/kpo-{uuid.uuid4().hex[:6]}")
+    base.mkdir()
+    sim = _sim_node(old_raw, base, fabric=True)
+    plugin = PluginProcess(sim, Path(old_cluster.kubeconfig), release_ns, base / "plugin")
+    plugin.base.mkdir()
+    try:
+        # The controller writes the workload's claim template: v1beta1 on the wire.
+        cd = make_cd(old_raw, workload_ns)
+        template_name = cd["spec"]["channel"]["resourceClaimTemplate"]["name"]
+        wire = wait_for(lambda: _get_or_none(old_raw, f"{BETA}/namespaces/{workload_ns}/resourceclaimtemplates/"
+                                             f"{template_name}"), 30,
+                        f"the workload claim template\n{controller_log.read_text()[-3000:]}")
+        (request,) = wire["spec"]["spec"]["devices"]["requests"]
+        assert request["deviceClassName"] == constants.DEVICE_CLASS_DEFAULT_CHANNEL and "exactly" not in request
+        assert wire["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]["domainID"] == uid_of(cd)
+
+        # The plugin publishes the node's slice: v1beta1 devices under "basic".
+        plugin.start()
+
+        def slices() -> list[dict]:
+            return old_raw.request("GET", f"{BETA}/resourceslices",
+                                   query={"fieldSelector": f"spec.nodeName={sim.name}"})["items"]
+
+        (published,) = wait_for(slices, 20, f"the node's ResourceSlice\n{plugin.log_tail()}")
+        assert published["spec"]["devices"] == [
+            {"name": "channel-0", "basic": {"attributes": {"type": {"string": "channel"}, "id": {"int": 0}}}},
+            {"name": "daemon-0", "basic": {"attributes": {"type": {"string": "daemon"}, "id": {"int": 0}}}}]
+
+        # The 1.33 scheduler allocates channel-0 to a pod of the template; the plugin prepares it.
+        old_raw.create(PODS, {"metadata": {"name": "workload", "namespace": workload_ns}, "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": sim.name},
+            "resourceClaims": [{"name": "imex", "resourceClaimTemplateName": template_name}],
+            "containers": [{"name": "main", "image": "busybox", "resources": {"claims": [{"name": "imex"}]}}]}},
+            workload_ns)
+
+        def allocated() -> dict | None:
+            claims = old_raw.list(CLAIMS, workload_ns)["items"]
+            return claims[0] if claims and (claims[0].get("status") or {}).get("allocation") else None
+
+        claim = wait_for(allocated, 30, "the scheduler to allocate the workload's claim")
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        assert (result["driver"], result["pool"], result["device"]) == (constants.DRIVER_NAME, sim.name, "channel-0")
+        assert claim["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] \
+            == constants.DEVICE_CLASS_DEFAULT_CHANNEL, "cdriver's client reads v1beta1 claims as v1"
+
+        kubelet = Kubelet(plugin)
+        waiting = kubelet.prepare(claim)[uid_of(claim)]
+        assert "is not ready on node" in waiting.error
+        assert node_label(old_raw, sim) == uid_of(cd)
+        set_clique_ready(old_raw, release_ns, cd, sim)
+        ready = kubelet.prepare(claim)[uid_of(claim)]
+        assert ready.error == ""
+        (device,) = ready.devices
+        assert list(device.cdi_device_ids) == [f"{constants.CDI_KIND_CLAIM}={uid_of(claim)}-channel-0"]
+        assert kubelet.unprepare(claim) == {uid_of(claim): ""}
+        assert plugin.checkpoint() == {}
+        assert plugin.stop() == 0
+        assert "Traceback" not in plugin.log_path.read_text(), plugin.log_tail(80)
+    finally:
+        plugin.stop()
+        controller.terminate()
+        controller.wait(15)
+        sim.registered.delete()
+        subprocess.run(["rm", "-rf", str(base)], check=False)
+    assert "Traceback" not in controller_log.read_text(), controller_log.read_text()[-3000:]
+
+
+def _get_or_none(raw: RawClient, path: str) -> dict | None:
+    try:
+        return raw.request("GET", path)
+    except ApiError as exc:
+        if exc.not_found:
+            return None
+        raise

@@ -1,0 +1,66 @@
+"""Switching back to the upstream plugin: the checkpoint cdriver's plugin leaves is read by
+upstream's own checkpoint code (built from its source by hack/peer-checkpoint/build.sh), with
+every prepared claim, its state and devices, and a valid checksum."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from cdriver.checkpoint import read_boot_id
+from cdriver.kube.raw import RawClient
+from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME
+from tests.integration import test_kubelet_plugin as kp
+from tests.integration.test_kubelet_plugin import (
+    Kubelet,
+    PluginProcess,
+    SimNode,
+    allocated_claim,
+    channel_params,
+    make_cd,
+    set_clique_ready,
+    uid_of,
+)
+
+pytestmark = pytest.mark.integration
+
+# The plugin test's fixtures: a registered node with a simulated driver root, plugin processes.
+crds, driver_ns, node, plugin_factory = kp.crds, kp.driver_ns, kp.node, kp.plugin_factory
+BUILD = Path(__file__).resolve().parents[2] / "hack" / "peer-checkpoint" / "build.sh"
+
+
+@pytest.fixture(scope="module")
+def upstream_reader() -> Path:
+    out = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True, timeout=1500)
+    if out.returncode != 0:
+        pytest.fail(f"building upstream's checkpoint reader failed ({BUILD}):\n{out.stderr[-3000:]}", pytrace=False)
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def upstream_view(reader: Path, checkpoint: Path) -> dict:
+    out = subprocess.run([str(reader), str(checkpoint)], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, f"upstream cannot read the checkpoint: {out.stderr}"
+    return json.loads(out.stdout)
+
+
+@pytest.mark.timeout(1800)
+def test_upstream_reads_the_checkpoint_cdriver_leaves(upstream_reader: Path,
+                                                       plugin_factory: Callable[..., PluginProcess],
+                                                       raw: RawClient, namespace: str, node: SimNode,
+                                                       driver_ns: str) -> None:
+    plugin = plugin_factory(node)
+    cd = make_cd(raw, namespace)
+    set_clique_ready(raw, driver_ns, cd, node)
+    prepared = allocated_claim(raw, namespace, node.name, channel_params(cd))
+    assert Kubelet(plugin).prepare(prepared)[uid_of(prepared)].error == ""
+    assert plugin.stop() == 0  # the switch back: cdriver's plugin goes, its checkpoint stays
+
+    view = upstream_view(upstream_reader, plugin.plugin_dir / CHECKPOINT_FILE_NAME)
+    assert view["nodeBootID"] == read_boot_id()
+    assert view["claims"] == {uid_of(prepared): {
+        "state": "PrepareCompleted", "name": prepared["metadata"]["name"], "namespace": namespace,
+        "devices": [f"{node.name}/channel-0"]}}
