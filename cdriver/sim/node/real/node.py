@@ -218,6 +218,14 @@ class RealNode:
         raise RealNodeError(f"node {self.name}: not Ready after {timeout:.0f} s: {state}; kubelet log:\n"
                             + _tail(self.log_file("kubelet")))
 
+    def container_log(self, namespace: str, pod: str, container: str, previous: bool = False) -> Path | None:
+        """The CRI-format log kubelet keeps of a container's current (or previous) run."""
+        runs = sorted(self.plan.path("var/log/pods").glob(f"{namespace}_{pod}_*/{container}/*.log"),
+                      key=lambda p: int(p.stem) if p.stem.isdigit() else -1)
+        if previous:
+            runs = runs[:-1]
+        return runs[-1] if runs else None
+
     def restart_kubelet(self) -> None:
         """Stop kubelet (SIGTERM) and start it again; pods keep running in containerd."""
         proc = self.procs.get("kubelet")
