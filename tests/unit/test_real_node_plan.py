@@ -62,7 +62,7 @@ def test_containerd_config_uses_native_snapshotter_cdi_dir_and_sandbox_image() -
     runtime = conf["plugins"]["io.containerd.cri.v1.runtime"]
     assert images["snapshotter"] == "native"
     assert images["pinned_images"]["sandbox"] == "pause:local"
-    assert runtime["cdi_spec_dirs"] == [plan.CDI_DIR] and runtime["enable_cdi"] is True
+    assert runtime["cdi_spec_dirs"] == [plan.CDI_DIR]
     assert runtime["containerd"]["runtimes"]["runc"]["options"]["BinaryName"] == "/usr/sbin/runc"
     assert runtime["cni"]["conf_dir"] == str(node.root / "etc/cni/net.d")
 

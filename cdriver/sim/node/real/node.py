@@ -117,7 +117,9 @@ class RealNode:
         if self.topology:
             from cdriver.sim.gpu.driver_root import create_driver_root
 
-            create_driver_root(p.path("run/nvidia/driver"), p.name, self.topology, fabric_state=self.fabric_state)
+            # the IMEX stand-ins run inside the driver image's containers: its cdriver, from PATH
+            create_driver_root(p.path("run/nvidia/driver"), p.name, self.topology, fabric_state=self.fabric_state,
+                               wrapper_command=["cdriver"])
 
     def _env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.upper().endswith("_PROXY") and k != "KUBECONFIG"}

@@ -146,8 +146,9 @@ state = "/run/containerd"
     sandbox = {json.dumps(sandbox_image)}
 
 [plugins."io.containerd.cri.v1.runtime"]
-  enable_cdi = true
   cdi_spec_dirs = ["{CDI_DIR}"]
+  # this machine refuses a lower oom_score_adj (no CAP_SYS_RESOURCE): keep kubelet's -998 at ours
+  restrict_oom_score_adj = true
   [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
