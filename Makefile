@@ -57,5 +57,14 @@ demo: venv control-plane
 bench: venv control-plane
 	@for b in $(filter-out bench/report.py,$(wildcard bench/*.py)); do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
+# OCI image archives without a container engine (cached; prints <name>=<archive>, <name>-ref=<ref>):
+# `image` the driver image from the Containerfile's recipe, `images` also the pause and workload images.
+.PHONY: image images
+image: venv
+	$(BIN)/cdriver sim images cdriver
+
+images: venv
+	$(BIN)/cdriver sim images
+
 clean:
 	rm -rf build dist .pytest_cache .ruff_cache .mypy_cache *.egg-info

@@ -24,6 +24,8 @@ LAZY_COMMANDS: dict[str, str] = {
     # IMEX stand-ins and the host-managed IMEX service
     "imex": "cdriver.sim.imex.cli:command",
     "host-imex": "cdriver.sim.imex.cli:host_command",
+    # images for real nodes
+    "images": "cdriver.sim.images.cli:command",
     # the whole simulated cluster
     "up": "cdriver.sim.world.cli:up",
     "down": "cdriver.sim.world.cli:down",

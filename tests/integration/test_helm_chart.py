@@ -185,3 +185,18 @@ def test_install_upgrade_uninstall_leaves_no_orphans(helm: Path, cluster, raw) -
     assert owned() == {kind: [] for kind in kinds}
     crds = {i["metadata"]["name"] for i in raw.list(RESOURCES["customresourcedefinitions"])["items"]}
     assert crd_names <= crds, "Helm keeps CRDs on uninstall"
+
+
+def test_locally_built_image_is_used_by_every_pod_and_the_daemons(helm: Path) -> None:
+    """Real nodes load `cdriver sim images` archives; only the repository needs setting to use them."""
+    from cdriver.sim.images.build import REGISTRY, image_ref
+
+    ref = image_ref("cdriver")
+    docs = objects(helm, "--set", f"image.repository={REGISTRY}/cdriver", "--set", "image.pullPolicy=Never")
+    controller = by_kind(docs, "Deployment")["rel-cdriver-controller"]["spec"]["template"]["spec"]
+    plugin = by_kind(docs, "DaemonSet")["rel-cdriver-kubelet-plugin"]["spec"]["template"]["spec"]
+    containers = controller["containers"] + plugin["containers"] + plugin.get("initContainers", [])
+    assert len(containers) >= 3
+    assert {(c["image"], c["imagePullPolicy"]) for c in containers} == {(ref, "Never")}
+    env = {e["name"]: e.get("value") for e in controller["containers"][0]["env"]}
+    assert env["IMAGE_NAME"] == ref, "the controller hands the same image to the IMEX daemon DaemonSets"

@@ -1,0 +1,1 @@
+"""Images of the local cluster's real nodes (driver, pause, workload), built without a container engine."""

@@ -1,0 +1,27 @@
+"""`cdriver sim images [NAME...]`: build the local cluster's images (no container engine needed)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from cdriver.sim.images.build import IMAGE_NAMES, ImageBuildError, ensure_images
+
+
+@click.command("images")
+@click.argument("names", nargs=-1, type=click.Choice(IMAGE_NAMES))
+def command(names: tuple[str, ...]) -> None:
+    """Build the OCI image archives (default: all of cdriver, pause, workload), cached.
+
+    Prints `<name>=<archive>` and `<name>-ref=<reference>` for each; load an archive into a
+    containerd with `ctr -n k8s.io images import --local <archive>`. Needs root (mmdebstrap).
+    """
+    try:
+        built = ensure_images(names or IMAGE_NAMES)
+    except ImageBuildError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(1)
+    for image in built.values():
+        for line in image.lines():
+            click.echo(line)
