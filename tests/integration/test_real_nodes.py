@@ -20,7 +20,7 @@ from cdriver.sim.controlplane.binaries import control_plane_binaries
 from cdriver.sim.controlplane.cluster import LocalCluster
 from cdriver.sim.node.real import cgroups
 from cdriver.sim.node.real.fleet import RealFleet, RealNodeSpec
-from cdriver.sim.node.real.images import smoke_images
+from cdriver.sim.node.real.images import node_images
 from cdriver.sim.node.real.plan import API_SERVICE_IP, API_SERVICE_PORT
 
 pytestmark = pytest.mark.integration
@@ -50,9 +50,9 @@ def real() -> Iterator[RealWorld]:
     cluster = LocalCluster(run_dir=base / "cluster", egress_proxy=fleet.egress_socket)
     try:
         cluster.start()
-        images, busybox = smoke_images()
+        images = node_images(driver=False)
         fleet.start(cluster, [RealNodeSpec(n, {"cdriver.test/real": "true"}) for n in NODES], images, base / "nodes")
-        yield RealWorld(cluster, fleet, busybox, control_plane_binaries(echo=False).kubectl)
+        yield RealWorld(cluster, fleet, images.refs["workload"], control_plane_binaries(echo=False).kubectl)
     finally:
         fleet.stop()
         cluster.stop()
@@ -137,7 +137,7 @@ def test_stopping_a_node_leaves_no_process_mount_cgroup_or_namespace(real: RealW
     base = Path(f"/tmp/cdi-{os.getuid()}-rn2")
     shutil.rmtree(base, ignore_errors=True)
     fleet = RealFleet(base)
-    images, _ = smoke_images()
+    images = node_images(driver=False)
     try:
         node = fleet.start(real.cluster, [RealNodeSpec("real-gone")], images, base / "nodes")[0]
         run_pod(real, "doomed", "real-gone", "sleep 3600")

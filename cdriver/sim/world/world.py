@@ -231,11 +231,11 @@ class SimWorld:
         self.cluster.start()
 
     def _node_parts(self) -> None:
-        from cdriver.sim.node.real.images import smoke_images
+        from cdriver.sim.node.real.images import node_images
         from cdriver.sim.node.real.node import node_binaries
 
         node_binaries()
-        self.node_images, _ = smoke_images()
+        self.node_images = node_images(driver=True)
 
     def _topology(self) -> Any:
         from cdriver.sim.gpu.topology import demo_topology_path, load_topology
@@ -307,8 +307,12 @@ class SimWorld:
         return subprocess.run(argv, capture_output=True, text=True, timeout=300)
 
     def _install_chart(self) -> None:
+        values = helm_values(self.settings)
+        if self.node_images is not None:  # real nodes run the driver image imported into their containerd
+            repository, _, tag = self.node_images.refs["cdriver"].rpartition(":")
+            values += ["--set", f"image.repository={repository}", "--set", f"image.tag={tag}"]
         out = self.helm_cmd("upgrade", "--install", RELEASE, str(chart_dir()), "--namespace", DRIVER_NAMESPACE,
-                            "--create-namespace", *helm_values(self.settings))
+                            "--create-namespace", *values)
         if out.returncode != 0:
             raise WorldError(f"helm install failed:\n{out.stdout[-2000:]}{out.stderr[-3000:]}")
 
