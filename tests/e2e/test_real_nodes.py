@@ -66,7 +66,7 @@ def start_workloads(world: SimWorld, ns: str, name: str, mode: str = constants.A
 def spec_device(world: SimWorld, node: str, path: str) -> tuple[int, int]:
     """(major, minor) of `path` in the CDI specs on the node (host device when the spec names only hostPath)."""
     root = world.node(node).agent.plan.root
-    for spec_file in sorted((root / "run" / "cdi").glob("*.json")):
+    for spec_file in sorted(world.node(node).cdi_dir.glob("*.json")):
         spec = json.loads(spec_file.read_text())
         edits = [spec.get("containerEdits") or {}] + [d.get("containerEdits") or {} for d in spec.get("devices", [])]
         for edit in edits:
@@ -160,6 +160,30 @@ def test_kubelet_restart_keeps_workloads_and_their_claims(world: SimWorld, e2e_n
     time.sleep(3)  # several of kubelet's pod syncs: a recreated container would show by now
     assert_still_running(world, ns, before)
     delete_all(world, ns, list(before), "kr", uid)
+
+
+def test_pod_deleted_while_its_claim_is_prepared_is_unprepared_by_kubelet(
+        world: SimWorld, e2e_namespace: str) -> None:
+    """Prepare waits for the node's IMEX daemon; deleting the pod meanwhile makes kubelet unprepare
+    the claim: no node label, no checkpoint entry, no CDI spec remain."""
+    ns = e2e_namespace
+    _, members = real_clique(world)
+    uid = create_domain(world, ns, "early")
+    world.raw.create(scenario.PODS, scenario.workload_pod("w0", ns, "early-channel", node=members[0]), ns)
+    scenario.wait_for("the node labelled for the domain (its claim is being prepared)",
+                      lambda: scenario.nodes_labelled(world.raw, uid), 60)
+    claim_uid = scenario.claim_of(world.raw, world.raw.get(scenario.PODS, "w0", ns))["metadata"]["uid"]
+    world.raw.delete(scenario.PODS, "w0", ns)
+
+    def unprepared() -> scenario.Seen:
+        left = {"labels": scenario.nodes_labelled(world.raw, uid),
+                "checkpoint": checkpoint_mentions(world, members[0], [claim_uid]),
+                "cdi": [p.name for p in world.node(members[0]).cdi_dir.glob(f"*{claim_uid}*")],
+                "pod": [1] if world.raw.get_or_none(scenario.PODS, "w0", ns) else []}
+        return scenario.Seen(not any(left.values()), left, json.dumps(left))
+
+    scenario.wait_for("kubelet to unprepare the deleted pod's claim", unprepared, 120)
+    delete_all(world, ns, [], "early", uid)
 
 
 def test_real_nodes_report_their_runtime(world: SimWorld) -> None:

@@ -96,6 +96,13 @@ class SimNode:
     agent: Any  # a simulated NodeAgent, or a RealNode
     real: bool = False
 
+    @property
+    def cdi_dir(self) -> Path:
+        """Where the node's runtime reads CDI specs (the plugin's cdiRoot), as this machine sees it."""
+        if self.real:
+            return self.agent.plan.path("run/cdi")
+        return self.agent.layout.root / "var/run/cdi"
+
 
 def helm_values(settings: WorldSettings) -> list[str]:
     """`--set` arguments that point the chart at the simulated nodes."""
