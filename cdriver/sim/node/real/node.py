@@ -187,6 +187,9 @@ class RealNode:
         """Start the node's processes (its network namespace exists already); see `wait_ready`.
         They die with the calling thread: call it from one that lives as long as the node."""
         self.write_files()
+        # a run killed before its teardown leaves its node's processes and cgroups: end them first
+        cgroups.kill_all(self.plan.cgroup)
+        cgroups.remove(self.plan.cgroup)
         cgroups.create(f"{self.plan.cgroup}/system")
         self._start_holder()
         self._start_containerd()
