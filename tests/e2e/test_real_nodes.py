@@ -30,7 +30,6 @@ from tests.e2e.test_driver_managed import (  # noqa: F401 - collected here, on t
     create_domain,
     delete_all,
     test_bootstrap_loop_injects_the_channel,
-    test_deleting_the_domain_while_workloads_start_leaves_nothing,
     test_domain_spanning_both_cliques_peers_within_each_clique,
 )
 
@@ -104,10 +103,11 @@ def checkpoint_mentions(world: SimWorld, node: str, uids: list[str]) -> list[str
     return [u for u in uids if u in content]
 
 
-@pytest.mark.parametrize("mode", [constants.ALLOCATION_MODE_SINGLE, constants.ALLOCATION_MODE_ALL])
-def test_runc_containers_get_the_channel_device_of_the_cdi_spec_and_deletion_cleans_kubelet(
-        world: SimWorld, e2e_namespace: str, mode: str) -> None:
-    ns = e2e_namespace
+def test_runc_containers_get_the_channel_devices_of_the_cdi_spec_and_deletion_cleans_kubelet(
+        world: SimWorld, e2e_namespace: str) -> None:
+    """allocationMode All: channel0 and channel2047 in each runc container carry the major and
+    minor of the claim's CDI spec; deleting everything also empties kubelet's DRA checkpoint."""
+    ns, mode = e2e_namespace, constants.ALLOCATION_MODE_ALL
     uid, pods = start_workloads(world, ns, "cd", mode)
     claim_uids = [scenario.claim_of(world.raw, p)["metadata"]["uid"] for p in pods]
     for pod in pods:
@@ -129,37 +129,32 @@ def test_runc_containers_get_the_channel_device_of_the_cdi_spec_and_deletion_cle
         assert scenario.nodes_labelled(world.raw, uid) == []
 
 
-def test_plugin_restart_keeps_workloads_and_their_claims(world: SimWorld, e2e_namespace: str) -> None:
+def test_plugin_and_kubelet_restarts_keep_workloads_and_their_claims(world: SimWorld, e2e_namespace: str) -> None:
     ns = e2e_namespace
-    uid, pods = start_workloads(world, ns, "pr")
+    uid, pods = start_workloads(world, ns, "rs")
     before = container_ids(pods)
     node = pods[0]["spec"]["nodeName"]
-    plugins = [p for p in world.raw.list(scenario.PODS, DRIVER_NAMESPACE)["items"]
-               if p["spec"].get("nodeName") == node and "kubelet-plugin" in p["metadata"]["name"]]
-    assert len(plugins) == 1
-    world.raw.delete(scenario.PODS, plugins[0]["metadata"]["name"], DRIVER_NAMESPACE)
+
+    def plugin_pods() -> list[dict]:
+        return [p for p in world.raw.list(scenario.PODS, DRIVER_NAMESPACE)["items"]
+                if p["spec"].get("nodeName") == node and "kubelet-plugin" in p["metadata"]["name"]]
+
+    [old] = plugin_pods()
+    world.raw.delete(scenario.PODS, old["metadata"]["name"], DRIVER_NAMESPACE)
 
     def replaced() -> scenario.Seen:
-        now = [p for p in world.raw.list(scenario.PODS, DRIVER_NAMESPACE)["items"]
-               if p["spec"].get("nodeName") == node and "kubelet-plugin" in p["metadata"]["name"]
-               and p["metadata"]["uid"] != plugins[0]["metadata"]["uid"] and scenario.pod_ready(p)]
-        return scenario.Seen(bool(now), now, "no new Ready plugin pod")
+        new = [p for p in plugin_pods() if p["metadata"]["uid"] != old["metadata"]["uid"] and scenario.pod_ready(p)]
+        return scenario.Seen(bool(new), new, "no new Ready plugin pod")
 
     scenario.wait_for(f"a new kubelet plugin on {node}", replaced, 120)
     assert_still_running(world, ns, before)
-    delete_all(world, ns, list(before), "pr", uid)
 
-
-def test_kubelet_restart_keeps_workloads_and_their_claims(world: SimWorld, e2e_namespace: str) -> None:
-    ns = e2e_namespace
-    uid, pods = start_workloads(world, ns, "kr")
-    before = container_ids(pods)
-    node = world.node(pods[0]["spec"]["nodeName"]).agent
-    node.restart_kubelet()
-    node.wait_ready(world.raw)
+    kubelet = world.node(pods[1]["spec"]["nodeName"]).agent
+    kubelet.restart_kubelet()
+    kubelet.wait_ready(world.raw)
     time.sleep(3)  # several of kubelet's pod syncs: a recreated container would show by now
     assert_still_running(world, ns, before)
-    delete_all(world, ns, list(before), "kr", uid)
+    delete_all(world, ns, list(before), "rs", uid)
 
 
 def test_pod_deleted_while_its_claim_is_prepared_is_unprepared_by_kubelet(

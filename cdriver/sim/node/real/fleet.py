@@ -9,6 +9,7 @@ removes everything (processes, mounts, cgroups, namespaces).
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,10 +49,14 @@ class RealFleet:
         self.network.create(plans, ("127.0.0.1", cluster.ports.apiserver))
         self.nodes = [RealNode(p, binaries, cluster.pki, images, labels=s.labels, topology=s.topology,
                                fabric_state=s.fabric_state) for p, s in zip(plans, specs, strict=True)]
-        # Node processes get a parent-death signal tied to the thread that starts them: launch
-        # every node from this (long-lived) thread, then wait for all of them to be Ready.
+        # Node processes get a parent-death signal tied to the thread that starts them: start
+        # them from this (long-lived) thread; only the image imports (ctr clients) run in parallel.
         for node in self.nodes:
-            node.launch()
+            node.launch_runtime()
+        with ThreadPoolExecutor(max_workers=len(self.nodes)) as pool:
+            list(pool.map(RealNode.import_images, self.nodes))
+        for node in self.nodes:
+            node.launch_kubelet()
         for node in self.nodes:
             node.wait_ready(cluster.raw)
         return self.nodes

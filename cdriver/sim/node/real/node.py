@@ -183,9 +183,10 @@ class RealNode:
         self.procs["kubelet"] = self._spawn("kubelet", plan.kubelet_args(self.binaries.kubelet, self.plan,
                                                                          self.labels))
 
-    def launch(self) -> None:
-        """Start the node's processes (its network namespace exists already); see `wait_ready`.
-        They die with the calling thread: call it from one that lives as long as the node."""
+    def launch_runtime(self) -> None:
+        """Lay out the node and start its namespaces' holder and containerd (the network namespace
+        exists already). They die with the calling thread: call it from one that lives as long as
+        the node. Then `import_images` (any thread) and `launch_kubelet`."""
         self.write_files()
         # a run killed before its teardown leaves its node's processes and cgroups: end them first
         cgroups.kill_all(self.plan.cgroup)
@@ -193,8 +194,15 @@ class RealNode:
         cgroups.create(f"{self.plan.cgroup}/system")
         self._start_holder()
         self._start_containerd()
-        self.import_images()
+
+    def launch_kubelet(self) -> None:
         self._start_kubelet()
+
+    def launch(self) -> None:
+        """`launch_runtime`, `import_images`, `launch_kubelet`; see `wait_ready`."""
+        self.launch_runtime()
+        self.import_images()
+        self.launch_kubelet()
 
     def start(self, raw: Any, timeout: float = READY_TIMEOUT) -> RealNode:
         """`launch` and wait for kubelet's Ready Node."""
