@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: venv control-plane test unit integration e2e reliability lint typecheck protos binary demo bench clean
+.PHONY: venv control-plane node-parts test unit integration e2e reliability lint typecheck protos binary demo bench clean
 
 venv: $(VENV)/.installed
 
@@ -19,7 +19,11 @@ control-plane:
 	hack/kube/build.sh kube-1.33  # the oldest Kubernetes minor the tests cover
 	hack/peer-checkpoint/build.sh  # upstream's checkpoint reader, from its source tarball
 
-test: lint control-plane
+# what real nodes run: kubelet, containerd (+ ctr, runc shim), CNI plugins (built, cached), runc (Debian)
+node-parts:
+	hack/kube/build.sh node
+
+test: lint control-plane node-parts
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 unit: venv
@@ -28,7 +32,7 @@ unit: venv
 integration: venv control-plane
 	$(BIN)/pytest -q -m integration $(PYTEST_ARGS)
 
-e2e: venv control-plane
+e2e: venv control-plane node-parts
 	$(BIN)/pytest -q -m e2e $(PYTEST_ARGS)
 
 # The reliability suite at full size (faults, fuzzed input, load, security; `make test` runs a
@@ -52,8 +56,10 @@ protos: venv
 binary: venv
 	PYINSTALLER=$(BIN)/pyinstaller packaging/build.sh
 
+# `make demo REAL_NODES=2`: two of the four nodes run a real kubelet, containerd and runc
+REAL_NODES ?= 0
 demo: venv control-plane
-	$(BIN)/cdriver sim demo
+	$(BIN)/cdriver sim demo --real-nodes $(REAL_NODES)
 
 bench: venv control-plane
 	@for b in $(filter-out bench/report.py,$(wildcard bench/*.py)); do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Build the local control-plane binaries (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, helm) from the Go wrapper modules in this directory.
+# kube-scheduler, kubectl, helm) from the Go wrapper modules in this directory; `node` builds
+# what a real node runs (kubelet, containerd with ctr and the runc shim, the CNI plugins) and
+# makes sure runc is installed (Debian's package).
 # `build.sh kube-1.33` builds an older Kubernetes minor (kube-apiserver, controller-manager,
 # scheduler only) from the module in kube-1.33/, for the version-range tests.
 #
@@ -15,6 +17,8 @@ CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/cdriver"
 KUBE_VERSION="v1.37.2"
 ETCD_VERSION="v3.6.16"
 HELM_VERSION="v3.22.0"
+CONTAINERD_VERSION="v2.4.2"
+CNI_VERSION="v1.10.0"
 export GOWORK=off GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 
 mkdir -p "$CACHE_ROOT"
@@ -27,10 +31,10 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 case "${1:-all}" in
-  all|etcd|kube|helm) ;;
+  all|etcd|kube|helm|node|kubelet|containerd|cni|runc) ;;
   kube-1.*)
     [[ -f "$HERE/${1}/go.mod" ]] || { log "no module for '${1}': add $HERE/${1}/go.mod (one per Kubernetes minor)"; exit 2; } ;;
-  *) log "unknown component '${1}': use one of all, etcd, kube, helm, kube-1.<minor> (see the kube-1.* modules here)"; exit 2 ;;
+  *) log "unknown component '${1}': use one of all, etcd, kube, helm, node, kubelet, containerd, cni, runc, kube-1.<minor> (see the kube-1.* modules here)"; exit 2 ;;
 esac
 
 key_dir() { # component version module-dir
@@ -112,4 +116,28 @@ if [[ "$want" == all || "$want" == helm ]]; then
   HELM_KUBE+=" -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37"
   build_component helm "$HELM_VERSION-kube1.37" "$HERE/helm" helm -- \
     -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION} $HELM_KUBE" helm.sh/helm/v3/cmd/helm
+fi
+
+if [[ "$want" == node || "$want" == kubelet ]]; then
+  build_component kubelet "$KUBE_VERSION" "$HERE/kubelet" kubelet -- -ldflags "$KUBE_LDFLAGS" k8s.io/kubernetes/cmd/kubelet
+fi
+if [[ "$want" == node || "$want" == containerd ]]; then
+  CTRD_LDFLAGS="-s -w -X github.com/containerd/containerd/v2/version.Version=${CONTAINERD_VERSION}"
+  build_component containerd "$CONTAINERD_VERSION" "$HERE/containerd" containerd ctr containerd-shim-runc-v2 -- \
+    -tags "no_btrfs no_devmapper no_zfs" -ldflags "$CTRD_LDFLAGS" github.com/containerd/containerd/v2/cmd/containerd \
+    github.com/containerd/containerd/v2/cmd/ctr github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
+fi
+if [[ "$want" == node || "$want" == cni ]]; then
+  build_component cni "$CNI_VERSION" "$HERE/cni" bridge host-local loopback portmap -- -ldflags "-s -w" \
+    github.com/containernetworking/plugins/plugins/main/bridge github.com/containernetworking/plugins/plugins/ipam/host-local \
+    github.com/containernetworking/plugins/plugins/main/loopback github.com/containernetworking/plugins/plugins/meta/portmap
+fi
+if [[ "$want" == node || "$want" == runc ]]; then
+  if ! command -v runc >/dev/null 2>&1; then
+    log "runc: not found on PATH; installing Debian's runc package"
+    if ! { apt-get install -y runc >&2 || { apt-get update >&2 && apt-get install -y runc >&2; }; }; then
+      log "runc: installing the package failed: install runc (apt-get install runc) or put it on PATH"; exit 3
+    fi
+  fi
+  echo "runc=$(dirname "$(command -v runc)")"
 fi

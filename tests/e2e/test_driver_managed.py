@@ -193,7 +193,8 @@ def test_domain_spanning_both_cliques_peers_within_each_clique(world: SimWorld, 
         members = clique_nodes(world, clique)
         entries = objects[constants.clique_object_name(uid, clique)]
         assert sorted(e["nodeName"] for e in entries) == members
-        member_ips = sorted(world.node(n).ip for n in members)
+        # IMEX peers talk pod to pod: the daemons' pod IPs (a simulated node's pods share its address)
+        member_ips = sorted(daemons[n]["status"]["podIP"] for n in members)
         for node_name in members:
             daemon = daemons[node_name]
 

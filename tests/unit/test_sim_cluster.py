@@ -26,13 +26,28 @@ def test_apiserver_flags_wire_etcd_pki_and_rbac(tmp_path: Path) -> None:
     assert flags["etcd-servers"] == "http://127.0.0.1:2379"
     assert flags["secure-port"] == "6443" and flags["bind-address"] == "127.0.0.1"
     assert flags["advertise-address"] == "127.0.0.1" and flags["endpoint-reconciler-type"] == "none"
-    assert flags["authorization-mode"] == "RBAC"
+    assert flags["authorization-mode"] == "Node,RBAC"  # real kubelets act as system:node:<name>
+    assert flags["enable-admission-plugins"] == "NodeRestriction"
+    assert "egress-selector-config-file" not in flags
     assert flags["client-ca-file"] == str(files.ca_cert)
     assert flags["service-account-signing-key-file"] == str(files.sa_key)
     assert flags["service-account-key-file"] == str(files.sa_pub)
     assert flags["kubelet-certificate-authority"] == str(files.ca_cert)
     assert flags["kubelet-client-certificate"] == str(files.kubelet_client_cert)
     assert flags["kubelet-preferred-address-types"] == "InternalIP"
+
+
+def test_apiserver_sends_kubelet_traffic_through_the_egress_proxy_when_given(tmp_path: Path) -> None:
+    """Real nodes' addresses live in their own network namespaces: only the proxy reaches them."""
+    egress = tmp_path / "egress.yaml"
+    flags = _flags(cluster.apiserver_args(Path("/bin/kube-apiserver"), cluster.Layout(tmp_path), PORTS, egress))
+    assert flags["egress-selector-config-file"] == str(egress)
+    config = cluster.egress_config(tmp_path / "egress.sock")
+    assert config["kind"] == "EgressSelectorConfiguration"
+    [selection] = config["egressSelections"]
+    assert selection["name"] == "cluster"
+    assert selection["connection"] == {"proxyProtocol": "HTTPConnect",
+                                       "transport": {"uds": {"udsName": str(tmp_path / "egress.sock")}}}
 
 
 def test_controller_manager_keeps_node_lifecycle_on(tmp_path: Path) -> None:

@@ -11,6 +11,9 @@ Environment overrides (no build is run for an overridden component):
   CDRIVER_HELM_BIN_DIR  directory holding ``helm``
   CDRIVER_KUBE_1_33_BIN_DIR  directory holding kube-apiserver, kube-controller-manager and
                         kube-scheduler of Kubernetes 1.33 (the oldest minor cdriver is tested on)
+  CDRIVER_KUBELET_BIN_DIR, CDRIVER_CONTAINERD_BIN_DIR, CDRIVER_CNI_BIN_DIR, CDRIVER_RUNC_BIN_DIR
+                        the same for a real node's kubelet, containerd (+ ctr, runc shim),
+                        CNI plugins and runc
   CDRIVER_KUBE_BUILD_SCRIPT  path of build.sh (default: hack/kube/build.sh of the source tree)
 """
 
@@ -35,12 +38,21 @@ COMPONENT_BINARIES: dict[str, tuple[str, ...]] = {
     KUBE: ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"),
     KUBE_OLDEST: ("kube-apiserver", "kube-controller-manager", "kube-scheduler"),
     "helm": ("helm",),
+    # what a real node runs (`hack/kube/build.sh node`)
+    "kubelet": ("kubelet",),
+    "containerd": ("containerd", "ctr", "containerd-shim-runc-v2"),
+    "cni": ("bridge", "host-local", "loopback", "portmap"),
+    "runc": ("runc",),
 }
 ENV_BIN_DIR = {
     "etcd": "CDRIVER_ETCD_BIN_DIR",
     KUBE: "CDRIVER_KUBE_BIN_DIR",
     KUBE_OLDEST: "CDRIVER_KUBE_1_33_BIN_DIR",
     "helm": "CDRIVER_HELM_BIN_DIR",
+    "kubelet": "CDRIVER_KUBELET_BIN_DIR",
+    "containerd": "CDRIVER_CONTAINERD_BIN_DIR",
+    "cni": "CDRIVER_CNI_BIN_DIR",
+    "runc": "CDRIVER_RUNC_BIN_DIR",
 }
 ENV_BUILD_SCRIPT = "CDRIVER_KUBE_BUILD_SCRIPT"
 LOG_TAIL_LINES = 40

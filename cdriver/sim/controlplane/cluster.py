@@ -130,9 +130,19 @@ def etcd_args(binary: Path, layout: Layout, ports: Ports) -> list[str]:
     ]
 
 
-def apiserver_args(binary: Path, layout: Layout, ports: Ports) -> list[str]:
-    """kube-apiserver with TLS, client-cert admin, service-account keys and RBAC."""
+def egress_config(socket_path: Path) -> dict[str, Any]:
+    """Send the API server's traffic to nodes (kubelet API) through an HTTP CONNECT proxy on
+    `socket_path`: real nodes' addresses live in network namespaces only the proxy can enter."""
+    return {"apiVersion": "apiserver.k8s.io/v1beta1", "kind": "EgressSelectorConfiguration",
+            "egressSelections": [{"name": "cluster", "connection": {
+                "proxyProtocol": "HTTPConnect", "transport": {"uds": {"udsName": str(socket_path)}}}}]}
+
+
+def apiserver_args(binary: Path, layout: Layout, ports: Ports, egress: Path | None = None) -> list[str]:
+    """kube-apiserver with TLS, client-cert admin, service-account keys, Node and RBAC authorization;
+    with `egress` (an EgressSelectorConfiguration file), kubelet traffic goes through its proxy."""
     files = pki.PKIFiles(layout.pki_dir)
+    extra = [f"--egress-selector-config-file={egress}"] if egress else []
     return [
         str(binary),
         f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",
@@ -141,7 +151,7 @@ def apiserver_args(binary: Path, layout: Layout, ports: Ports) -> list[str]:
         f"--cert-dir={layout.cert_dir(APISERVER)}",
         f"--tls-cert-file={files.apiserver_cert}", f"--tls-private-key-file={files.apiserver_key}",
         f"--client-ca-file={files.ca_cert}",
-        "--authorization-mode=RBAC",
+        "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
         f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
         f"--service-account-key-file={files.sa_pub}",
         f"--service-account-signing-key-file={files.sa_key}",
@@ -157,6 +167,7 @@ def apiserver_args(binary: Path, layout: Layout, ports: Ports) -> list[str]:
         # end them: a stop or restart then takes about a second.
         "--shutdown-watch-termination-grace-period=2s",
         "--profiling=false",
+        *extra,
     ]
 
 
@@ -372,6 +383,8 @@ class LocalCluster:
     ports: Ports | None = None
     #: component -> flags added to its command line (e.g. `dra_beta_args()` for 1.33)
     extra_args: dict[str, list[str]] = field(default_factory=dict)
+    #: Unix socket of an HTTP CONNECT proxy for the API server's kubelet traffic (real nodes)
+    egress_proxy: Path | None = None
     _procs: dict[str, _Process] = field(default_factory=dict, init=False, repr=False)
     _raw: Any = field(default=None, init=False, repr=False)
     _created_dir: bool = field(default=False, init=False, repr=False)
@@ -481,7 +494,8 @@ class LocalCluster:
         extra = self.extra_args
         self._procs = {
             ETCD: _Process(ETCD, etcd_args(binaries.etcd, layout, ports), layout.log_file(ETCD)),
-            APISERVER: _Process(APISERVER, apiserver_args(binaries.kube_apiserver, layout, ports)
+            APISERVER: _Process(APISERVER, apiserver_args(binaries.kube_apiserver, layout, ports,
+                                                          self._egress_file())
                                 + extra.get(APISERVER, []), layout.log_file(APISERVER)),
             CONTROLLER_MANAGER: _Process(
                 CONTROLLER_MANAGER,
@@ -495,6 +509,13 @@ class LocalCluster:
             self._launch(component)
             self._wait_component(component)
         self._wait_for_service_account("default", "default", self.start_timeout)
+
+    def _egress_file(self) -> Path | None:
+        if self.egress_proxy is None:
+            return None
+        path = self.layout.root / "egress-selector.yaml"
+        _write_file(path, yaml.safe_dump(egress_config(self.egress_proxy)))
+        return path
 
     def _launch(self, component: str) -> None:
         proc = self._procs[component]

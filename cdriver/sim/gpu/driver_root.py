@@ -164,18 +164,20 @@ def cdriver_command() -> list[str]:
     return [sys.executable, "-m", "cdriver"]
 
 
-def render_wrapper(description: str, args: list[str], root_relative_args: list[str] | None = None) -> str:
+def render_wrapper(description: str, args: list[str], root_relative_args: list[str] | None = None,
+                   command: list[str] | None = None) -> str:
     """A /bin/sh script that execs `cdriver <args> [<root-relative args>] "$@"`.
 
     In `root_relative_args` an argument "{root}" becomes the driver root the script sits in
-    (two levels above its bin directory), so a relocated driver root keeps working.
+    (two levels above its bin directory), so a relocated driver root keeps working. `command`
+    replaces this process's own cdriver (e.g. ["cdriver"]: the one on PATH inside the driver image).
     """
-    command = cdriver_command()
     lines = ["#!/bin/sh", f"# {description} (cdriver simulation kit; generated)."]
-    if not getattr(sys, "frozen", False):
+    if command is None and not getattr(sys, "frozen", False):
         package_parent = str(Path(__file__).resolve().parents[3])
         lines.append(f"PYTHONPATH={shlex.quote(package_parent)}${{PYTHONPATH:+:$PYTHONPATH}}")
         lines.append("export PYTHONPATH")
+    command = command or cdriver_command()
     tail = ""
     if root_relative_args:
         lines.append('root=$(CDPATH= cd -- "$(dirname -- "$0")/../.." && pwd)')
@@ -253,12 +255,14 @@ def create_driver_root(root: str | Path, node_name: str, topology_path: Topology
                        profile: str = "gb200", *, fabric_state: str = "completed", fabric_health: str = "healthy",
                        fabric_status: int = 0, gpu_count: int | None = None,
                        channel_count: int = DEFAULT_CHANNEL_COUNT, majors: tuple[int, int] | None = None,
-                       cache_dir: Path | None = None) -> DriverRoot:
+                       cache_dir: Path | None = None, wrapper_command: list[str] | None = None) -> DriverRoot:
     """Lay out (or refresh) the simulated driver root of `node_name` under `root`.
 
     The node's identity comes from the topology (a path or a loaded Topology). Raises a
     CdriverError subclass (TopologyError, ProfileError, DeviceError, DriverRootError,
-    NvmlBuildError) with an actionable message; nothing is left half-written.
+    NvmlBuildError) with an actionable message; nothing is left half-written. `wrapper_command`:
+    what the stand-in executables run (default: this cdriver; ["cdriver"] for containers of the
+    driver image on a real node).
     """
     root = Path(root).resolve()
     prof = get_profile(profile)
@@ -284,12 +288,14 @@ def create_driver_root(root: str | Path, node_name: str, topology_path: Topology
     nvml_config = lib_dir / SIM_NVML_CONFIG_NAME
     _write_atomic(nvml_config, config_text)
 
+    cmd = wrapper_command
     wrappers = {
-        IMEX_DAEMON_BINARY: render_wrapper("Simulated nvidia-imex", ["sim", "imex", "daemon"]),
-        IMEX_CTL_BINARY: render_wrapper("Simulated nvidia-imex-ctl", ["sim", "imex", "ctl"]),
-        "nvidia-smi": render_wrapper("Simulated nvidia-smi", ["sim", "nvidia-smi"], ["--driver-root", "{root}"]),
+        IMEX_DAEMON_BINARY: render_wrapper("Simulated nvidia-imex", ["sim", "imex", "daemon"], command=cmd),
+        IMEX_CTL_BINARY: render_wrapper("Simulated nvidia-imex-ctl", ["sim", "imex", "ctl"], command=cmd),
+        "nvidia-smi": render_wrapper("Simulated nvidia-smi", ["sim", "nvidia-smi"], ["--driver-root", "{root}"],
+                                     command=cmd),
         "check-fabric": render_wrapper("Fabric identity check", ["sim", "check-fabric"],
-                                       ["--driver-root", "{root}"]),
+                                       ["--driver-root", "{root}"], command=cmd),
     }
     for name, text in wrappers.items():
         _write_atomic(bin_dir / name, text, 0o755)

@@ -35,10 +35,10 @@ def _files(base: Path) -> tuple[Path, Path, Path]:
 
 
 
-def _settings(base: Path, nodes: int, topology: Path | None, host_managed: bool):
+def _settings(base: Path, nodes: int, topology: Path | None, host_managed: bool, real_nodes: int = 0):
     from cdriver.sim.world.world import WorldSettings
 
-    return WorldSettings(base_dir=base, nodes=nodes, topology=topology,
+    return WorldSettings(base_dir=base, nodes=nodes, topology=topology, real_nodes=real_nodes,
                          imex_mode=IMEX_MODE_HOST_MANAGED if host_managed else IMEX_MODE_DRIVER_MANAGED)
 
 
@@ -46,7 +46,10 @@ def _echo_err(msg: str) -> None:
     click.echo(msg, err=True)
 
 
-nodes_option = click.option("--nodes", default=4, show_default=True, help="Number of simulated nodes.")
+nodes_option = click.option("--nodes", default=4, show_default=True, help="Number of nodes.")
+real_nodes_option = click.option("--real-nodes", default=0, show_default=True, type=click.IntRange(0, 250),
+                                 help="How many of the nodes run a real kubelet, containerd and runc "
+                                      "(root; builds them on first use).")
 topology_option = click.option("--topology", type=click.Path(exists=True, dir_okay=False, path_type=Path),
                                default=None, help="Topology document (default: the demo topology).")
 base_option = click.option("--base-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -57,11 +60,17 @@ base_option = click.option("--base-dir", type=click.Path(file_okay=False, path_t
 @click.command("up")
 @base_option
 @nodes_option
+@real_nodes_option
 @topology_option
 @click.option("--host-managed", is_flag=True, help="Install in host-managed IMEX mode.")
 @click.option("--foreground", is_flag=True, help="Run in this process until Ctrl-C instead of detaching.")
-def up(base_dir: Path | None, nodes: int, topology: Path | None, host_managed: bool, foreground: bool) -> None:
-    """Start a local cluster: control plane, simulated GB200 nodes, and the driver's chart."""
+def up(base_dir: Path | None, nodes: int, real_nodes: int, topology: Path | None, host_managed: bool,
+       foreground: bool) -> None:
+    """Start a local cluster: control plane, GB200 nodes (simulated, or real with --real-nodes), and the
+    driver's chart."""
+    if real_nodes > nodes:
+        raise click.BadParameter(f"{real_nodes} real nodes of {nodes}: --real-nodes must not exceed --nodes",
+                                 param_hint="--real-nodes")
     base = base_dir or default_base_dir()
     pid_file, state_file, log_file = _files(base)
     if process_alive(read_pid(pid_file)):
@@ -70,7 +79,8 @@ def up(base_dir: Path | None, nodes: int, topology: Path | None, host_managed: b
     if not foreground:
         base.mkdir(parents=True, exist_ok=True)
         state_file.unlink(missing_ok=True)
-        argv = [*_self_argv(), "up", "--foreground", "--base-dir", str(base), "--nodes", str(nodes)]
+        argv = [*_self_argv(), "up", "--foreground", "--base-dir", str(base), "--nodes", str(nodes),
+                "--real-nodes", str(real_nodes)]
         if topology:
             argv += ["--topology", str(topology)]
         if host_managed:
@@ -111,7 +121,8 @@ def up(base_dir: Path | None, nodes: int, topology: Path | None, host_managed: b
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    world = SimWorld(_settings(base, nodes, topology, host_managed), progress=lambda m: click.echo(m, err=True))
+    world = SimWorld(_settings(base, nodes, topology, host_managed, real_nodes),
+                     progress=lambda m: click.echo(m, err=True))
     try:
         try:
             world.start()
@@ -119,7 +130,7 @@ def up(base_dir: Path | None, nodes: int, topology: Path | None, host_managed: b
             raise click.ClickException(str(e)) from None
         state = {"kubeconfig": str(world.kubeconfig), "server": world.cluster.server,
                  "kubectl": str(world.kubectl), "helm": str(world.helm), "pid": os.getpid(),
-                 "nodes": [{"name": n.name, "ip": n.ip, "clique": n.clique} for n in world.nodes]}
+                 "nodes": [{"name": n.name, "ip": n.ip, "clique": n.clique, "real": n.real} for n in world.nodes]}
         tmp = state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=2))
         tmp.replace(state_file)
@@ -140,7 +151,8 @@ def _self_argv() -> list[str]:
 
 
 def _print_usage(state: dict) -> None:
-    nodes = "\n".join(f"  {n['name']:<10} {n['ip']:<11} clique {n['clique'] or '-'}" for n in state["nodes"])
+    nodes = "\n".join(f"  {n['name']:<10} {n['ip']:<11} clique {n['clique'] or '-'}"
+                      f"{'  (real: kubelet + containerd)' if n.get('real') else ''}" for n in state["nodes"])
     click.echo(f"""The simulated cluster is up.
 
   export KUBECONFIG={state['kubeconfig']}
@@ -176,7 +188,8 @@ def down(base_dir: Path | None, timeout: float) -> None:
 @click.command("demo")
 @base_option
 @click.option("--keep", is_flag=True, help="Leave the cluster running after the demo (stop with Ctrl-C).")
-def demo(base_dir: Path | None, keep: bool) -> None:
+@real_nodes_option
+def demo(base_dir: Path | None, keep: bool, real_nodes: int) -> None:
     """Bring up a 4-node simulated cluster, run the narrated ComputeDomain demo, tear it down.
 
     Exits 0 only if every check passed.
@@ -187,7 +200,7 @@ def demo(base_dir: Path | None, keep: bool) -> None:
     base = (base_dir or default_base_dir()) / "demo"
     shutil.rmtree(base, ignore_errors=True)
     start = time.monotonic()
-    world = SimWorld(_settings(base, 4, None, False), progress=lambda m: click.echo(m))
+    world = SimWorld(_settings(base, 4, None, False, real_nodes), progress=lambda m: click.echo(m))
     try:
         try:
             world.start()

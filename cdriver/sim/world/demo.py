@@ -166,7 +166,7 @@ def run_demo(world: SimWorld, echo: Callable[[str], None] = print) -> DemoReport
                 claim = scenario.claim_of(raw, pod)
                 node = world.node(pod["spec"]["nodeName"])
                 spec_name = f"{constants.CDI_VENDOR}-claim_{claim['metadata']['uid']}.json"
-                spec_file = node.agent.layout.root / "var/run/cdi" / spec_name
+                spec_file = node.cdi_dir / spec_name
                 spec = json.loads(spec_file.read_text())
                 ids = [f"{spec['kind']}={d['name']}" for d in spec["devices"]]
                 paths = [dn["path"] for d in spec["devices"] for dn in d["containerEdits"].get("deviceNodes", [])]

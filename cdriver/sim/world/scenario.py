@@ -16,6 +16,7 @@ from cdriver.api import constants
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.errors import CdriverError
 from cdriver.kube.raw import RESOURCES, ApiError
+from cdriver.sim.images.build import image_ref
 
 PODS = RESOURCES["pods"]
 NODES = RESOURCES["nodes"]
@@ -26,7 +27,9 @@ CLAIMS = RESOURCES["resourceclaims"]
 DAEMONSETS = RESOURCES["daemonsets"]
 EVENTS = RESOURCES["events"]
 
-WORKLOAD_IMAGE = "ubuntu:24.04"  # ignored by simulated nodes; kept realistic for real clusters
+#: the local cluster's workload image (busybox; `cdriver sim images workload`), imported into every
+#: real node; simulated nodes ignore images
+WORKLOAD_IMAGE = image_ref("workload")
 SLEEP_COMMAND = ["sleep", "86400"]
 
 

@@ -68,6 +68,8 @@ class WorldSettings:
     #: extra nodes outside the topology (GPU nodes without NVLink fabric), e.g. ("cpu-1",)
     extra_nodes: tuple[str, ...] = ()
     controller_metrics_port: int = 0  # 0: pick a free port
+    #: how many of the topology's first nodes are real (kubelet + containerd + runc); the rest simulated
+    real_nodes: int = 0
 
     def __post_init__(self) -> None:
         if not self.controller_metrics_port:
@@ -92,7 +94,15 @@ class SimNode:
     name: str
     ip: str
     clique: str  # "<clusterUUID>.<cliqueId>" or "" when not fabric-attached
-    agent: Any
+    agent: Any  # a simulated NodeAgent, or a RealNode
+    real: bool = False
+
+    @property
+    def cdi_dir(self) -> Path:
+        """Where the node's runtime reads CDI specs (the plugin's cdiRoot), as this machine sees it."""
+        if self.real:
+            return self.agent.plan.path("run/cdi")
+        return self.agent.layout.root / "var/run/cdi"
 
 
 def helm_values(settings: WorldSettings) -> list[str]:
@@ -131,6 +141,8 @@ class SimWorld:
         self.helm: Path | None = None
         self.kubectl: Path | None = None
         self.addresses: Any = None  # the leased 127.X.Y.0/24 of the nodes
+        self.fleet: Any = None  # the real nodes (RealFleet), when asked for
+        self.node_images: Any = None
 
     # -- lifecycle -----------------------------------------------------------------------
     def __enter__(self) -> SimWorld:
@@ -167,7 +179,11 @@ class SimWorld:
             self._step("build or find the control-plane binaries and helm (first build: many minutes)",
                        self._binaries)
             self._step("start etcd, kube-apiserver, kube-controller-manager, kube-scheduler", self._start_cluster)
-            self._step(f"start {self.settings.nodes} simulated GB200 nodes", self._start_nodes)
+            if self.settings.real_nodes:
+                self._step("build or find kubelet, containerd, runc, the CNI plugins and the images",
+                           self._node_parts)
+            self._step(f"start {self.settings.nodes} GB200 nodes ({self.settings.real_nodes} real)",
+                       self._start_nodes)
             self._step("install the cdriver Helm chart", self._install_chart)
             self._step("wait for the controller and every node's kubelet plugin", self._wait_ready)
         except BaseException:
@@ -187,6 +203,8 @@ class SimWorld:
 
     def stop(self) -> None:
         for node in reversed(self.nodes):
+            if node.real:
+                continue  # the fleet stops them
             try:
                 node.agent.stop()
             except Exception as e:  # keep stopping the rest
@@ -195,6 +213,9 @@ class SimWorld:
         if self.addresses is not None:
             self.addresses.release()
             self.addresses = None
+        if self.fleet is not None:
+            self.fleet.stop()
+            self.fleet = None
         if self.cluster is not None:
             self.cluster.stop()
             self.cluster = None
@@ -219,8 +240,22 @@ class SimWorld:
         from cdriver.sim.controlplane.cluster import LocalCluster
 
         run_dir = self.settings.base_dir / WORLD_DIRS[0]
-        self.cluster = LocalCluster(run_dir=run_dir, binaries=self._binaries_obj)
+        egress = None
+        if self.settings.real_nodes:
+            from cdriver.sim.node.real.fleet import RealFleet
+
+            self.fleet = RealFleet(self.settings.base_dir)
+            self.fleet.start_proxy()
+            egress = self.fleet.egress_socket
+        self.cluster = LocalCluster(run_dir=run_dir, binaries=self._binaries_obj, egress_proxy=egress)
         self.cluster.start()
+
+    def _node_parts(self) -> None:
+        from cdriver.sim.node.real.images import node_images
+        from cdriver.sim.node.real.node import node_binaries
+
+        node_binaries()
+        self.node_images = node_images(driver=True)
 
     def _topology(self) -> Any:
         from cdriver.sim.gpu.topology import demo_topology_path, load_topology
@@ -241,6 +276,7 @@ class SimWorld:
         names += list(self.settings.extra_nodes)
         options = node_options(self.settings)
         self.addresses = lease_block()
+        real_specs = []
         for i, name in enumerate(names, start=1):
             identity = topology.find(name)
             fabric = identity is not None and name not in self.settings.non_fabric_nodes
@@ -249,6 +285,12 @@ class SimWorld:
             if clique:
                 # What GPU feature discovery sets on a real node.
                 labels[constants.LABEL_NODE_CLIQUE] = clique
+            if i <= self.settings.real_nodes:
+                from cdriver.sim.node.real.fleet import RealNodeSpec
+
+                real_specs.append(RealNodeSpec(name, labels, str(path), "completed" if fabric else "not_supported"))
+                self.nodes.append(SimNode(name, "", clique, None, real=True))
+                continue
             ip = self.addresses.ip(i)
             agent = NodeAgent(self.raw, name, ip, self.settings.base_dir / WORLD_DIRS[1] / name, labels=labels,
                               options=options, topology=str(path), pki_dir=self.cluster.pki.dir,
@@ -262,15 +304,24 @@ class SimWorld:
             except BaseException as e:  # noqa: BLE001 - reported below
                 errors.append(WorldError(f"node {node.name}: {e}"))
 
-        threads = [threading.Thread(target=run, args=(n,), daemon=True) for n in self.nodes]
+        threads = [threading.Thread(target=run, args=(n,), daemon=True) for n in self.nodes if not n.real]
         for t in threads:
             t.start()
+        if real_specs:
+            self._start_real_nodes(real_specs)
         for t in threads:
             t.join()
         if errors:
             raise errors[0]
         for node in self.nodes:
             self.progress(f"    {node.name} at {node.ip}, clique {node.clique or '<not fabric-attached>'}")
+
+    def _start_real_nodes(self, specs: list[Any]) -> None:
+        real = {n.name: n for n in self.fleet.start(self.cluster, specs, self.node_images,
+                                                     self.settings.base_dir / WORLD_DIRS[1])}
+        for node in self.nodes:
+            if node.real:
+                node.agent, node.ip = real[node.name], real[node.name].ip
 
     def helm_cmd(self, *args: str) -> subprocess.CompletedProcess:
         """Run helm against this cluster."""
@@ -279,8 +330,12 @@ class SimWorld:
         return subprocess.run(argv, capture_output=True, text=True, timeout=300)
 
     def _install_chart(self) -> None:
+        values = helm_values(self.settings)
+        if self.node_images is not None:  # real nodes run the driver image imported into their containerd
+            repository, _, tag = self.node_images.refs["cdriver"].rpartition(":")
+            values += ["--set", f"image.repository={repository}", "--set", f"image.tag={tag}"]
         out = self.helm_cmd("upgrade", "--install", RELEASE, str(chart_dir()), "--namespace", DRIVER_NAMESPACE,
-                            "--create-namespace", *helm_values(self.settings))
+                            "--create-namespace", *values)
         if out.returncode != 0:
             raise WorldError(f"helm install failed:\n{out.stdout[-2000:]}{out.stderr[-3000:]}")
 

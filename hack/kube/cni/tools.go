@@ -1,0 +1,11 @@
+//go:build tools
+
+// Package tools pins the CNI plugins built from this module (bridge, host-local, loopback, portmap).
+package tools
+
+import (
+	_ "github.com/containernetworking/plugins/plugins/ipam/host-local"
+	_ "github.com/containernetworking/plugins/plugins/main/bridge"
+	_ "github.com/containernetworking/plugins/plugins/main/loopback"
+	_ "github.com/containernetworking/plugins/plugins/meta/portmap"
+)
