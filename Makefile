@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: venv control-plane test unit integration e2e lint typecheck protos binary demo bench clean
+.PHONY: venv control-plane peer test unit integration e2e lint typecheck protos binary demo bench clean
 
 venv: $(VENV)/.installed
 
@@ -16,6 +16,10 @@ $(VENV)/.installed: pyproject.toml
 
 control-plane:
 	hack/kube/build.sh all
+
+# the upstream Go ComputeDomain driver, built from its source tarball (side-by-side runs)
+peer:
+	hack/peer/build.sh
 
 test: lint control-plane
 	$(BIN)/pytest -q $(PYTEST_ARGS)
@@ -48,7 +52,7 @@ binary: venv
 demo: venv control-plane
 	$(BIN)/cdriver sim demo
 
-bench: venv control-plane
+bench: venv control-plane peer
 	@for b in $(filter-out bench/report.py,$(wildcard bench/*.py)); do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:

@@ -26,6 +26,10 @@ from cdriver.errors import CdriverError
 log = logging.getLogger(__name__)
 
 RELEASE = "cdriver"
+#: which driver a world installs: cdriver's chart, or upstream's Go driver from its own chart
+DRIVER_CDRIVER = "cdriver"
+DRIVER_UPSTREAM = "upstream"
+DRIVERS = (DRIVER_CDRIVER, DRIVER_UPSTREAM)
 DRIVER_NAMESPACE = "cdriver-system"
 KUBE_VERSION = "1.37.2"
 SIM_DRIVER_ROOT = "/run/nvidia/driver"
@@ -67,8 +71,12 @@ class WorldSettings:
     #: extra nodes outside the topology (GPU nodes without NVLink fabric), e.g. ("cpu-1",)
     extra_nodes: tuple[str, ...] = ()
     controller_metrics_port: int = 0  # 0: pick a free port
+    #: DRIVER_CDRIVER, or DRIVER_UPSTREAM (the peer build, see cdriver.sim.world.peer)
+    driver: str = DRIVER_CDRIVER
 
     def __post_init__(self) -> None:
+        if self.driver not in DRIVERS:
+            raise WorldError(f"unknown driver {self.driver!r}: use one of {', '.join(DRIVERS)}")
         if not self.controller_metrics_port:
             import socket
 
@@ -129,6 +137,7 @@ class SimWorld:
         self.nodes: list[SimNode] = []
         self.helm: Path | None = None
         self.kubectl: Path | None = None
+        self.peer: Any = None
 
     # -- lifecycle -----------------------------------------------------------------------
     def __enter__(self) -> SimWorld:
@@ -165,7 +174,7 @@ class SimWorld:
                        self._binaries)
             self._step("start etcd, kube-apiserver, kube-controller-manager, kube-scheduler", self._start_cluster)
             self._step(f"start {self.settings.nodes} simulated GB200 nodes", self._start_nodes)
-            self._step("install the cdriver Helm chart", self._install_chart)
+            self._step(f"install the {self.settings.driver} Helm chart", self._install_chart)
             self._step("wait for the controller and every node's kubelet plugin", self._wait_ready)
         except BaseException:
             self.stop()
@@ -201,6 +210,10 @@ class SimWorld:
         self._binaries_obj = binaries
         self.helm = helm_binary()
         self.kubectl = getattr(binaries, "kubectl", None)
+        if self.settings.driver == DRIVER_UPSTREAM:
+            from cdriver.sim.world.peer import peer_build
+
+            self.peer = peer_build()
 
     def _start_cluster(self) -> None:
         from cdriver.sim.controlplane.cluster import LocalCluster
@@ -236,7 +249,8 @@ class SimWorld:
                 labels[constants.LABEL_NODE_CLIQUE] = clique
             agent = NodeAgent(self.raw, name, node_ip(i), self.settings.base_dir / WORLD_DIRS[1] / name, labels=labels,
                               options=options, topology=str(path), pki_dir=self.cluster.pki.dir,
-                              fabric_state="completed" if fabric else "not_supported")
+                              fabric_state="completed" if fabric else "not_supported",
+                              images=(self.peer.image(),) if self.peer else ())
             self.nodes.append(SimNode(name, node_ip(i), clique, agent))
         errors: list[BaseException] = []
 
@@ -263,8 +277,18 @@ class SimWorld:
         return subprocess.run(argv, capture_output=True, text=True, timeout=300)
 
     def _install_chart(self) -> None:
-        out = self.helm_cmd("upgrade", "--install", RELEASE, str(chart_dir()), "--namespace", DRIVER_NAMESPACE,
-                            "--create-namespace", *helm_values(self.settings))
+        chart, values = str(chart_dir()), helm_values(self.settings)
+        if self.peer is not None:
+            from cdriver.sim.world.peer import peer_helm_values
+
+            gates = dict(self.settings.feature_gates)
+            if self.settings.imex_mode == IMEX_MODE_HOST_MANAGED:
+                gates.setdefault("HostManagedIMEXDaemon", True)
+            chart = str(self.peer.chart)
+            values = [*peer_helm_values(SIM_DRIVER_ROOT, self.settings.imex_mode, gates),
+                      *self.settings.extra_values]
+        out = self.helm_cmd("upgrade", "--install", RELEASE, chart, "--namespace", DRIVER_NAMESPACE,
+                            "--create-namespace", *values)
         if out.returncode != 0:
             raise WorldError(f"helm install failed:\n{out.stdout[-2000:]}{out.stderr[-3000:]}")
 
@@ -326,8 +350,13 @@ class SimWorld:
         return "\n".join(out)
 
 
+#: pod labels that name a driver component: cdriver's chart, upstream's chart
+COMPONENT_LABELS = ("app.kubernetes.io/component", "dra-driver-nvidia-gpu-component")
+
+
 def _component(pod: dict) -> str:
-    return (pod["metadata"].get("labels") or {}).get("app.kubernetes.io/component", "")
+    labels = pod["metadata"].get("labels") or {}
+    return next((labels[key] for key in COMPONENT_LABELS if key in labels), "")
 
 
 def _is_plugin(pod: dict) -> bool:

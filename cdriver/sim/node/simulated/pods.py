@@ -46,6 +46,7 @@ from cdriver.sim.node.simulated.container import (
     exit_details,
     run_in_container,
 )
+from cdriver.sim.node.simulated.images import find_image
 from cdriver.sim.node.simulated.runtime import NodeOptions as NodeOptions  # re-exported (older import path)
 from cdriver.sim.node.simulated.runtime import NodeRuntime
 from cdriver.sim.node.simulated.volumes import BindMount, PodVolumes, VolumeContext, VolumeError, container_mounts
@@ -385,16 +386,17 @@ class PodWorker:
         record = self.records[name]
         first_run = name not in self.state.started
         pod = self._pod()
+        image = find_image(self.rt.images, container.get("image", ""))
         try:
             ctx = envmod.EnvContext(
                 node_name=self.rt.node_name, host_ip=self.rt.node_ip, pod_ip=self.rt.node_ip,
                 api_host=self.rt.api_host, api_port=self.rt.api_port, node_allocatable=self.rt.allocatable,
                 services=self.rt.services(self.namespace) if (pod.get("spec") or {}).get("enableServiceLinks", True)
                 else [], get_configmap=self.rt.get_configmap, get_secret=self.rt.get_secret,
-                path_prefix=self.rt.path_prefix)
+                path_prefix=[*(image.path if image else ()), *self.rt.path_prefix])
             env = envmod.container_env(pod, container, ctx)
             argv = envmod.command_line(container, env)
-            mounts = container_mounts(container, self.volume_paths, env)
+            mounts = (image.mounts() if image else []) + container_mounts(container, self.volume_paths, env)
             if not any(m.target == "/etc/hosts" for m in mounts):
                 mounts.append(BindMount(str(self.rt.layout.pod_hosts_file(self.uid)), "/etc/hosts"))
             ids = container_cdi_ids(container, self.prepared)

@@ -15,6 +15,7 @@ from cdriver.errors import CdriverError
 from cdriver.kube.events import EventRecorder
 from cdriver.kube.raw import RESOURCES, RawClient
 from cdriver.sim.node.simulated.claim_cache import ClaimCache
+from cdriver.sim.node.simulated.images import ImageContent
 from cdriver.sim.node.simulated.layout import NodeLayout
 from cdriver.sim.node.simulated.plugins import PluginManager
 
@@ -61,6 +62,8 @@ class NodeRuntime:
     path_prefix: list[str]
     log: logging.Logger
     claims: ClaimCache
+    #: what the node provides for container images (executables on PATH, image files)
+    images: tuple[ImageContent, ...] = ()
     cdi_lock: threading.Lock = field(default_factory=threading.Lock)
     _cdi: CDIRegistry | None = None
 
