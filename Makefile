@@ -53,6 +53,7 @@ demo: venv control-plane
 	$(BIN)/cdriver sim demo
 
 bench: venv control-plane peer
+	$(BIN)/pip install -q -e '.[dev,bench]'
 	@for b in $(filter-out bench/report.py,$(wildcard bench/*.py)); do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:

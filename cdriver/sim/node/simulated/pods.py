@@ -118,6 +118,10 @@ class LiveContainer:
             p.stop()
 
 
+#: the node log's line per NodePrepareResources call (benchmarks read its duration)
+PREPARE_TIMING = "NodePrepareResources timing:"
+
+
 class PodWorker:
     """Runs one pod. Thread-safe entry points: `update`, `deleted`, `shutdown`, `kill_container`,
     `container_info`."""
@@ -367,9 +371,12 @@ class PodWorker:
             client = self.rt.plugins.client(driver)
             if client is None:
                 raise DRAError(f"DRA driver {driver} is not registered on node {self.rt.node_name}")
+            started = time.monotonic()
             result = client.prepare(refs, timeout=self.rt.options.prepare_timeout)
             errors = [f"NodePrepareResources failed for ResourceClaim {ref.name}: {result[ref.uid].error}"
                       for ref in refs if result[ref.uid].error]
+            self.rt.log.info("%s %s claims=%d errors=%d took_ms=%.1f", PREPARE_TIMING, driver, len(refs),
+                             len(errors), (time.monotonic() - started) * 1000)
             if errors:
                 raise DRAError("; ".join(errors))
             for ref in refs:
