@@ -48,7 +48,7 @@ else
   tar -xJf "$tarball" -C "$tmp/src" --strip-components=1
   if ! (cd "$tmp/src" && GOWORK=off GOTOOLCHAIN=local CGO_ENABLED=1 \
         GOFLAGS="-mod=vendor -buildvcs=false" \
-        go build -trimpath -ldflags "-s -w" -o "$tmp/bin/" ./cmd/compute-domain-controller \
+        CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" go build -trimpath -ldflags "-s -w" -o "$tmp/bin/" ./cmd/compute-domain-controller \
           ./cmd/compute-domain-kubelet-plugin ./cmd/compute-domain-daemon); then
     log "build FAILED"; exit 1
   fi

@@ -179,6 +179,11 @@ def test_layout(tmp_path: Path) -> None:
     smi = subprocess.run([str(dr.bin_dir / "nvidia-smi"), "-L"], capture_output=True, text=True, timeout=60)
     assert smi.returncode == 0, smi.stderr
     assert smi.stdout.splitlines()[0] == "GPU 0: NVIDIA GB300 NVL (UUID: GPU-b300b300-0000-0000-0000-000000000000)"
+    # `nvidia-smi --version` with an empty environment is how installers check a driver root
+    version = subprocess.run(["env", "-i", str(dr.bin_dir / "nvidia-smi"), "--version"], capture_output=True,
+                             text=True, timeout=60)
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.splitlines()[2].startswith("DRIVER version      : ")
 
 
 def _majors(text: str) -> set[int]:

@@ -5,7 +5,8 @@
 ``peer-<hash>/src``). A world started with ``driver="upstream"`` installs upstream's own chart
 (``deployments/helm/dra-driver-nvidia-gpu``, ComputeDomain parts only) instead of cdriver's,
 on the same simulated nodes: the nodes map upstream's image to the built binaries (on PATH)
-and the image's files (``/templates``, the plugin's prestart script); the values point the
+and the image's files (``/templates``; the plugin's prestart check is a stand-in from
+``hack/peer/``); the values point the
 chart at the simulated driver root (mock NVML, ``proc/devices``, channel devices, IMEX
 stand-ins).
 
@@ -30,9 +31,12 @@ PEER_BINARIES = ("compute-domain-controller", "compute-domain-kubelet-plugin", "
 #: upstream chart's default image repository (the chart's appVersion is the tag)
 PEER_IMAGE_REPOSITORY = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu"
 PEER_CHART_SUBDIR = "deployments/helm/dra-driver-nvidia-gpu"
-#: the image's files the binaries and the chart use, (container path, path in the source tree)
-PEER_IMAGE_FILES = (("/templates", "templates"),
-                    ("/usr/bin/kubelet-plugin-prestart.sh", "hack/kubelet-plugin-prestart.sh"))
+#: the image's files the binaries use, (container path, path in upstream's source tree)
+PEER_IMAGE_FILES = (("/templates", "templates"),)
+#: the chart's kubelet-plugin init command runs this image file; on simulated nodes it is a
+#: stand-in from hack/peer/ (the image's own script writes a symlink at /driver-root, and
+#: simulated containers share the machine's root filesystem)
+PEER_PRESTART = "/usr/bin/kubelet-plugin-prestart.sh"
 
 
 class PeerError(CdriverError):
@@ -67,6 +71,7 @@ class PeerBuild:
     def image(self) -> ImageContent:
         """What a simulated node provides for upstream's image."""
         files = tuple((target, str(self.source / rel)) for target, rel in PEER_IMAGE_FILES)
+        files += ((PEER_PRESTART, str(build_script().with_name("kubelet-plugin-prestart.sh"))),)
         return ImageContent(PEER_IMAGE_REPOSITORY, path=(str(self.bin_dir),), files=files)
 
 
