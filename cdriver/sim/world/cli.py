@@ -35,10 +35,10 @@ def _files(base: Path) -> tuple[Path, Path, Path]:
 
 
 
-def _settings(base: Path, nodes: int, topology: Path | None, host_managed: bool):
+def _settings(base: Path, nodes: int, topology: Path | None, host_managed: bool, driver: str = "cdriver"):
     from cdriver.sim.world.world import WorldSettings
 
-    return WorldSettings(base_dir=base, nodes=nodes, topology=topology,
+    return WorldSettings(base_dir=base, nodes=nodes, topology=topology, driver=driver,
                          imex_mode=IMEX_MODE_HOST_MANAGED if host_managed else IMEX_MODE_DRIVER_MANAGED)
 
 
@@ -59,8 +59,11 @@ base_option = click.option("--base-dir", type=click.Path(file_okay=False, path_t
 @nodes_option
 @topology_option
 @click.option("--host-managed", is_flag=True, help="Install in host-managed IMEX mode.")
+@click.option("--driver", type=click.Choice(["cdriver", "upstream"]), default="cdriver", show_default=True,
+              help="Which driver to install: cdriver's chart, or the upstream Go driver (built by `make peer`).")
 @click.option("--foreground", is_flag=True, help="Run in this process until Ctrl-C instead of detaching.")
-def up(base_dir: Path | None, nodes: int, topology: Path | None, host_managed: bool, foreground: bool) -> None:
+def up(base_dir: Path | None, nodes: int, topology: Path | None, host_managed: bool, driver: str,
+       foreground: bool) -> None:
     """Start a local cluster: control plane, simulated GB200 nodes, and the driver's chart."""
     base = base_dir or default_base_dir()
     pid_file, state_file, log_file = _files(base)
@@ -75,6 +78,7 @@ def up(base_dir: Path | None, nodes: int, topology: Path | None, host_managed: b
             argv += ["--topology", str(topology)]
         if host_managed:
             argv.append("--host-managed")
+        argv += ["--driver", driver]
         with open(log_file, "wb") as logf:
             child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                                      start_new_session=True)
@@ -111,7 +115,7 @@ def up(base_dir: Path | None, nodes: int, topology: Path | None, host_managed: b
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    world = SimWorld(_settings(base, nodes, topology, host_managed), progress=lambda m: click.echo(m, err=True))
+    world = SimWorld(_settings(base, nodes, topology, host_managed, driver), progress=lambda m: click.echo(m, err=True))
     try:
         try:
             world.start()
