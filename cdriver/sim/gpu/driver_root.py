@@ -6,6 +6,8 @@ holding the simulation's parts::
     <root>/usr/lib64/libnvidia-ml.so.1         simulated NVML (copy of the cached build)
     <root>/usr/lib64/libnvidia-ml.so           -> libnvidia-ml.so.1
     <root>/usr/lib64/nvml-sim.conf             this node's GPUs and fabric identity
+    <root>/usr/lib64/libnvidia-ml.so.<version>  -> libnvidia-ml.so.1 (names a driver install has)
+    <root>/usr/lib64/libcuda.so.<version>      empty placeholder (no CUDA), libcuda.so.1 -> it
     <root>/usr/bin/nvidia-imex, nvidia-imex-ctl  IMEX stand-ins (wrappers around `cdriver sim imex`)
     <root>/usr/bin/nvidia-smi, check-fabric    small NVML readers
     <root>/proc/devices                        with nvidia-caps-imex-channels / nvidia-caps majors
@@ -55,6 +57,7 @@ SIM_NVML_CONFIG_NAME = "nvml-sim.conf"  # default config next to the simulated l
 
 LIB_SUBDIR = "usr/lib64"
 BIN_SUBDIR = "usr/bin"
+CUDA_LIBRARY_NAME = "libcuda.so.1"
 NODE_RECORD = "sim-node.json"
 DEFAULT_CHANNEL_COUNT = 2048
 NVIDIA_FRONTEND_MAJOR = 195
@@ -222,6 +225,27 @@ def _install_library(built: Path, lib_dir: Path) -> Path:
     return target
 
 
+def _install_versioned_names(lib_dir: Path, driver_version: str) -> None:
+    """The file names a driver install carries next to libnvidia-ml.so.1, for tools that look
+    libraries up by the driver version (the container toolkit's CDI generation):
+    libnvidia-ml.so.<version> (a link to the simulated NVML) and libcuda.so.<version> (an
+    empty placeholder: the simulation has no CUDA; libcuda.so.1 links to it)."""
+    names = {f"libnvidia-ml.so.{driver_version}", f"libcuda.so.{driver_version}", CUDA_LIBRARY_NAME}
+    for stale in [*lib_dir.glob("libnvidia-ml.so.*.*"), *lib_dir.glob("libcuda.so*")]:
+        if stale.name not in names:
+            stale.unlink()
+    links = {f"libnvidia-ml.so.{driver_version}": LIBRARY_NAME, CUDA_LIBRARY_NAME: f"libcuda.so.{driver_version}"}
+    placeholder = lib_dir / f"libcuda.so.{driver_version}"
+    if not placeholder.is_file() or placeholder.is_symlink():
+        placeholder.unlink(missing_ok=True)
+        _write_atomic(placeholder, "", 0o755)
+    for name, target in links.items():
+        link = lib_dir / name
+        if not (link.is_symlink() and os.readlink(link) == target):
+            link.unlink(missing_ok=True)
+            link.symlink_to(target)
+
+
 def default_majors() -> tuple[int, int]:
     """(channel major, caps major): the lowest two majors >= 240 unused on this machine."""
     channel, caps = devices.choose_majors(devices.host_proc_devices(), 2)
@@ -281,6 +305,7 @@ def create_driver_root(root: str | Path, node_name: str, topology_path: Topology
     for d in (lib_dir, bin_dir, dev_dir, root / "proc"):
         d.mkdir(parents=True, exist_ok=True)
     library = _install_library(built, lib_dir)
+    _install_versioned_names(lib_dir, prof.driver_version)
     nvml_config = lib_dir / SIM_NVML_CONFIG_NAME
     _write_atomic(nvml_config, config_text)
 
