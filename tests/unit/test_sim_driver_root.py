@@ -171,6 +171,8 @@ def test_layout(tmp_path: Path) -> None:
     for name in ("nvidia-imex", "nvidia-imex-ctl", "nvidia-smi", "check-fabric"):
         assert os.access(dr.bin_dir / name, os.X_OK)
     assert "-m cdriver sim imex daemon \"$@\"" in (dr.bin_dir / "nvidia-imex").read_text()
+    # a SIGUSR1 (re-read peers) sent while the stand-in's Python starts must not kill it
+    assert "trap '' USR1" in (dr.bin_dir / "nvidia-imex").read_text().splitlines()
     assert "-m cdriver sim imex ctl \"$@\"" in (dr.bin_dir / "nvidia-imex-ctl").read_text()
     env = dr.process_env({"LD_LIBRARY_PATH": "/x"})
     assert env["LD_LIBRARY_PATH"] == f"{dr.lib_dir}:/x" and env["CDRIVER_SIM_NVML_CONFIG"] == str(dr.nvml_config)

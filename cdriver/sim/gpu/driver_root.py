@@ -167,14 +167,19 @@ def cdriver_command() -> list[str]:
     return [sys.executable, "-m", "cdriver"]
 
 
-def render_wrapper(description: str, args: list[str], root_relative_args: list[str] | None = None) -> str:
+def render_wrapper(description: str, args: list[str], root_relative_args: list[str] | None = None,
+                   ignore_signals: tuple[str, ...] = ()) -> str:
     """A /bin/sh script that execs `cdriver <args> [<root-relative args>] "$@"`.
 
     In `root_relative_args` an argument "{root}" becomes the driver root the script sits in
     (two levels above its bin directory), so a relocated driver root keeps working.
+    `ignore_signals` are ignored from the start (inherited across exec) until the program
+    installs its own handlers, so a signal sent while Python starts does not kill it.
     """
     command = cdriver_command()
     lines = ["#!/bin/sh", f"# {description} (cdriver simulation kit; generated)."]
+    if ignore_signals:
+        lines.append(f"trap '' {' '.join(ignore_signals)}")
     if not getattr(sys, "frozen", False):
         package_parent = str(Path(__file__).resolve().parents[3])
         lines.append(f"PYTHONPATH={shlex.quote(package_parent)}${{PYTHONPATH:+:$PYTHONPATH}}")
@@ -310,7 +315,9 @@ def create_driver_root(root: str | Path, node_name: str, topology_path: Topology
     _write_atomic(nvml_config, config_text)
 
     wrappers = {
-        IMEX_DAEMON_BINARY: render_wrapper("Simulated nvidia-imex", ["sim", "imex", "daemon"]),
+        # the real daemon handles SIGUSR1 (re-read the nodes config) from its first instant
+        IMEX_DAEMON_BINARY: render_wrapper("Simulated nvidia-imex", ["sim", "imex", "daemon"],
+                                           ignore_signals=("USR1",)),
         IMEX_CTL_BINARY: render_wrapper("Simulated nvidia-imex-ctl", ["sim", "imex", "ctl"]),
         "nvidia-smi": render_wrapper("Simulated nvidia-smi", ["sim", "nvidia-smi"], ["--driver-root", "{root}"]),
         "check-fabric": render_wrapper("Fabric identity check", ["sim", "check-fabric"],

@@ -461,7 +461,7 @@ class PodWorker:
 
         def make_check(probe: dict[str, Any]) -> Callable[[float], tuple[bool, str]]:
             if "exec" in probe:
-                command = list((probe["exec"] or {}).get("command") or [])
+                command = envmod.probe_command(container, list((probe["exec"] or {}).get("command") or []))
 
                 def run(cmd: list[str], timeout: float) -> Any:
                     return run_in_container(live.proc.pid, cmd, live.env, live.working_dir, timeout)
