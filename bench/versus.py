@@ -322,9 +322,13 @@ FIGURES = [
 ]
 
 
+#: figures shown side by side without a ratio (higher is not worse)
+NO_RATIO = {"status_written_pct"}
+
+
 def ratios(results: dict[str, dict[str, Any]]) -> dict[str, float]:
     a, b = results.get("cdriver", {}), results.get("upstream", {})
-    return {k: round(a[k] / b[k], 2) for k, _ in FIGURES if k in a and k in b and b[k]}
+    return {k: round(a[k] / b[k], 2) for k, _ in FIGURES if k in a and k in b and b[k] and k not in NO_RATIO}
 
 
 def table(results: dict[str, dict[str, Any]], ratio: dict[str, float]) -> str:
