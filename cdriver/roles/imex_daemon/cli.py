@@ -102,9 +102,14 @@ def run_command(raw: RawInputs, max_restart_backoff: float = 30.0, recheck_inter
     sys.exit(code)
 
 
+#: How long the probe command waits for nvidia-imex-ctl: just below the daemon pods' probe
+#: timeoutSeconds (10), so a slow but correct answer on a busy node still counts.
+CHECK_TIMEOUT = 9.0
+
+
 @command.command("check")
-@click.option("--timeout", type=float, default=5.0, show_default=True,
-              help="Seconds to wait for nvidia-imex-ctl.")
+@click.option("--timeout", type=float, default=CHECK_TIMEOUT, show_default=True,
+              help="Seconds to wait for nvidia-imex-ctl (keep it below the probe's timeoutSeconds).")
 @click.pass_obj
 def check_command(raw: RawInputs, timeout: float) -> None:
     """Probe: succeed only if the local nvidia-imex answers exactly READY."""
