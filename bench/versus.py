@@ -55,6 +55,7 @@ ROUND_TIMEOUT = 300.0
 #: processes in a driver container that are not the role itself (shells, the IMEX stand-in)
 NOT_ROLE = {"bash", "sh", "nvidia-imex", "nvidia-imex-ctl"}
 WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE", "APPLY")
+NON_RESOURCE = re.compile(r'[{,]resource=""')  # /healthz, /metrics (not subresource="")
 TIMING = re.compile(re.escape(PREPARE_TIMING) + r" (\S+) claims=(\d+) errors=(\d+) took_ms=([\d.]+)")
 
 TOPOLOGY = """version: 1
@@ -200,10 +201,11 @@ def prepare_timings(world: SimWorld) -> list[tuple[int, int, float]]:
 
 # -- controller --------------------------------------------------------------------------------
 def apiserver_writes(raw: Any) -> float:
+    """Write requests the API server has served to resources (all clients)."""
     total = 0.0
     for line in str(raw.request("GET", "/metrics")).splitlines():
         if line.startswith("apiserver_request_total{") and any(f'verb="{v}"' in line for v in WRITE_VERBS) \
-                and 'resource=""' not in line:
+                and not NON_RESOURCE.search(line):
             total += float(line.rsplit(" ", 1)[1])
     return total
 
