@@ -356,7 +356,7 @@ def chart(ratio: dict[str, float], path: Path) -> str:
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_xscale("log")
     ax.set_xlabel("cdriver / upstream (below 1: cdriver better)")
-    ax.set_title("cdriver vs upstream ComputeDomain driver, simulated nodes, kubelet timings")
+    ax.set_title("cdriver / upstream driver: simulated nodes, kubelet timings")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     return f"chart written to {path}"
