@@ -10,8 +10,8 @@ installed (upstream's from `make peer`). On it, in order:
    N = 8; rounds each, median), and everything deleted between rounds; the plugins' and
    daemons' CPU seconds and RSS under that load;
 3. Prepare as the node sees it: the duration of every NodePrepareResources call the simulated
-   kubelets made during (2) (p50/p99 over all calls, the calls per claim, and over the
-   successful ones only);
+   kubelets made for the workloads' channel claims during (2) (p50/p99 over all calls, the
+   calls per claim, and over the successful ones only);
 4. daemons at idle: one 8-pod domain left Ready; their CPU over a quiet window and RSS;
 5. controller: 500 ComputeDomains created at once; the time until each has its workload and
    daemon claim templates, its DaemonSet and the finalizer (and how many carry a status by
@@ -56,7 +56,8 @@ ROUND_TIMEOUT = 300.0
 NOT_ROLE = {"bash", "sh", "nvidia-imex", "nvidia-imex-ctl"}
 WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE", "APPLY")
 NON_RESOURCE = re.compile(r'[{,]resource=""')  # /healthz, /metrics (not subresource="")
-TIMING = re.compile(re.escape(PREPARE_TIMING) + r" (\S+) claims=(\d+) errors=(\d+) took_ms=([\d.]+)")
+#: a node log line of one NodePrepareResources call for a pod (the logger names the pod)
+TIMING = re.compile(r" pod-(\S+) " + re.escape(PREPARE_TIMING) + r" (\S+) claims=(\d+) errors=(\d+) took_ms=([\d.]+)")
 
 TOPOLOGY = """version: 1
 domains:
@@ -189,13 +190,14 @@ def channel_round(world: SimWorld, n: int, tag: str, on_ready: Callable[[str], N
 
 
 def prepare_timings(world: SimWorld) -> list[tuple[int, int, float]]:
-    """(claims, errors, ms) of every NodePrepareResources call to the ComputeDomain driver."""
+    """(claims, errors, ms) of every NodePrepareResources call for a workload pod's channel
+    claim (the daemon pods' claims are left out)."""
     out = []
     for node in world.nodes:
         text = node.agent.layout.node_log.read_text(errors="replace")
         for m in TIMING.finditer(text):
-            if m.group(1) == constants.DRIVER_NAME:
-                out.append((int(m.group(2)), int(m.group(3)), float(m.group(4))))
+            if m.group(1).startswith(f"{NS}-") and m.group(2) == constants.DRIVER_NAME:
+                out.append((int(m.group(3)), int(m.group(4)), float(m.group(5))))
     return out
 
 
