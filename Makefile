@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: venv control-plane node-parts test unit integration e2e reliability lint typecheck protos binary demo bench clean
+.PHONY: venv control-plane node-parts peer test unit integration e2e reliability lint typecheck protos binary demo bench clean
 
 venv: $(VENV)/.installed
 
@@ -22,6 +22,10 @@ control-plane:
 # what real nodes run: kubelet, containerd (+ ctr, runc shim), CNI plugins (built, cached), runc (Debian)
 node-parts:
 	hack/kube/build.sh node
+
+# the upstream Go ComputeDomain driver, built from its source tarball (side-by-side runs)
+peer:
+	hack/peer/build.sh
 
 test: lint control-plane node-parts
 	$(BIN)/pytest -q $(PYTEST_ARGS)
@@ -61,7 +65,8 @@ REAL_NODES ?= 0
 demo: venv control-plane
 	$(BIN)/cdriver sim demo --real-nodes $(REAL_NODES)
 
-bench: venv control-plane
+bench: venv control-plane peer
+	$(BIN)/pip install -q -e '.[dev,bench]'
 	@for b in $(filter-out bench/report.py,$(wildcard bench/*.py)); do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 # OCI image archives without a container engine (cached; prints <name>=<archive>, <name>-ref=<ref>):

@@ -1,7 +1,8 @@
 """CDI spec model: validated dataclasses, strict decoding, minimal ``cdiVersion`` selection.
 
 Covers the CDI features cdriver emits and the simulated runtime applies: env, device nodes,
-mounts and annotations. Other valid CDI edits (hooks, netDevices, intelRdt, additionalGids) are
+mounts and annotations, and decodes hooks (which other drivers' specs carry; the simulated
+runtime names and skips them). Other valid CDI edits (netDevices, intelRdt, additionalGids) are
 rejected by name when decoding, since nothing here could apply them.
 """
 
@@ -27,7 +28,8 @@ PERMISSION_LETTERS = frozenset("rwm")
 
 _VENDOR_OR_CLASS = re.compile(r"[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?")
 _DEVICE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?")
-_UNSUPPORTED_EDITS = ("hooks", "netDevices", "intelRdt", "additionalGids")
+_UNSUPPORTED_EDITS = ("netDevices", "intelRdt", "additionalGids")
+HOOK_NAMES = ("prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop")
 
 
 class CDIError(CdriverError):
@@ -288,15 +290,56 @@ class Mount:
 
 
 @dataclass
+class Hook:
+    """An OCI hook a runtime runs at `hook_name` (the host program `path` with `args`)."""
+
+    hook_name: str
+    path: str
+    args: list[str] = field(default_factory=list)
+    env: list[str] = field(default_factory=list)
+    timeout: int | None = None
+
+    def validate(self, where: str = "hook") -> None:
+        if self.hook_name not in HOOK_NAMES:
+            raise CDIError(f"{where}.hookName: {self.hook_name!r} is not one of {', '.join(HOOK_NAMES)}")
+        _abs_path(self.path, f"{where}.path", container_side=False)
+        _string_list(self.args, f"{where}.args")
+        _string_list(self.env, f"{where}.env")
+        if self.timeout is not None:
+            _int(self.timeout, f"{where}.timeout", 1, 2**31 - 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"hookName": self.hook_name, "path": self.path}
+        if self.args:
+            out["args"] = list(self.args)
+        if self.env:
+            out["env"] = list(self.env)
+        if self.timeout is not None:
+            out["timeout"] = self.timeout
+        return out
+
+    @classmethod
+    def from_dict(cls, obj: object, where: str) -> Hook:
+        data = _as_object(obj, where, ("hookName", "path", "args", "env", "timeout"), required=("hookName", "path"))
+        hook = cls(hook_name=_string(data["hookName"], f"{where}.hookName"),
+                   path=_string(data["path"], f"{where}.path"),
+                   args=_string_list(data.get("args", []), f"{where}.args"),
+                   env=_string_list(data.get("env", []), f"{where}.env"), timeout=data.get("timeout"))
+        hook.validate(where)
+        return hook
+
+
+@dataclass
 class ContainerEdits:
-    """Changes a runtime applies to a container: env entries ``KEY=VALUE``, nodes, mounts."""
+    """Changes a runtime applies to a container: env entries ``KEY=VALUE``, nodes, mounts, hooks."""
 
     env: list[str] = field(default_factory=list)
     device_nodes: list[DeviceNode] = field(default_factory=list)
     mounts: list[Mount] = field(default_factory=list)
+    hooks: list[Hook] = field(default_factory=list)
 
     def is_empty(self) -> bool:
-        return not (self.env or self.device_nodes or self.mounts)
+        return not (self.env or self.device_nodes or self.mounts or self.hooks)
 
     def validate(self, where: str = "containerEdits") -> None:
         for i, entry in enumerate(_string_list(self.env, f"{where}.env")):
@@ -310,6 +353,10 @@ class ContainerEdits:
             if not isinstance(mount, Mount):
                 raise CDIError(f"{where}.mounts[{i}]: expected a Mount, got {_type_name(mount)}")
             mount.validate(f"{where}.mounts[{i}]")
+        for i, hook in enumerate(self.hooks):
+            if not isinstance(hook, Hook):
+                raise CDIError(f"{where}.hooks[{i}]: expected a Hook, got {_type_name(hook)}")
+            hook.validate(f"{where}.hooks[{i}]")
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -319,20 +366,22 @@ class ContainerEdits:
             out["deviceNodes"] = [node.to_dict() for node in self.device_nodes]
         if self.mounts:
             out["mounts"] = [mount.to_dict() for mount in self.mounts]
+        if self.hooks:
+            out["hooks"] = [hook.to_dict() for hook in self.hooks]
         return out
 
     @classmethod
     def from_dict(cls, obj: object, where: str) -> ContainerEdits:
-        data = _as_object(obj, where, ("env", "deviceNodes", "mounts"), unsupported=_UNSUPPORTED_EDITS)
-        nodes, mounts = data.get("deviceNodes", []), data.get("mounts", [])
-        if not isinstance(nodes, list):
-            raise CDIError(f"{where}.deviceNodes: expected a list, got {_type_name(nodes)}")
-        if not isinstance(mounts, list):
-            raise CDIError(f"{where}.mounts: expected a list, got {_type_name(mounts)}")
+        data = _as_object(obj, where, ("env", "deviceNodes", "mounts", "hooks"), unsupported=_UNSUPPORTED_EDITS)
+        nodes, mounts, hooks = data.get("deviceNodes", []), data.get("mounts", []), data.get("hooks", [])
+        for key, value in (("deviceNodes", nodes), ("mounts", mounts), ("hooks", hooks)):
+            if not isinstance(value, list):
+                raise CDIError(f"{where}.{key}: expected a list, got {_type_name(value)}")
         edits = cls(
             env=_string_list(data.get("env", []), f"{where}.env"),
             device_nodes=[DeviceNode.from_dict(n, f"{where}.deviceNodes[{i}]") for i, n in enumerate(nodes)],
             mounts=[Mount.from_dict(m, f"{where}.mounts[{i}]") for i, m in enumerate(mounts)],
+            hooks=[Hook.from_dict(h, f"{where}.hooks[{i}]") for i, h in enumerate(hooks)],
         )
         edits.validate(where)
         return edits
@@ -341,18 +390,22 @@ class ContainerEdits:
 def merge_edits(parts: list[ContainerEdits]) -> ContainerEdits:
     """Combine edits in order as a runtime applies them: a later env entry replaces an earlier
     one with the same key, a later device node one with the same container path, a later mount
-    one with the same container path (each keeps the position of its first occurrence)."""
+    one with the same container path (each keeps the position of its first occurrence); hooks
+    are kept in order."""
     env: dict[str, str] = {}
     nodes: dict[str, DeviceNode] = {}
     mounts: dict[str, Mount] = {}
+    hooks: list[Hook] = []
     for part in parts:
+        hooks.extend(part.hooks)
         for entry in part.env:
             env[entry.split("=", 1)[0]] = entry
         for node in part.device_nodes:
             nodes[node.path] = node
         for mount in part.mounts:
             mounts[mount.container_path] = mount
-    return ContainerEdits(env=list(env.values()), device_nodes=list(nodes.values()), mounts=list(mounts.values()))
+    return ContainerEdits(env=list(env.values()), device_nodes=list(nodes.values()), mounts=list(mounts.values()),
+                          hooks=hooks)
 
 
 @dataclass

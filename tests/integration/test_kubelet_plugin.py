@@ -489,6 +489,28 @@ def metric(plugin: PluginProcess, port: int, name: str, **labels: str) -> float:
     raise AssertionError(f"metric {name}{labels} not exported")
 
 
+def test_waiting_prepare_answers_when_its_domain_is_deleted(
+        plugin_factory: Callable[..., PluginProcess], raw: RawClient, namespace: str, node: SimNode,
+        driver_ns: str) -> None:
+    """A Prepare waiting for readiness answers as soon as its ComputeDomain goes away (kubelet
+    can then stop the pod being deleted with it) instead of waiting out its deadline."""
+    import threading
+
+    plugin = plugin_factory(node)
+    cd = make_cd(raw, namespace)
+    claim = allocated_claim(raw, namespace, node.name, channel_params(cd))
+    set_clique_ready(raw, driver_ns, cd, node, status="NotReady")
+    answer: dict[str, Any] = {}
+    waiter = threading.Thread(target=lambda: answer.update(resp=Kubelet(plugin).prepare(claim)))
+    waiter.start()
+    wait_for(lambda: node_label(raw, node) == uid_of(cd), 10, "the node label (Prepare is waiting)")
+    raw.delete(CDS, cd["metadata"]["name"], namespace)
+    waiter.join(PREPARE_TIMEOUT + 5)
+    res = answer["resp"][uid_of(claim)]
+    assert not res.devices
+    assert f"ComputeDomain {namespace}/{cd['metadata']['name']} (UID {uid_of(cd)}) is being deleted" in res.error
+
+
 def test_ready_clique_wakes_waiting_prepare_and_unprepare_cleans_up(
         plugin_factory: Callable[..., PluginProcess], raw: RawClient, namespace: str, node: SimNode,
         driver_ns: str) -> None:

@@ -186,7 +186,10 @@ def edit_device(doc: dict, **fields) -> dict:
             spec_doc(devices=[{"name": "a", "containerEdits": {}, "bogus": 1}]),
             r"devices\[0\].*unknown field 'bogus'",
         ),
-        (edit_device(spec_doc(), hooks=[]), "cannot apply hooks"),
+        (edit_device(spec_doc(), netDevices=[]), "cannot apply netDevices"),
+        (edit_device(spec_doc(), hooks=[{"hookName": "createContainer", "path": "bin/hook"}]),
+         r"hooks\[0\]\.path"),
+        (edit_device(spec_doc(), hooks=[{"hookName": "onBoot", "path": "/bin/hook"}]), "hookName: 'onBoot'"),
         (edit_device(spec_doc(), env="A=1"), "env: expected a list of strings, got string"),
         (edit_device(spec_doc(), env=[1]), r"env\[0\]: expected a string"),
         (edit_device(spec_doc(), deviceNodes={}), "deviceNodes: expected a list, got object"),
@@ -240,3 +243,16 @@ def test_merge_later_edits_replace_same_key_path_or_mount_point() -> None:
     assert merged.env == ["A=1", "B=2", "C=2"]
     assert [(n.path, n.minor) for n in merged.device_nodes] == [("/dev/a", 9), ("/dev/b", None)]
     assert [(m.host_path, m.container_path) for m in merged.mounts] == [("/h2", "/m"), ("/h3", "/n")]
+
+
+def test_hooks_decode_validate_and_round_trip() -> None:
+    """Other drivers' specs (the container toolkit's) carry hooks; they are read, not refused."""
+    hook = {"hookName": "createContainer", "path": "/usr/bin/nvidia-cdi-hook",
+            "args": ["nvidia-cdi-hook", "update-ldcache"], "env": ["DEBUG=false"], "timeout": 5}
+    spec = Spec.from_dict(edit_device(spec_doc(), hooks=[hook]))
+    (decoded,) = spec.devices[0].edits.hooks
+    assert (decoded.hook_name, decoded.path, decoded.args, decoded.timeout) == (
+        "createContainer", "/usr/bin/nvidia-cdi-hook", ["nvidia-cdi-hook", "update-ldcache"], 5)
+    assert spec.devices[0].edits.to_dict()["hooks"] == [hook]
+    merged = merge_edits([spec.devices[0].edits, spec.devices[0].edits])
+    assert [h.path for h in merged.hooks] == ["/usr/bin/nvidia-cdi-hook"] * 2

@@ -12,6 +12,7 @@ from cdriver.roles.controller import desired
 from cdriver.roles.controller.desired import DAEMON_POD_CLAIM_NAME
 from cdriver.roles.controller.reconciler import parse_domain
 from cdriver.roles.controller.settings import ControllerSettings
+from cdriver.roles.imex_daemon.cli import CHECK_TIMEOUT
 
 pytestmark = pytest.mark.unit
 
@@ -114,6 +115,8 @@ def test_daemon_set_targets_labelled_nodes_and_runs_the_daemon():
     assert container["resources"]["claims"] == [{"name": DAEMON_POD_CLAIM_NAME}]
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["exec"]["command"] == ["cdriver", "imex-daemon", "check"]
+        # the check answers (even slowly) before kubelet abandons the probe
+        assert CHECK_TIMEOUT < container[probe]["timeoutSeconds"]
     # The startup probe waits for READY within its timeout: no failure recorded while starting.
     startup = container["startupProbe"]
     assert startup["exec"]["command"] == ["cdriver", "imex-daemon", "check", "--wait", "8"]

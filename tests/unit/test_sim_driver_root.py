@@ -171,6 +171,8 @@ def test_layout(tmp_path: Path) -> None:
     for name in ("nvidia-imex", "nvidia-imex-ctl", "nvidia-smi", "check-fabric"):
         assert os.access(dr.bin_dir / name, os.X_OK)
     assert "-m cdriver sim imex daemon \"$@\"" in (dr.bin_dir / "nvidia-imex").read_text()
+    # a SIGUSR1 (re-read peers) sent while the stand-in's Python starts must not kill it
+    assert "trap '' USR1" in (dr.bin_dir / "nvidia-imex").read_text().splitlines()
     assert "-m cdriver sim imex ctl \"$@\"" in (dr.bin_dir / "nvidia-imex-ctl").read_text()
     env = dr.process_env({"LD_LIBRARY_PATH": "/x"})
     assert env["LD_LIBRARY_PATH"] == f"{dr.lib_dir}:/x" and env["CDRIVER_SIM_NVML_CONFIG"] == str(dr.nvml_config)
@@ -179,6 +181,11 @@ def test_layout(tmp_path: Path) -> None:
     smi = subprocess.run([str(dr.bin_dir / "nvidia-smi"), "-L"], capture_output=True, text=True, timeout=60)
     assert smi.returncode == 0, smi.stderr
     assert smi.stdout.splitlines()[0] == "GPU 0: NVIDIA GB300 NVL (UUID: GPU-b300b300-0000-0000-0000-000000000000)"
+    # `nvidia-smi --version` with an empty environment is how installers check a driver root
+    version = subprocess.run(["env", "-i", str(dr.bin_dir / "nvidia-smi"), "--version"], capture_output=True,
+                             text=True, timeout=60)
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.splitlines()[2].startswith("DRIVER version      : ")
 
 
 def _majors(text: str) -> set[int]:

@@ -117,3 +117,11 @@ def test_command_line_expands_and_requires_a_command() -> None:
     assert envmod.command_line({"command": ["echo"], "args": ["$(A)", "$$(A)"]}, {"A": "x"}) == ["echo", "x", "$(A)"]
     with pytest.raises(envmod.EnvError, match="set `command`"):
         envmod.command_line({"name": "main", "args": ["x"]}, {})
+
+
+def test_exec_probe_commands_expand_static_env_only() -> None:
+    """kubelet expands `$(VAR)` in exec probes from the container's literal env values."""
+    container = {"env": [{"name": "LOG_VERBOSITY", "value": "4"},
+                         {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]}
+    command = ["daemon", "-v", "$(LOG_VERBOSITY)", "--node", "$(NODE)", "$$(LOG_VERBOSITY)"]
+    assert envmod.probe_command(container, command) == ["daemon", "-v", "4", "--node", "$(NODE)", "$(LOG_VERBOSITY)"]

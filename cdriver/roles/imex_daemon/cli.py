@@ -104,9 +104,14 @@ def run_command(raw: RawInputs, max_restart_backoff: float = 30.0, recheck_inter
     sys.exit(code)
 
 
+#: How long the probe command waits for nvidia-imex-ctl: just below the daemon pods' probe
+#: timeoutSeconds (10), so a slow but correct answer on a busy node still counts.
+CHECK_TIMEOUT = 9.0
+
+
 @command.command("check")
-@click.option("--timeout", type=float, default=5.0, show_default=True,
-              help="Seconds to wait for nvidia-imex-ctl.")
+@click.option("--timeout", type=float, default=CHECK_TIMEOUT, show_default=True,
+              help="Seconds to wait for nvidia-imex-ctl (keep it below the probe's timeoutSeconds).")
 @click.option("--wait", type=float, default=0.0, show_default=True,
               help="Seconds to keep asking until nvidia-imex answers READY (a startup probe that passes "
                    "on its first run instead of recording failures while the daemon starts).")

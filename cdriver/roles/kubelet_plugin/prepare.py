@@ -50,6 +50,9 @@ log = logging.getLogger(__name__)
 
 CLAIMS = RESOURCES["resourceclaims"]
 PODS = RESOURCES["pods"]
+#: outcomes of waiting for the node to be ready in a domain
+READY = "ready"
+DOMAIN_DELETED = "domain deleted"
 #: How long a channel claim waits for its ComputeDomain to show up in the cache.
 CD_APPEAR_TIMEOUT = 2.0
 EVENT_NOT_FABRIC = EVENT_REASON_CHANNEL_NOT_INJECTED
@@ -255,12 +258,19 @@ class Preparer:
         st = self.state
         why = [""]
 
-        def check() -> bool | None:
+        def check() -> str | None:
+            current = st.compute_domain(plan.domain_id)
+            if cd is not None and (current is None or current["metadata"].get("deletionTimestamp")):
+                return DOMAIN_DELETED  # nothing will become ready: answer now, not at the deadline
             ready, why[0] = self._node_ready(plan)
-            return True if ready else None
+            return READY if ready else None
 
         started = time.monotonic()
-        if st.notifier.wait_for(check, deadline) is None:
+        outcome = st.notifier.wait_for(check, deadline)
+        if outcome == DOMAIN_DELETED:
+            raise retryable(f"claim {plan.label}: ComputeDomain {plan.namespace}/{name_of(cd)} (UID {plan.domain_id}) "
+                            "is being deleted; delete the pods that use its channel claim")
+        if outcome is None:
             cd_name = name_of(cd)
             msg = (
                 f"claim {plan.label}: ComputeDomain {plan.namespace}/{cd_name} (UID {plan.domain_id}) is not "

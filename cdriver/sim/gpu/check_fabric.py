@@ -86,8 +86,8 @@ def run_check_fabric(out: TextIO, err: TextIO, driver_root: Path | None = None) 
             pass
 
 
-def run_list_gpus(out: TextIO, err: TextIO, driver_root: Path | None = None) -> int:
-    """`nvidia-smi -L` style listing: `GPU <i>: <name> (UUID: <uuid>)`."""
+def _smi_init(err: TextIO, driver_root: Path | None) -> bool:
+    """Load and initialise NVML as nvidia-smi does; False (reason on `err`) when it cannot."""
     import pynvml
 
     try:
@@ -96,6 +96,36 @@ def run_list_gpus(out: TextIO, err: TextIO, driver_root: Path | None = None) -> 
         pynvml.nvmlInit()
     except (CdriverError, pynvml.NVMLError) as exc:
         err.write(f"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver: {exc}\n")
+        return False
+    return True
+
+
+def run_version(out: TextIO, err: TextIO, driver_root: Path | None = None) -> int:
+    """`nvidia-smi --version`: the tool's, NVML's and the driver's versions (exit 9 without NVML)."""
+    import pynvml
+
+    if not _smi_init(err, driver_root):
+        return 9
+    try:
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        out.write(f"NVIDIA-SMI version  : {driver}\nNVML version        : {pynvml.nvmlSystemGetNVMLVersion()}\n"
+                  f"DRIVER version      : {driver}\n")
+        return 0
+    except pynvml.NVMLError as exc:
+        err.write(f"nvidia-smi: {exc}\n")
+        return 1
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+
+
+def run_list_gpus(out: TextIO, err: TextIO, driver_root: Path | None = None) -> int:
+    """`nvidia-smi -L` style listing: `GPU <i>: <name> (UUID: <uuid>)`."""
+    import pynvml
+
+    if not _smi_init(err, driver_root):
         return 9
     try:
         for index in range(pynvml.nvmlDeviceGetCount()):

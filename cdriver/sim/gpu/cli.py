@@ -40,15 +40,18 @@ def check_fabric_cmd(driver_root: Path | None) -> None:
 @click.command("nvidia-smi", hidden=True, context_settings={"ignore_unknown_options": True})
 @_driver_root_option
 @click.option("-L", "--list-gpus", is_flag=True, help="List GPUs (the default).")
+@click.option("--version", "show_version", is_flag=True, help="Print the NVML and driver versions.")
 @click.argument("rest", nargs=-1, type=click.UNPROCESSED)
-def nvidia_smi_cmd(driver_root: Path | None, list_gpus: bool, rest: tuple[str, ...]) -> None:
-    """Minimal nvidia-smi for simulated nodes: lists GPUs."""
-    from cdriver.sim.gpu.check_fabric import run_list_gpus
+def nvidia_smi_cmd(driver_root: Path | None, list_gpus: bool, show_version: bool, rest: tuple[str, ...]) -> None:
+    """Minimal nvidia-smi for simulated nodes: lists GPUs, or prints versions."""
+    from cdriver.sim.gpu.check_fabric import run_list_gpus, run_version
 
     if rest:
-        click.echo(f"nvidia-smi (simulated): unsupported arguments {' '.join(rest)}; only -L is available",
-                   err=True)
+        click.echo(f"nvidia-smi (simulated): unsupported arguments {' '.join(rest)}; only -L and --version "
+                   "are available", err=True)
         sys.exit(2)
+    if show_version:
+        sys.exit(run_version(sys.stdout, sys.stderr, driver_root))
     sys.exit(run_list_gpus(sys.stdout, sys.stderr, driver_root))
 
 

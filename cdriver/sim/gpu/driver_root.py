@@ -6,6 +6,8 @@ holding the simulation's parts::
     <root>/usr/lib64/libnvidia-ml.so.1         simulated NVML (copy of the cached build)
     <root>/usr/lib64/libnvidia-ml.so           -> libnvidia-ml.so.1
     <root>/usr/lib64/nvml-sim.conf             this node's GPUs and fabric identity
+    <root>/usr/lib64/libnvidia-ml.so.<version>  -> libnvidia-ml.so.1 (names a driver install has)
+    <root>/usr/lib64/libcuda.so.<version>      empty placeholder (no CUDA), libcuda.so.1 -> it
     <root>/usr/bin/nvidia-imex, nvidia-imex-ctl  IMEX stand-ins (wrappers around `cdriver sim imex`)
     <root>/usr/bin/nvidia-smi, check-fabric    small NVML readers
     <root>/proc/devices                        with nvidia-caps-imex-channels / nvidia-caps majors
@@ -55,6 +57,7 @@ SIM_NVML_CONFIG_NAME = "nvml-sim.conf"  # default config next to the simulated l
 
 LIB_SUBDIR = "usr/lib64"
 BIN_SUBDIR = "usr/bin"
+CUDA_LIBRARY_NAME = "libcuda.so.1"
 NODE_RECORD = "sim-node.json"
 DEFAULT_CHANNEL_COUNT = 2048
 NVIDIA_FRONTEND_MAJOR = 195
@@ -165,14 +168,18 @@ def cdriver_command() -> list[str]:
 
 
 def render_wrapper(description: str, args: list[str], root_relative_args: list[str] | None = None,
-                   command: list[str] | None = None) -> str:
+                   command: list[str] | None = None, ignore_signals: tuple[str, ...] = ()) -> str:
     """A /bin/sh script that execs `cdriver <args> [<root-relative args>] "$@"`.
 
     In `root_relative_args` an argument "{root}" becomes the driver root the script sits in
     (two levels above its bin directory), so a relocated driver root keeps working. `command`
     replaces this process's own cdriver (e.g. ["cdriver"]: the one on PATH inside the driver image).
+    `ignore_signals` are ignored from the start (inherited across exec) until the program
+    installs its own handlers, so a signal sent while Python starts does not kill it.
     """
     lines = ["#!/bin/sh", f"# {description} (cdriver simulation kit; generated)."]
+    if ignore_signals:
+        lines.append(f"trap '' {' '.join(ignore_signals)}")
     if command is None and not getattr(sys, "frozen", False):
         package_parent = str(Path(__file__).resolve().parents[3])
         lines.append(f"PYTHONPATH={shlex.quote(package_parent)}${{PYTHONPATH:+:$PYTHONPATH}}")
@@ -222,6 +229,27 @@ def _install_library(built: Path, lib_dir: Path) -> Path:
         link.unlink(missing_ok=True)
         link.symlink_to(LIBRARY_NAME)
     return target
+
+
+def _install_versioned_names(lib_dir: Path, driver_version: str) -> None:
+    """The file names a driver install carries next to libnvidia-ml.so.1, for tools that look
+    libraries up by the driver version (the container toolkit's CDI generation):
+    libnvidia-ml.so.<version> (a link to the simulated NVML) and libcuda.so.<version> (an
+    empty placeholder: the simulation has no CUDA; libcuda.so.1 links to it)."""
+    names = {f"libnvidia-ml.so.{driver_version}", f"libcuda.so.{driver_version}", CUDA_LIBRARY_NAME}
+    for stale in [*lib_dir.glob("libnvidia-ml.so.*.*"), *lib_dir.glob("libcuda.so*")]:
+        if stale.name not in names:
+            stale.unlink()
+    links = {f"libnvidia-ml.so.{driver_version}": LIBRARY_NAME, CUDA_LIBRARY_NAME: f"libcuda.so.{driver_version}"}
+    placeholder = lib_dir / f"libcuda.so.{driver_version}"
+    if not placeholder.is_file() or placeholder.is_symlink():
+        placeholder.unlink(missing_ok=True)
+        _write_atomic(placeholder, "", 0o755)
+    for name, target in links.items():
+        link = lib_dir / name
+        if not (link.is_symlink() and os.readlink(link) == target):
+            link.unlink(missing_ok=True)
+            link.symlink_to(target)
 
 
 def default_majors() -> tuple[int, int]:
@@ -285,12 +313,15 @@ def create_driver_root(root: str | Path, node_name: str, topology_path: Topology
     for d in (lib_dir, bin_dir, dev_dir, root / "proc"):
         d.mkdir(parents=True, exist_ok=True)
     library = _install_library(built, lib_dir)
+    _install_versioned_names(lib_dir, prof.driver_version)
     nvml_config = lib_dir / SIM_NVML_CONFIG_NAME
     _write_atomic(nvml_config, config_text)
 
     cmd = wrapper_command
     wrappers = {
-        IMEX_DAEMON_BINARY: render_wrapper("Simulated nvidia-imex", ["sim", "imex", "daemon"], command=cmd),
+        # the real daemon handles SIGUSR1 (re-read the nodes config) from its first instant
+        IMEX_DAEMON_BINARY: render_wrapper("Simulated nvidia-imex", ["sim", "imex", "daemon"], command=cmd,
+                                           ignore_signals=("USR1",)),
         IMEX_CTL_BINARY: render_wrapper("Simulated nvidia-imex-ctl", ["sim", "imex", "ctl"], command=cmd),
         "nvidia-smi": render_wrapper("Simulated nvidia-smi", ["sim", "nvidia-smi"], ["--driver-root", "{root}"],
                                      command=cmd),

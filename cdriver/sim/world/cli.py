@@ -35,10 +35,11 @@ def _files(base: Path) -> tuple[Path, Path, Path]:
 
 
 
-def _settings(base: Path, nodes: int, topology: Path | None, host_managed: bool, real_nodes: int = 0):
+def _settings(base: Path, nodes: int, topology: Path | None, host_managed: bool, real_nodes: int = 0,
+              driver: str = "cdriver"):
     from cdriver.sim.world.world import WorldSettings
 
-    return WorldSettings(base_dir=base, nodes=nodes, topology=topology, real_nodes=real_nodes,
+    return WorldSettings(base_dir=base, nodes=nodes, topology=topology, real_nodes=real_nodes, driver=driver,
                          imex_mode=IMEX_MODE_HOST_MANAGED if host_managed else IMEX_MODE_DRIVER_MANAGED)
 
 
@@ -63,11 +64,13 @@ base_option = click.option("--base-dir", type=click.Path(file_okay=False, path_t
 @real_nodes_option
 @topology_option
 @click.option("--host-managed", is_flag=True, help="Install in host-managed IMEX mode.")
+@click.option("--driver", type=click.Choice(["cdriver", "upstream"]), default="cdriver", show_default=True,
+              help="Which driver to install: cdriver's chart, or the upstream Go driver (built by `make peer`).")
 @click.option("--foreground", is_flag=True, help="Run in this process until Ctrl-C instead of detaching.")
 def up(base_dir: Path | None, nodes: int, real_nodes: int, topology: Path | None, host_managed: bool,
-       foreground: bool) -> None:
+       driver: str, foreground: bool) -> None:
     """Start a local cluster: control plane, GB200 nodes (simulated, or real with --real-nodes), and the
-    driver's chart."""
+    driver's chart (cdriver's, or the upstream driver's with --driver upstream)."""
     if real_nodes > nodes:
         raise click.BadParameter(f"{real_nodes} real nodes of {nodes}: --real-nodes must not exceed --nodes",
                                  param_hint="--real-nodes")
@@ -85,6 +88,7 @@ def up(base_dir: Path | None, nodes: int, real_nodes: int, topology: Path | None
             argv += ["--topology", str(topology)]
         if host_managed:
             argv.append("--host-managed")
+        argv += ["--driver", driver]
         with open(log_file, "wb") as logf:
             child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                                      start_new_session=True)
@@ -121,7 +125,7 @@ def up(base_dir: Path | None, nodes: int, real_nodes: int, topology: Path | None
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    world = SimWorld(_settings(base, nodes, topology, host_managed, real_nodes),
+    world = SimWorld(_settings(base, nodes, topology, host_managed, real_nodes, driver),
                      progress=lambda m: click.echo(m, err=True))
     try:
         try:

@@ -27,6 +27,10 @@ from cdriver.errors import CdriverError
 log = logging.getLogger(__name__)
 
 RELEASE = "cdriver"
+#: which driver a world installs: cdriver's chart, or upstream's Go driver from its own chart
+DRIVER_CDRIVER = "cdriver"
+DRIVER_UPSTREAM = "upstream"
+DRIVERS = (DRIVER_CDRIVER, DRIVER_UPSTREAM)
 DRIVER_NAMESPACE = "cdriver-system"
 KUBE_VERSION = "1.37.2"
 SIM_DRIVER_ROOT = "/run/nvidia/driver"
@@ -70,8 +74,15 @@ class WorldSettings:
     controller_metrics_port: int = 0  # 0: pick a free port
     #: how many of the topology's first nodes are real (kubelet + containerd + runc); the rest simulated
     real_nodes: int = 0
+    #: DRIVER_CDRIVER, or DRIVER_UPSTREAM (the peer build, see cdriver.sim.world.peer)
+    driver: str = DRIVER_CDRIVER
 
     def __post_init__(self) -> None:
+        if self.driver not in DRIVERS:
+            raise WorldError(f"unknown driver {self.driver!r}: use one of {', '.join(DRIVERS)}")
+        if self.driver != DRIVER_CDRIVER and self.real_nodes:
+            raise WorldError(f"the {self.driver} driver runs on simulated nodes only (no image of it is built "
+                             "for real nodes): drop --real-nodes or use --driver cdriver")
         if not self.controller_metrics_port:
             import socket
 
@@ -143,6 +154,7 @@ class SimWorld:
         self.addresses: Any = None  # the leased 127.X.Y.0/24 of the nodes
         self.fleet: Any = None  # the real nodes (RealFleet), when asked for
         self.node_images: Any = None
+        self.peer: Any = None
 
     # -- lifecycle -----------------------------------------------------------------------
     def __enter__(self) -> SimWorld:
@@ -184,7 +196,7 @@ class SimWorld:
                            self._node_parts)
             self._step(f"start {self.settings.nodes} GB200 nodes ({self.settings.real_nodes} real)",
                        self._start_nodes)
-            self._step("install the cdriver Helm chart", self._install_chart)
+            self._step(f"install the {self.settings.driver} Helm chart", self._install_chart)
             self._step("wait for the controller and every node's kubelet plugin", self._wait_ready)
         except BaseException:
             self.stop()
@@ -235,6 +247,10 @@ class SimWorld:
         self._binaries_obj = binaries
         self.helm = helm_binary()
         self.kubectl = getattr(binaries, "kubectl", None)
+        if self.settings.driver == DRIVER_UPSTREAM:
+            from cdriver.sim.world.peer import peer_build
+
+            self.peer = peer_build()
 
     def _start_cluster(self) -> None:
         from cdriver.sim.controlplane.cluster import LocalCluster
@@ -294,7 +310,8 @@ class SimWorld:
             ip = self.addresses.ip(i)
             agent = NodeAgent(self.raw, name, ip, self.settings.base_dir / WORLD_DIRS[1] / name, labels=labels,
                               options=options, topology=str(path), pki_dir=self.cluster.pki.dir,
-                              fabric_state="completed" if fabric else "not_supported")
+                              fabric_state="completed" if fabric else "not_supported",
+                              images=(self.peer.image(),) if self.peer else ())
             self.nodes.append(SimNode(name, ip, clique, agent))
         errors: list[BaseException] = []
 
@@ -330,11 +347,20 @@ class SimWorld:
         return subprocess.run(argv, capture_output=True, text=True, timeout=300)
 
     def _install_chart(self) -> None:
-        values = helm_values(self.settings)
-        if self.node_images is not None:  # real nodes run the driver image imported into their containerd
+        chart, values = str(chart_dir()), helm_values(self.settings)
+        if self.peer is not None:
+            from cdriver.sim.world.peer import peer_helm_values
+
+            gates = dict(self.settings.feature_gates)
+            if self.settings.imex_mode == IMEX_MODE_HOST_MANAGED:
+                gates.setdefault("HostManagedIMEXDaemon", True)
+            chart = str(self.peer.chart)
+            values = [*peer_helm_values(SIM_DRIVER_ROOT, self.settings.imex_mode, gates),
+                      *self.settings.extra_values]
+        elif self.node_images is not None:  # real nodes run the driver image imported into their containerd
             repository, _, tag = self.node_images.refs["cdriver"].rpartition(":")
             values += ["--set", f"image.repository={repository}", "--set", f"image.tag={tag}"]
-        out = self.helm_cmd("upgrade", "--install", RELEASE, str(chart_dir()), "--namespace", DRIVER_NAMESPACE,
+        out = self.helm_cmd("upgrade", "--install", RELEASE, chart, "--namespace", DRIVER_NAMESPACE,
                             "--create-namespace", *values)
         if out.returncode != 0:
             raise WorldError(f"helm install failed:\n{out.stdout[-2000:]}{out.stderr[-3000:]}")
@@ -400,8 +426,13 @@ class SimWorld:
         return "\n".join(out)
 
 
+#: pod labels that name a driver component: cdriver's chart, upstream's chart
+COMPONENT_LABELS = ("app.kubernetes.io/component", "dra-driver-nvidia-gpu-component")
+
+
 def _component(pod: dict) -> str:
-    return (pod["metadata"].get("labels") or {}).get("app.kubernetes.io/component", "")
+    labels = pod["metadata"].get("labels") or {}
+    return next((labels[key] for key in COMPONENT_LABELS if key in labels), "")
 
 
 def _is_plugin(pod: dict) -> bool:

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -37,6 +37,7 @@ from cdriver.sim.node.simulated.claim_cache import ClaimCache
 from cdriver.sim.node.simulated.claims import PodState, unprepare_pod_claims
 from cdriver.sim.node.simulated.container import run_in_container
 from cdriver.sim.node.simulated.container_store import ContainerStore
+from cdriver.sim.node.simulated.images import ImageContent
 from cdriver.sim.node.simulated.layout import NodeLayout
 from cdriver.sim.node.simulated.leftovers import kill_leftovers
 from cdriver.sim.node.simulated.plugins import PluginManager
@@ -83,7 +84,8 @@ class NodeAgent:
                  labels: dict[str, str] | None = None, capacity: dict[str, str] | None = None,
                  options: NodeOptions | None = None, topology: str | Path | None = None,
                  driver_root: bool = False, profile: str = "gb200", fabric_state: str = "completed",
-                 kubelet_port: int = 10250, pki_dir: str | os.PathLike[str] | None = None) -> None:
+                 kubelet_port: int = 10250, pki_dir: str | os.PathLike[str] | None = None,
+                 images: Iterable[ImageContent] = ()) -> None:
         if isinstance(raw, str):
             from cdriver.kube.client import new_raw_client
 
@@ -101,6 +103,7 @@ class NodeAgent:
         self.fabric_state = fabric_state
         self.kubelet_port = kubelet_port
         self.pki_dir = Path(pki_dir) if pki_dir is not None else None
+        self.images = tuple(images)
         self.kubelet_server: Any = None
         self.log = logging.getLogger(f"cdriver.sim.node.{name}")
         self.recorder = EventRecorder(raw, EVENT_COMPONENT, host=name)
@@ -173,7 +176,7 @@ class NodeAgent:
             node_name=self.name, node_ip=self.ip, layout=self.layout, raw=self.raw, recorder=self.recorder,
             plugins=self.plugins, api_host=host, api_port=port, allocatable=dict(self.capacity),
             options=self.options, path_prefix=[executable_dir()], log=self.log,
-            claims=ClaimCache(self.layout.claim_checkpoint), containers=self.containers)
+            claims=ClaimCache(self.layout.claim_checkpoint), containers=self.containers, images=self.images)
         self._spawn(self._heartbeat_loop, "heartbeat")
         self._spawn(self._housekeeping_loop, "housekeeping")
         self.informer = Informer(self.raw, PODS, field_selector=f"spec.nodeName={self.name}",

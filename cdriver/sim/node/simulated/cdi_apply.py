@@ -4,7 +4,9 @@ Kubelet's rule: a container that lists a pod claim in ``resources.claims`` gets 
 of every prepared device of that claim whose ``request_names`` is empty or contains the
 entry's ``request`` (all devices when the entry names no request). Host paths in CDI specs
 are node paths as the plugin wrote them; they are mapped through the node root
-(`NodeLayout.resolve_external`).
+(`NodeLayout.resolve_external`). CDI hooks are not run: simulated nodes have no hook
+programs, and those drivers' specs carry (the container toolkit's library links and ld-cache
+refresh) change nothing a simulated container reads.
 """
 
 from __future__ import annotations

@@ -280,6 +280,14 @@ def container_env(pod: dict[str, Any], container: dict[str, Any], ctx: EnvContex
     return env
 
 
+def probe_command(container: dict[str, Any], command: list[Any]) -> list[str]:
+    """An exec probe's command with `$(VAR)` expanded as kubelet does it: from the container's
+    static `env` values only (no valueFrom, no envFrom, no service links)."""
+    static = {var.get("name", ""): str(var.get("value") or "") for var in container.get("env") or []
+              if "valueFrom" not in var}
+    return [expand(str(arg), static) for arg in command]
+
+
 def command_line(container: dict[str, Any], env: Mapping[str, str]) -> list[str]:
     """command + args with `$(VAR)` expanded; images are not run, so a command is required."""
     command = [expand(str(a), env) for a in container.get("command") or []]

@@ -50,6 +50,7 @@ from cdriver.sim.node.simulated.container import (
     run_in_container,
 )
 from cdriver.sim.node.simulated.container_store import KeptContainer, KeptPod
+from cdriver.sim.node.simulated.images import find_image
 from cdriver.sim.node.simulated.runtime import NodeOptions as NodeOptions  # re-exported (older import path)
 from cdriver.sim.node.simulated.runtime import NodeRuntime
 from cdriver.sim.node.simulated.volumes import BindMount, PodVolumes, VolumeContext, VolumeError, container_mounts
@@ -119,6 +120,10 @@ class LiveContainer:
     def stop_probes(self) -> None:
         for p in self.probes:
             p.stop()
+
+
+#: the node log's line per NodePrepareResources call (benchmarks read its duration)
+PREPARE_TIMING = "NodePrepareResources timing:"
 
 
 class PodWorker:
@@ -377,9 +382,12 @@ class PodWorker:
             client = self.rt.plugins.client(driver)
             if client is None:
                 raise DRAError(f"DRA driver {driver} is not registered on node {self.rt.node_name}")
+            started = time.monotonic()
             result = client.prepare(refs, timeout=self.rt.options.prepare_timeout)
             errors = [f"NodePrepareResources failed for ResourceClaim {ref.name}: {result[ref.uid].error}"
                       for ref in refs if result[ref.uid].error]
+            self.rt.log.info("%s %s claims=%d errors=%d took_ms=%.1f", PREPARE_TIMING, driver, len(refs),
+                             len(errors), (time.monotonic() - started) * 1000)
             if errors:
                 raise DRAError("; ".join(errors))
             for ref in refs:
@@ -396,16 +404,17 @@ class PodWorker:
         record = self.records[name]
         first_run = name not in self.state.started
         pod = self._pod()
+        image = find_image(self.rt.images, container.get("image", ""))
         try:
             ctx = envmod.EnvContext(
                 node_name=self.rt.node_name, host_ip=self.rt.node_ip, pod_ip=self.rt.node_ip,
                 api_host=self.rt.api_host, api_port=self.rt.api_port, node_allocatable=self.rt.allocatable,
                 services=self.rt.services(self.namespace) if (pod.get("spec") or {}).get("enableServiceLinks", True)
                 else [], get_configmap=self.rt.get_configmap, get_secret=self.rt.get_secret,
-                path_prefix=self.rt.path_prefix)
+                path_prefix=[*(image.path if image else ()), *self.rt.path_prefix])
             env = envmod.container_env(pod, container, ctx)
             argv = envmod.command_line(container, env)
-            mounts = container_mounts(container, self.volume_paths, env)
+            mounts = (image.mounts() if image else []) + container_mounts(container, self.volume_paths, env)
             if not any(m.target == "/etc/hosts" for m in mounts):
                 mounts.append(BindMount(str(self.rt.layout.pod_hosts_file(self.uid)), "/etc/hosts"))
             ids = container_cdi_ids(container, self.prepared)
@@ -463,7 +472,7 @@ class PodWorker:
 
         def make_check(probe: dict[str, Any]) -> Callable[[float], tuple[bool, str]]:
             if "exec" in probe:
-                command = list((probe["exec"] or {}).get("command") or [])
+                command = envmod.probe_command(container, list((probe["exec"] or {}).get("command") or []))
 
                 def run(cmd: list[str], timeout: float) -> Any:
                     return run_in_container(live.proc.init_pid, cmd, live.env, live.working_dir, timeout)

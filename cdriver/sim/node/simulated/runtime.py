@@ -16,6 +16,7 @@ from cdriver.kube.events import EventRecorder
 from cdriver.kube.raw import RESOURCES, RawClient
 from cdriver.sim.node.simulated.claim_cache import ClaimCache
 from cdriver.sim.node.simulated.container_store import ContainerStore
+from cdriver.sim.node.simulated.images import ImageContent
 from cdriver.sim.node.simulated.layout import NodeLayout
 from cdriver.sim.node.simulated.plugins import PluginManager
 
@@ -64,6 +65,8 @@ class NodeRuntime:
     claims: ClaimCache
     #: containers kept running while the agent restarts
     containers: ContainerStore = field(default_factory=ContainerStore)
+    #: what the node provides for container images (executables on PATH, image files)
+    images: tuple[ImageContent, ...] = ()
     cdi_lock: threading.Lock = field(default_factory=threading.Lock)
     _cdi: CDIRegistry | None = None
 

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Build the upstream ComputeDomain driver binaries (compute-domain-controller,
+# compute-domain-kubelet-plugin, compute-domain-daemon) from its source tarball, for
+# side-by-side runs against cdriver (bench/versus.py, the e2e parametrised over the driver).
+#
+# Usage: hack/peer/build.sh [TARBALL]   (default: $CDRIVER_PEER_TARBALL, else the newest
+#        dra-driver-nvidia-gpu-*.tar.xz in ../shared/peers relative to the repository root)
+# Output: ${XDG_CACHE_HOME:-$HOME/.cache}/cdriver/peer-<tarball sha256 prefix>/
+#   bin/      the three binaries;  src/  the extracted tree (its chart is read from there)
+# A finished build (.complete marker) is reused; concurrent runs serialise on a lock file.
+# Prints  peer=<dir>  on the last line.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/cdriver"
+log() { echo "[build-peer] $*" >&2; }
+
+tarball="${1:-${CDRIVER_PEER_TARBALL:-}}"
+if [[ -z "$tarball" ]]; then
+  tarball="$(ls -1t "$ROOT"/../shared/peers/dra-driver-nvidia-gpu-*.tar.xz 2>/dev/null | head -n1 || true)"
+fi
+if [[ -z "$tarball" || ! -f "$tarball" ]]; then
+  log "upstream source tarball not found: pass its path as the first argument or set"
+  log "CDRIVER_PEER_TARBALL to a dra-driver-nvidia-gpu-<commit>.tar.xz (source with vendor/)"
+  exit 2
+fi
+command -v go >/dev/null 2>&1 || { log "Go was not found on PATH: install Go 1.26 or newer"; exit 3; }
+command -v gcc >/dev/null 2>&1 || { log "gcc was not found on PATH: the kubelet plugin needs cgo"; exit 3; }
+
+sum="$(sha256sum "$tarball" | cut -c1-16)"
+out="$CACHE_ROOT/peer-$sum"
+mkdir -p "$CACHE_ROOT"
+exec 9>"$out.lock"
+if ! flock -n 9; then
+  log "another build holds $out.lock; waiting for it"
+  flock 9
+fi
+if [[ -f "$out/.complete" ]]; then
+  log "cached in $out"
+else
+  tmp="$out.tmp.$$"
+  trap 'rm -rf "$tmp"' EXIT
+  trap 'exit 130' INT TERM
+  rm -rf "$tmp"; mkdir -p "$tmp/src" "$tmp/bin"
+  log "building $(basename "$tarball") into $out (about 2-4 minutes on 2 cores)"
+  start=$SECONDS
+  tar -xJf "$tarball" -C "$tmp/src" --strip-components=1
+  if ! (cd "$tmp/src" && GOWORK=off GOTOOLCHAIN=local CGO_ENABLED=1 \
+        GOFLAGS="-mod=vendor -buildvcs=false" \
+        CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" go build -trimpath -ldflags "-s -w" -o "$tmp/bin/" ./cmd/compute-domain-controller \
+          ./cmd/compute-domain-kubelet-plugin ./cmd/compute-domain-daemon); then
+    log "build FAILED"; exit 1
+  fi
+  for b in compute-domain-controller compute-domain-kubelet-plugin compute-domain-daemon; do
+    [[ -x "$tmp/bin/$b" ]] || { log "missing binary $b"; exit 1; }
+  done
+  touch "$tmp/.complete"
+  rm -rf "$out"; mv "$tmp" "$out"
+  trap - EXIT
+  log "built in $((SECONDS - start)) s"
+fi
+exec 9>&-
+echo "peer=$out"
