@@ -357,6 +357,7 @@ def chart(ratio: dict[str, float], path: Path) -> str:
     ax.barh(labels[::-1], values[::-1], color=["tab:green" if v <= 1.0 else "tab:red" for v in values[::-1]])
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # minor labels overlap
     ax.set_xlabel("cdriver / upstream (below 1: cdriver better)")
     ax.set_title("cdriver / upstream driver: simulated nodes, kubelet timings")
     fig.tight_layout()
