@@ -211,7 +211,9 @@ def assert_refused_and_untouched(path: Path, want: dict[str, dict]) -> bool:
         got = {uid: rec.to_dict() for uid, rec in store.read().claims.items()}
     except CheckpointError as exc:
         refused = True
-        assert str(path) in str(exc) and "move it aside" in str(exc), str(exc)
+        # names the file and the recovery: a plugin restart moves it aside and rebuilds, deleting nothing
+        assert str(path) in str(exc) and "restart the kubelet plugin" in str(exc), str(exc)
+        assert "moves the file aside" in str(exc) and "deleting none" in str(exc), str(exc)
         with pytest.raises(CheckpointError):
             with store.locked() as cp:
                 cp.claims["new"] = ClaimRecord(uid="new")
