@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from cdriver.api import constants
+from cdriver.api import resources as api_resources  # registers the CRDs in RESOURCES
 from cdriver.api.types import ComputeDomain, ComputeDomainClique, ValidationError
 from cdriver.kube.raw import RESOURCES
 
@@ -120,6 +121,7 @@ def test_names_match_the_api_and_add_short_names(cd_crd, clique_crd):
         assert (v["name"], v["served"], v["storage"]) == (constants.VERSION, True, True)
         res = RESOURCES[plural]
         assert (res.group, res.version, res.kind) == (constants.GROUP, constants.VERSION, kind)
+    assert RESOURCES[constants.PLURAL_COMPUTE_DOMAINS] is api_resources.COMPUTE_DOMAINS
     assert version(cd_crd)["subresources"] == {"status": {}}
     assert "subresources" not in version(clique_crd)
 
