@@ -8,6 +8,7 @@ import json
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -64,3 +65,50 @@ def test_upstream_reads_the_checkpoint_cdriver_leaves(upstream_reader: Path,
     assert view["claims"] == {uid_of(prepared): {
         "state": "PrepareCompleted", "name": prepared["metadata"]["name"], "namespace": namespace,
         "devices": [f"{node.name}/channel-0"]}}
+
+
+def upstream_written(reader: Path, claims: dict) -> str:
+    out = subprocess.run([str(reader), "write"], input=json.dumps({"nodeBootID": read_boot_id(), "claims": claims}),
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+@pytest.mark.timeout(1800)
+def test_plugin_takes_over_upstreams_checkpoint_and_hands_it_back(upstream_reader: Path, cluster: Any,
+                                                                   raw: RawClient, namespace: str, node: SimNode,
+                                                                   driver_ns: str) -> None:
+    from cdriver.api.constants import CDI_KIND_CLAIM
+
+    cd = make_cd(raw, namespace)
+    set_clique_ready(raw, driver_ns, cd, node)
+    old = allocated_claim(raw, namespace, node.name, channel_params(cd))
+    old_cdi = f"{CDI_KIND_CLAIM}={uid_of(old)}-channel-0"
+    # What the upstream plugin left: the claim prepared, for a pod that is still running.
+    base = Path(f"/tmp/kpu-{uid_of(old)[:6]}")
+    plugin = PluginProcess(node, Path(cluster.kubeconfig), driver_ns, base)
+    plugin.plugin_dir.mkdir(parents=True)
+    (plugin.plugin_dir / CHECKPOINT_FILE_NAME).write_text(upstream_written(upstream_reader, {uid_of(old): {
+        "state": "PrepareCompleted", "name": old["metadata"]["name"], "namespace": namespace,
+        "domainID": uid_of(cd), "devices": [{"type": "channel", "id": 0, "pool": node.name, "device": "channel-0",
+                                             "requests": ["channel"], "cdiDeviceIDs": [old_cdi]}]}}))
+    try:
+        plugin.start()
+        kubelet = Kubelet(plugin)
+        # Kubelet asks again after the switch: the same devices, nothing prepared anew.
+        again = kubelet.prepare(old)[uid_of(old)]
+        assert again.error == "" and [list(d.cdi_device_ids) for d in again.devices] == [[old_cdi]]
+        # The running workload keeps its channel: another claim cannot take channel 0.
+        new = allocated_claim(raw, namespace, node.name, channel_params(cd))
+        assert f"channel 0 already allocated by claim {uid_of(old)}" in kubelet.prepare(new)[uid_of(new)].error
+        # The old claim's pod ends: unprepare works, and a new claim gets the channel.
+        assert kubelet.unprepare(old) == {uid_of(old): ""}
+        assert kubelet.prepare(new)[uid_of(new)].error == ""
+        assert plugin.stop() == 0
+
+        view = upstream_view(upstream_reader, plugin.plugin_dir / CHECKPOINT_FILE_NAME)
+        assert view["claims"] == {uid_of(new): {"state": "PrepareCompleted", "name": new["metadata"]["name"],
+                                                "namespace": namespace, "devices": [f"{node.name}/channel-0"]}}
+    finally:
+        plugin.stop()
+        subprocess.run(["rm", "-rf", str(base)], check=False)
