@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from cdriver.api.constants import LABEL_COMPUTE_DOMAIN
 from cdriver.checkpoint import read_boot_id
-from cdriver.kube.raw import RawClient
+from cdriver.kube.raw import RESOURCES, RawClient
 from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME
 from tests.integration import test_kubelet_plugin as kp
 from tests.integration.test_kubelet_plugin import (
@@ -80,6 +81,8 @@ def test_plugin_takes_over_upstreams_checkpoint_and_hands_it_back(upstream_reade
                                                                    driver_ns: str) -> None:
     from cdriver.api.constants import CDI_KIND_CLAIM
 
+    # The node serves this test's domain only (the first test's claim was never unprepared).
+    raw.patch(RESOURCES["nodes"], node.name, {"metadata": {"labels": {LABEL_COMPUTE_DOMAIN: None}}})
     cd = make_cd(raw, namespace)
     set_clique_ready(raw, driver_ns, cd, node)
     old = allocated_claim(raw, namespace, node.name, channel_params(cd))
