@@ -17,7 +17,8 @@ $(VENV)/.installed: pyproject.toml
 control-plane:
 	hack/kube/build.sh all
 	hack/kube/build.sh kube-1.33  # the oldest Kubernetes minor the tests cover
-	hack/peer-checkpoint/build.sh  # upstream's checkpoint reader, from its source tarball
+	@# upstream's checkpoint reader, from upstream's source tarball (exit 4: no tarball here; its test says so)
+	hack/peer-checkpoint/build.sh || [ $$? -eq 4 ]
 
 # what real nodes run: kubelet, containerd (+ ctr, runc shim), CNI plugins (built, cached), runc (Debian)
 node-parts:

@@ -3,24 +3,19 @@
 # taken at build time from the upstream source tarball (see ../../README.md, "Migrating from the
 # upstream driver"). Nothing of upstream is kept in this repository.
 #
-# Source: ${CDRIVER_PEERS_DIR:-<repo>/../shared/peers}/dra-driver-nvidia-gpu-*.tar.xz
+# Source: the upstream source tarball hack/peer/tarball.sh finds
 # Output: ${XDG_CACHE_HOME:-$HOME/.cache}/cdriver/upstream-checkpoint-reader-<hash>/upstream-checkpoint-reader
-# Prints the binary's path on its last line. Exit 3: no tarball (nothing to build from).
+# Prints the binary's path on its last line. Exit 4: no tarball (nothing to build from).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-PEERS="${CDRIVER_PEERS_DIR:-$HERE/../../../shared/peers}"
 CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/cdriver"
 FILES=(checkpoint.go checkpointv.go checkpoint_legacy.go prepared.go types.go deviceinfo.go)
 export GOWORK=off GOTOOLCHAIN=local GOFLAGS="-mod=vendor -buildvcs=false" CGO_ENABLED=0
 
 log() { echo "[upstream-checkpoint-reader] $*" >&2; }
 
-tarball="$(ls "$PEERS"/dra-driver-nvidia-gpu-*.tar.xz 2>/dev/null | head -n1 || true)"
-if [[ -z "$tarball" ]]; then
-  log "no upstream source tarball in $PEERS: set CDRIVER_PEERS_DIR to the folder holding dra-driver-nvidia-gpu-*.tar.xz"
-  exit 3
-fi
+tarball="$("$HERE/../peer/tarball.sh")" || exit $?
 key="$(cat "$HERE/main.go" "$HERE/build.sh" | sha256sum | cut -c1-8)-$(basename "$tarball" .tar.xz | sed 's/.*-//')"
 out="$CACHE_ROOT/upstream-checkpoint-reader-$key"
 mkdir -p "$CACHE_ROOT"

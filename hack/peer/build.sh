@@ -3,8 +3,8 @@
 # compute-domain-kubelet-plugin, compute-domain-daemon) from its source tarball, for
 # side-by-side runs against cdriver (bench/versus.py, the e2e parametrised over the driver).
 #
-# Usage: hack/peer/build.sh [TARBALL]   (default: $CDRIVER_PEER_TARBALL, else the newest
-#        dra-driver-nvidia-gpu-*.tar.xz in ../shared/peers relative to the repository root)
+# Usage: hack/peer/build.sh [TARBALL]   (default: what hack/peer/tarball.sh finds; exit 4 when
+#        there is no tarball)
 # Output: ${XDG_CACHE_HOME:-$HOME/.cache}/cdriver/peer-<tarball sha256 prefix>/
 #   bin/      the three binaries;  src/  the extracted tree (its chart is read from there)
 # A finished build (.complete marker) is reused; concurrent runs serialise on a lock file.
@@ -16,15 +16,11 @@ ROOT="$(cd "$HERE/../.." && pwd)"
 CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/cdriver"
 log() { echo "[build-peer] $*" >&2; }
 
-tarball="${1:-${CDRIVER_PEER_TARBALL:-}}"
+tarball="${1:-}"
 if [[ -z "$tarball" ]]; then
-  tarball="$(ls -1t "$ROOT"/../shared/peers/dra-driver-nvidia-gpu-*.tar.xz 2>/dev/null | head -n1 || true)"
+  tarball="$("$HERE/tarball.sh")" || { rc=$?; log "nothing to build: no upstream source tarball"; exit "$rc"; }
 fi
-if [[ -z "$tarball" || ! -f "$tarball" ]]; then
-  log "upstream source tarball not found: pass its path as the first argument or set"
-  log "CDRIVER_PEER_TARBALL to a dra-driver-nvidia-gpu-<commit>.tar.xz (source with vendor/)"
-  exit 2
-fi
+[[ -f "$tarball" ]] || { log "$tarball: no such file"; exit 4; }
 command -v go >/dev/null 2>&1 || { log "Go was not found on PATH: install Go 1.26 or newer"; exit 3; }
 command -v gcc >/dev/null 2>&1 || { log "gcc was not found on PATH: the kubelet plugin needs cgo"; exit 3; }
 

@@ -16,6 +16,7 @@ from cdriver.api.constants import LABEL_COMPUTE_DOMAIN
 from cdriver.checkpoint import read_boot_id
 from cdriver.kube.raw import RESOURCES, RawClient
 from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME
+from cdriver.sim.world.peer import EXIT_NO_TARBALL
 from tests.integration import test_kubelet_plugin as kp
 from tests.integration.test_kubelet_plugin import (
     Kubelet,
@@ -38,6 +39,8 @@ BUILD = Path(__file__).resolve().parents[2] / "hack" / "peer-checkpoint" / "buil
 @pytest.fixture(scope="module")
 def upstream_reader() -> Path:
     out = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True, timeout=1500)
+    if out.returncode == EXIT_NO_TARBALL:  # an input this repository cannot carry (upstream's code)
+        pytest.skip(f"upstream's checkpoint reader cannot be built here: {out.stderr.strip()[-500:]}")
     if out.returncode != 0:
         pytest.fail(f"building upstream's checkpoint reader failed ({BUILD}):\n{out.stderr[-3000:]}", pytrace=False)
     return Path(out.stdout.strip().splitlines()[-1])

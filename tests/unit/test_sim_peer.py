@@ -73,3 +73,18 @@ def test_values_select_compute_domains_only_and_point_at_the_driver_root() -> No
     assert settings["resources.computeDomains.imex.mode"] == "hostManaged"
     assert settings["altProcDevices"] == "/run/nvidia/driver/proc/devices"
     assert settings["featureGates.HostManagedIMEXDaemon"] == "true"
+
+
+def test_the_source_tarball_is_found_from_the_environment_or_missing_names_the_fix(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tarball = tmp_path / "dra-driver-nvidia-gpu-0123abcd.tar.xz"
+    tarball.write_bytes(b"")
+    monkeypatch.delenv("CDRIVER_PEER_TARBALL", raising=False)
+    monkeypatch.setenv("CDRIVER_PEERS_DIR", str(tmp_path))
+    assert peer.find_source_tarball() == tarball
+    monkeypatch.setenv("CDRIVER_PEERS_DIR", str(tmp_path / "elsewhere"))
+    with pytest.raises(peer.PeerSourceMissing, match="CDRIVER_PEERS_DIR="):
+        peer.find_source_tarball()
+    monkeypatch.setenv("CDRIVER_PEER_TARBALL", str(tmp_path / "missing.tar.xz"))
+    with pytest.raises(peer.PeerSourceMissing, match="is not a file"):
+        peer.find_source_tarball()

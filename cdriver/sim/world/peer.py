@@ -43,6 +43,23 @@ class PeerError(CdriverError):
     """The upstream driver could not be built or found."""
 
 
+class PeerSourceMissing(PeerError):
+    """There is no upstream source tarball on this machine to build the upstream driver from."""
+
+
+#: build.sh's exit status when it finds no source tarball (hack/peer/tarball.sh)
+EXIT_NO_TARBALL = 4
+
+
+def find_source_tarball() -> Path:
+    """The upstream source tarball hack/peer/tarball.sh finds; PeerSourceMissing naming the fix."""
+    script = build_script().parent / "tarball.sh"
+    out = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        raise PeerSourceMissing(out.stderr.strip() or f"{script} exited {out.returncode}")
+    return Path(out.stdout.strip())
+
+
 @dataclass(frozen=True)
 class PeerBuild:
     """A finished build: binaries and the source tree they were built from."""
@@ -107,7 +124,9 @@ def peer_build(echo: bool = True) -> PeerBuild:
         tail.append(line.rstrip("\n"))
         if echo and not line.startswith("peer="):
             print(line, end="", flush=True)
-    if proc.wait() != 0:
+    if proc.wait() == EXIT_NO_TARBALL:
+        raise PeerSourceMissing("\n".join(tail))
+    if proc.returncode != 0:
         raise PeerError(f"building the upstream driver with {script} failed (exit {proc.returncode}):\n"
                         + "\n".join(tail))
     root = parse_peer_line("".join(output))
