@@ -254,13 +254,15 @@ def test_unix_socket_probe_in_host_managed_form(world: World) -> None:
         (lambda t: t.replace("DAEMONIZE=0", "DAEMONIZE 0"), "expected KEY=value"),
         (lambda t: t.replace("IMEX_CMD_PORT=", "IMEX_CMD_PORT=x"), "IMEX_CMD_PORT="),
         (lambda t: t.replace("IMEX_NODE_CONFIG_FILE=", "IMEX_NODE_CONFIG_FILE=/nonexistent"), "nodes config"),
-        (lambda t: t.replace("IMEX_CMD_BIND_INTERFACE_IP=127.0.1.1", "IMEX_CMD_BIND_INTERFACE_IP="),
+        (lambda t: t.replace(f"IMEX_CMD_BIND_INTERFACE_IP={A_IP}\n", "IMEX_CMD_BIND_INTERFACE_IP=\n"),
          "cannot tell which nodes config entry is this node"),
     ],
 )
 def test_broken_config_exits_with_one_clear_line(world: World, mutate, fragment) -> None:
     cfg = world.config("a", A_IP, ["10.99.0.1", "10.99.0.2"])
-    cfg.write_text(mutate(cfg.read_text()))
+    text = cfg.read_text()
+    assert mutate(text) != text, "the mutation must break the config it is given"
+    cfg.write_text(mutate(text))
     proc = world.start(cfg)
     assert proc.wait(15) == 1
     log = world.log(cfg)
