@@ -52,6 +52,7 @@ class RealNetwork:
 
     def start_proxy(self) -> None:
         """The API server's egress proxy (start it before the API server's first kubelet call)."""
+        self.proxy_socket.parent.mkdir(parents=True, exist_ok=True)  # a fresh world's directory
         self.proxy = ConnectProxy(self.proxy_socket)
         self.proxy.start()
 
