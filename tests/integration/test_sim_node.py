@@ -648,7 +648,14 @@ def test_restarted_agent_keeps_its_containers_running_and_keeps_counting_restart
     before = container_status(wait_for(lambda: pod_ready(raw, namespace, "survivor"), 30, "the pod before the restart"))
     first = node.container_pid(namespace, "survivor", "main")
     node.restart()
-    assert node.container_pid(namespace, "survivor", "main") == first  # the same process, taken back
+    # the new pod worker takes the running container back (it starts from the pod list, like kubelet)
+    def taken_back() -> int | None:
+        worker = node.worker(namespace, "survivor")
+        live = worker.container_info("main") if worker else None
+        return live.proc.pid if live else None
+
+    taken = wait_for(taken_back, 30, "the container to be taken back")
+    assert taken == first  # the same process, not a new one
     assert first is not None and Path(f"/proc/{first}").exists()
     pod = wait_for(lambda: pod_ready(raw, namespace, "survivor"), 30, "the pod to be Ready after the restart")
     after = container_status(pod)

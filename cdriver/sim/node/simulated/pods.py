@@ -268,6 +268,9 @@ class PodWorker:
             self.state.start_time = (self._pod().get("status") or {}).get("startTime") or st.rfc3339(st.now_utc())
         self._save_state()
         self._take_kept()
+        # kubelet sets the pod's status at the start of a sync, before it prepares the pod's claims,
+        # so an event about a failed Prepare never precedes the Pending/ContainerCreating status
+        self._post_status()
         while True:
             if self._shutdown:
                 if self._keep_containers:
