@@ -1,10 +1,14 @@
-"""cdriver on the oldest Kubernetes minor it supports.
+"""cdriver on the oldest Kubernetes minors it supports.
 
 A real Kubernetes 1.33 control plane (built like the default one) with dynamic resource
-allocation turned on as a 1.32/1.33 cluster has it: beta, serving resource.k8s.io/v1beta1 only.
-The chart installs with v1beta1 DeviceClasses and its admission policy reads v1beta1 claims;
-the controller writes claim templates, the plugin publishes its ResourceSlice and prepares a
-claim that the 1.33 scheduler allocated from it.
+allocation turned on (beta, off by default there). It first serves resource.k8s.io/v1beta1
+only, as 1.32 does: the chart installs with v1beta1 DeviceClasses and its admission policy
+reads v1beta1 claims; the controller writes claim templates, the plugin publishes its
+ResourceSlice and prepares a claim that the 1.33 scheduler allocated from it. Then the API
+server is restarted serving v1beta2 too, as 1.33 is set up for DRA (its own scheduler and node
+authorizer read v1beta1, so a 1.33 API server without v1beta1 never gets ready): cdriver must
+speak v1beta2 there, whose shapes differ from v1beta1's (no ``basic`` device wrapper; single-class
+requests nested under ``exactly``), and the same flow runs again.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ pytestmark = pytest.mark.integration
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "cdriver"
 BETA = "/apis/resource.k8s.io/v1beta1"
+ONLY_V1BETA1 = ("v1beta1",)
+BOTH_BETAS = ("v1beta1", "v1beta2")
 RELEASE = "old"
 TEMPLATES, CLAIMS, PODS = RESOURCES["resourceclaimtemplates"], RESOURCES["resourceclaims"], RESOURCES["pods"]
 
@@ -50,15 +56,26 @@ def old_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     except CdriverError as exc:
         pytest.fail(f"the Kubernetes 1.33 control plane could not be built:\n{exc}", pytrace=False)
     local = LocalCluster(run_dir=tmp_path_factory.mktemp("kube-1.33") / "run", binaries=binaries,
-                         extra_args=dra_beta_args(("v1beta1",)))
+                         extra_args=dra_beta_args(ONLY_V1BETA1))
     local.start()
     yield local
     local.stop()
 
 
+def serve(cluster: Any, versions: tuple[str, ...]) -> RawClient:
+    """The API server serving the resource.k8s.io `versions` (restarted if it serves others),
+    and a new client for it (a client picks its version once)."""
+    from cdriver.sim.controlplane.cluster import APISERVER, dra_beta_args
+
+    wanted = dra_beta_args(versions)[APISERVER]
+    if cluster.extra_args[APISERVER] != wanted:
+        cluster.restart_with(APISERVER, wanted)
+    return RawClient(cluster.api_client())
+
+
 @pytest.fixture(scope="module")
 def old_raw(old_cluster: Any) -> RawClient:
-    return old_cluster.raw
+    return serve(old_cluster, ONLY_V1BETA1)
 
 
 @pytest.fixture(scope="module")
@@ -83,10 +100,11 @@ def workload_ns(old_cluster: Any, old_raw: RawClient) -> Iterator[str]:
         old_raw.delete(PODS, pod["metadata"]["name"], name, grace_period_seconds=0)
 
 
-def test_server_serves_only_v1beta1(old_raw: RawClient) -> None:
-    assert old_raw.served_version() == "v1beta1"
+def test_server_serves_only_v1beta1(old_cluster: Any) -> None:
+    raw = serve(old_cluster, ONLY_V1BETA1)
+    assert raw.served_version() == "v1beta1"
     with pytest.raises(ApiError) as err:
-        old_raw.request("GET", "/apis/resource.k8s.io/v1/deviceclasses")
+        raw.request("GET", "/apis/resource.k8s.io/v1/deviceclasses")
     assert err.value.not_found
 
 
@@ -115,8 +133,32 @@ def test_chart_installs_beta_device_classes_and_its_policy_reads_beta_claims(
     assert "is reserved for the IMEX daemons" in message
 
 
-def test_controller_and_plugin_work_against_1_33(old_cluster: Any, old_raw: RawClient, release_ns: str,
-                                                  workload_ns: str, tmp_path: Path) -> None:
+def wire_request(version: str, device_class: str) -> dict:
+    """A single-class claim request as `version` has it on the wire."""
+    if version == "v1beta1":
+        return {"name": "channel", "deviceClassName": device_class, "allocationMode": "ExactCount", "count": 1}
+    return {"name": "channel", "exactly": {"deviceClassName": device_class, "allocationMode": "ExactCount",
+                                           "count": 1}}
+
+
+def wire_device(version: str, name: str, attributes: dict) -> dict:
+    """A ResourceSlice device as `version` has it on the wire."""
+    return {"name": name, "basic": {"attributes": attributes}} if version == "v1beta1" \
+        else {"name": name, "attributes": attributes}
+
+
+def written_in(obj: dict) -> set[str]:
+    """The API versions its writers used (the server records one per field manager)."""
+    return {m["apiVersion"] for m in obj["metadata"]["managedFields"]}
+
+
+@pytest.mark.parametrize("served", [ONLY_V1BETA1, BOTH_BETAS], ids=["v1beta1", "v1beta1+v1beta2"])
+def test_controller_and_plugin_work_against_1_33(old_cluster: Any, release_ns: str, workload_ns: str,
+                                                  tmp_path: Path, served: tuple[str, ...]) -> None:
+    raw = serve(old_cluster, served)
+    version = served[-1]
+    assert raw.served_version() == version, "the newest beta the server serves"
+    api = f"/apis/resource.k8s.io/{version}"
     controller_log = tmp_path / "controller.log"
     with open(controller_log, "ab") as log:
         controller = subprocess.Popen(
@@ -124,58 +166,60 @@ def test_controller_and_plugin_work_against_1_33(old_cluster: Any, old_raw: RawC
              "--namespace", release_ns, "--daemon-image", "cdriver:test"], stdout=log, stderr=subprocess.STDOUT)
     base = Path(f"/tmp/kpo-{uuid.uuid4().hex[:6]}")
     base.mkdir()
-    sim = _sim_node(old_raw, base, fabric=True)
+    sim = _sim_node(raw, base, fabric=True)
     plugin = PluginProcess(sim, Path(old_cluster.kubeconfig), release_ns, base / "plugin")
     plugin.base.mkdir()
     try:
-        # The controller writes the workload's claim template: v1beta1 on the wire.
-        cd = make_cd(old_raw, workload_ns)
+        # The controller writes the workload's claim template in the served version's shape.
+        cd = make_cd(raw, workload_ns)
         template_name = cd["spec"]["channel"]["resourceClaimTemplate"]["name"]
-        wire = wait_for(lambda: _get_or_none(old_raw, f"{BETA}/namespaces/{workload_ns}/resourceclaimtemplates/"
+        wire = wait_for(lambda: _get_or_none(raw, f"{api}/namespaces/{workload_ns}/resourceclaimtemplates/"
                                              f"{template_name}"), 30,
                         f"the workload claim template\n{controller_log.read_text()[-3000:]}")
-        (request,) = wire["spec"]["spec"]["devices"]["requests"]
-        assert request["deviceClassName"] == constants.DEVICE_CLASS_DEFAULT_CHANNEL and "exactly" not in request
+        assert written_in(wire) == {f"resource.k8s.io/{version}"}
+        assert wire["spec"]["spec"]["devices"]["requests"] == [
+            wire_request(version, constants.DEVICE_CLASS_DEFAULT_CHANNEL)]
         assert wire["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]["domainID"] == uid_of(cd)
 
-        # The plugin publishes the node's slice: v1beta1 devices under "basic".
+        # The plugin publishes the node's slice, in the served version's shape too.
         plugin.start()
 
         def slices() -> list[dict]:
-            return old_raw.request("GET", f"{BETA}/resourceslices",
-                                   query={"fieldSelector": f"spec.nodeName={sim.name}"})["items"]
+            return raw.request("GET", f"{api}/resourceslices",
+                               query={"fieldSelector": f"spec.nodeName={sim.name}"})["items"]
 
         (published,) = wait_for(slices, 20, f"the node's ResourceSlice\n{plugin.log_tail()}")
+        assert written_in(published) == {f"resource.k8s.io/{version}"}
         assert published["spec"]["devices"] == [
-            {"name": "channel-0", "basic": {"attributes": {"type": {"string": "channel"}, "id": {"int": 0}}}},
-            {"name": "daemon-0", "basic": {"attributes": {"type": {"string": "daemon"}, "id": {"int": 0}}}}]
+            wire_device(version, "channel-0", {"type": {"string": "channel"}, "id": {"int": 0}}),
+            wire_device(version, "daemon-0", {"type": {"string": "daemon"}, "id": {"int": 0}})]
 
         # The 1.33 scheduler allocates channel-0 to a pod of the template; the plugin prepares it.
-        old_raw.create(PODS, {"metadata": {"name": "workload", "namespace": workload_ns}, "spec": {
+        raw.create(PODS, {"metadata": {"name": "workload", "namespace": workload_ns}, "spec": {
             "nodeSelector": {"kubernetes.io/hostname": sim.name},
             "resourceClaims": [{"name": "imex", "resourceClaimTemplateName": template_name}],
             "containers": [{"name": "main", "image": "busybox", "resources": {"claims": [{"name": "imex"}]}}]}},
             workload_ns)
 
         def allocated() -> dict | None:
-            claims = old_raw.list(CLAIMS, workload_ns)["items"]
+            claims = raw.list(CLAIMS, workload_ns)["items"]
             return claims[0] if claims and (claims[0].get("status") or {}).get("allocation") else None
 
         claim = wait_for(allocated, 30, "the scheduler to allocate the workload's claim")
         (result,) = claim["status"]["allocation"]["devices"]["results"]
         assert (result["driver"], result["pool"], result["device"]) == (constants.DRIVER_NAME, sim.name, "channel-0")
         assert claim["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] \
-            == constants.DEVICE_CLASS_DEFAULT_CHANNEL, "cdriver's client reads v1beta1 claims as v1"
+            == constants.DEVICE_CLASS_DEFAULT_CHANNEL, f"cdriver's client reads {version} claims as v1"
 
         kubelet = Kubelet(plugin)
         waiting = kubelet.prepare(claim)[uid_of(claim)]
         assert "is not ready on node" in waiting.error
-        assert node_label(old_raw, sim) == uid_of(cd)
+        assert node_label(raw, sim) == uid_of(cd)
         # No daemon pod runs here, so the controller would (rightly) demote a clique entry written
         # for it; its part is proven above: stop it before standing in for the daemon.
         controller.terminate()
         assert controller.wait(15) == 0, controller_log.read_text()[-3000:]
-        set_clique_ready(old_raw, release_ns, cd, sim)
+        set_clique_ready(raw, release_ns, cd, sim)
         ready = kubelet.prepare(claim)[uid_of(claim)]
         assert ready.error == ""
         (device,) = ready.devices

@@ -635,6 +635,15 @@ class LocalCluster:
         """Crash (or gracefully stop) kube-apiserver and bring it back; waits for /readyz."""
         self.restart(APISERVER, kill=kill)
 
+    def restart_with(self, component: str, extra: list[str]) -> None:
+        """Restart one component with `extra` in place of its `extra_args` (e.g. the API server
+        with another --runtime-config); the data in etcd stays."""
+        proc = self._component(component)
+        old = self.extra_args.get(component, [])
+        proc.argv = [*proc.argv[:len(proc.argv) - len(old)], *extra]
+        self.extra_args[component] = list(extra)
+        self.restart(component)
+
     def dead_components(self) -> list[str]:
         return [name for name in COMPONENTS if name in self._procs and not self._procs[name].alive]
 
