@@ -4,8 +4,12 @@ ComputeDomain CRD (the upstream driver's, without cdriver's status fields) is re
 from __future__ import annotations
 
 import copy
+import json
+import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -15,7 +19,8 @@ import yaml
 
 from cdriver.api import constants
 from cdriver.api.resources import COMPUTE_DOMAINS
-from cdriver.kube.raw import RESOURCES, RawClient
+from cdriver.kube.raw import RESOURCES, RawClient, Resource
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -109,3 +114,65 @@ def test_chart_hook_applies_exactly_the_charts_crds() -> None:
     assert pod["serviceAccountName"] == "rel-cdriver-crds"
     assert pod["containers"][0]["command"] == ["cdriver", "crds", "apply", "-f", "/crds"]
     assert pod["volumes"][0]["configMap"]["name"] == "rel-cdriver-crds"
+
+
+JOBS = Resource("batch", "v1", "jobs", True, "Job")
+
+
+def test_upgrade_hook_job_replaces_older_crds_on_a_node(cluster: Any, raw: RawClient, chart_crds: None) -> None:
+    """`helm upgrade --set crds.upgradeJob.enabled=true` over a release whose CRDs are the
+    upstream driver's: the hook Job runs `cdriver crds apply` on a node, the CRDs gain cdriver's
+    status fields, the release is upgraded and the hook's objects are gone afterwards."""
+    from cdriver.crd_apply import FIELD_MANAGER
+    from cdriver.sim.controlplane.binaries import helm_binary
+    from cdriver.sim.node.simulated.agent import start_nodes
+    from cdriver.sim.node.simulated.runtime import NodeOptions
+    from tests.integration.test_helm_chart import remove_device_classes
+
+    release, ns, pool = "crdhook", "crd-hook", f"crdhook-{uuid.uuid4().hex[:4]}"
+    hook = f"{release}-cdriver-crds"
+    helm = [str(helm_binary(echo=False)), "--kubeconfig", str(cluster.kubeconfig), "--namespace", ns]
+    # No controller pod: only the hook's pod runs, on the node started for it.
+    values = ["--set", "controller.replicas=0"]
+
+    def helm_run(*args: str) -> str:
+        out = subprocess.run([*helm, *args], capture_output=True, text=True, timeout=180)
+        assert out.returncode == 0, out.stdout + out.stderr
+        return out.stdout
+
+    remove_device_classes(raw)
+    install_older_crd(raw)
+    helm_run("install", release, str(CHART), "--create-namespace", *values)
+    base = tempfile.mkdtemp(prefix="crh-")
+    (node,) = start_nodes(raw, 1, base, prefix=pool, labels={"crd-hook": pool}, options=NodeOptions.fast(),
+                          pki_dir=cluster.pki.dir)
+    job_events: list[tuple[str, dict]] = []
+    watch = raw.watch(JOBS, ns, field_selector=f"metadata.name={hook}", timeout_seconds=180)
+    watcher = threading.Thread(target=lambda: job_events.extend(watch), daemon=True)
+    watcher.start()
+    try:
+        helm_run("upgrade", release, str(CHART), *values, "--set", "crds.upgradeJob.enabled=true",
+                 "--set-json", f'crds.upgradeJob.nodeSelector={{"crd-hook": "{pool}"}}', "--timeout", "120s")
+
+        # The Job completed (on the node), then Helm deleted it: hook-succeeded.
+        wait_for(lambda: any(kind == "DELETED" for kind, _ in job_events), 30, "the hook Job to be deleted")
+        finished = [(job.get("status") or {}).get("succeeded") for kind, job in job_events if kind == "MODIFIED"]
+        assert 1 in finished, job_events
+        chart_crd = yaml.safe_load((CRD_DIR / "resource.nvidia.com_computedomains.yaml").read_text())
+        crd = raw.get(CRDS, CD_CRD)
+        assert status_properties(crd) == status_properties(chart_crd)
+        assert FIELD_MANAGER in {m["manager"] for m in crd["metadata"]["managedFields"]}, "applied by the Job"
+
+        status = json.loads(helm_run("status", release, "-o", "json"))
+        assert (status["version"], status["info"]["status"]) == (2, "deployed")
+        for kind in ("serviceaccounts", "configmaps"):
+            assert raw.get_or_none(RESOURCES[kind], hook, ns) is None, kind
+        for kind in ("clusterroles", "clusterrolebindings"):
+            assert raw.get_or_none(RESOURCES[kind], hook) is None, kind
+        wait_for(lambda: not raw.list(RESOURCES["pods"], ns, label_selector=f"job-name={hook}")["items"], 30,
+                 "the hook Job's pod to be removed with it")
+    finally:
+        watch.close()
+        subprocess.run([*helm, "uninstall", release, "--wait", "--timeout", "60s"], capture_output=True, timeout=90)
+        node.stop(delete_node=True)
+        shutil.rmtree(base, ignore_errors=True)
