@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from cdriver.api import constants
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
@@ -41,7 +42,7 @@ CHART = Path(__file__).resolve().parents[2] / "helm" / "cdriver"
 BETA = "/apis/resource.k8s.io/v1beta1"
 ONLY_V1BETA1 = ("v1beta1",)
 BOTH_BETAS = ("v1beta1", "v1beta2")
-RELEASE = "old"
+RELEASE, RELEASE_NS = "old", "cdriver-system"
 TEMPLATES, CLAIMS, PODS = RESOURCES["resourceclaimtemplates"], RESOURCES["resourceclaims"], RESOURCES["pods"]
 
 
@@ -78,17 +79,21 @@ def old_raw(old_cluster: Any) -> RawClient:
     return serve(old_cluster, ONLY_V1BETA1)
 
 
+def helm(cluster: Any, *args: str) -> str:
+    """Run helm against the 1.33 cluster in the release's namespace; it must succeed (its output)."""
+    from cdriver.sim.controlplane.binaries import helm_binary
+
+    out = subprocess.run([str(helm_binary(echo=False)), "--kubeconfig", str(cluster.kubeconfig),
+                          "--namespace", RELEASE_NS, *args], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
 @pytest.fixture(scope="module")
 def release_ns(old_cluster: Any) -> str:
     """The chart installed with `helm install` against the 1.33 API server."""
-    from cdriver.sim.controlplane.binaries import helm_binary
-
-    ns = "cdriver-system"
-    out = subprocess.run([str(helm_binary(echo=False)), "--kubeconfig", str(old_cluster.kubeconfig),
-                          "--namespace", ns, "install", RELEASE, str(CHART), "--create-namespace"],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stdout + out.stderr
-    return ns
+    helm(old_cluster, "install", RELEASE, str(CHART), "--create-namespace")
+    return RELEASE_NS
 
 
 @pytest.fixture
@@ -118,19 +123,21 @@ def test_chart_installs_beta_device_classes_and_its_policy_reads_beta_claims(
         assert old_raw.get(RESOURCES["deviceclasses"], name)["apiVersion"] == "resource.k8s.io/v1"
 
     # The daemon device class is reserved for the driver namespace, in the v1beta1 shape too.
-    def refused() -> str:
-        body = {"apiVersion": "resource.k8s.io/v1beta1", "kind": "ResourceClaim",
-                "metadata": {"name": f"steal-{uuid.uuid4().hex[:5]}"},
-                "spec": {"devices": {"requests": [
-                    {"name": "d", "deviceClassName": constants.DEVICE_CLASS_DAEMON}]}}}
-        try:
-            old_raw.request("POST", f"{BETA}/namespaces/{workload_ns}/resourceclaims", body=body)
-        except ApiError as exc:
-            return exc.message if exc.status in (403, 422) else ""
-        return ""
-
-    message = wait_for(refused, 20, "the admission policy to refuse a v1beta1 claim for the daemon class")
+    message = wait_for(lambda: daemon_claim_refusal(old_raw, "v1beta1", workload_ns), 20,
+                       "the admission policy to refuse a v1beta1 claim for the daemon class")
     assert "is reserved for the IMEX daemons" in message
+
+
+def daemon_claim_refusal(raw: RawClient, version: str, namespace: str) -> str:
+    """Why the API server refused a `version` claim for the IMEX daemons' class ("" if it did not)."""
+    body = {"apiVersion": f"resource.k8s.io/{version}", "kind": "ResourceClaim",
+            "metadata": {"name": f"steal-{uuid.uuid4().hex[:5]}"},
+            "spec": {"devices": {"requests": [wire_request(version, constants.DEVICE_CLASS_DAEMON)]}}}
+    try:
+        raw.request("POST", f"/apis/resource.k8s.io/{version}/namespaces/{namespace}/resourceclaims", body=body)
+    except ApiError as exc:
+        return exc.message if exc.status in (403, 422) else ""
+    return ""
 
 
 def wire_request(version: str, device_class: str) -> dict:
@@ -235,6 +242,21 @@ def test_controller_and_plugin_work_against_1_33(old_cluster: Any, release_ns: s
         sim.registered.delete()
         subprocess.run(["rm", "-rf", str(base)], check=False)
     assert "Traceback" not in controller_log.read_text(), controller_log.read_text()[-3000:]
+
+
+def test_chart_upgrade_speaks_v1beta2_and_its_policy_reads_v1beta2_claims(
+        old_cluster: Any, release_ns: str, workload_ns: str) -> None:
+    raw = serve(old_cluster, BOTH_BETAS)
+    helm(old_cluster, "upgrade", RELEASE, str(CHART))
+    manifest = [d for d in yaml.safe_load_all(helm(old_cluster, "get", "manifest", RELEASE)) if d]
+    assert {d["metadata"]["name"]: d["apiVersion"] for d in manifest if d["kind"] == "DeviceClass"} == {
+        name: "resource.k8s.io/v1beta2"
+        for name in (constants.DEVICE_CLASS_DEFAULT_CHANNEL, constants.DEVICE_CLASS_DAEMON)}
+    for name in (constants.DEVICE_CLASS_DEFAULT_CHANNEL, constants.DEVICE_CLASS_DAEMON):
+        assert raw.get(RESOURCES["deviceclasses"], name)["metadata"]["name"] == name
+    message = wait_for(lambda: daemon_claim_refusal(raw, "v1beta2", workload_ns), 20,
+                       "the admission policy to refuse a v1beta2 claim for the daemon class")
+    assert "is reserved for the IMEX daemons" in message
 
 
 def _get_or_none(raw: RawClient, path: str) -> dict | None:
