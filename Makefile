@@ -58,8 +58,9 @@ typecheck: venv
 protos: venv
 	$(BIN)/python hack/codegen.py
 
+# dist/cdriver from the packaged bundle cached by sources' content (the driver image reuses it)
 binary: venv
-	PYINSTALLER=$(BIN)/pyinstaller packaging/build.sh
+	$(BIN)/python -m cdriver.sim.images.binary dist
 
 # `make demo REAL_NODES=2`: two of the four nodes run a real kubelet, containerd and runc
 REAL_NODES ?= 0

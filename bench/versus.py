@@ -103,25 +103,23 @@ def role_processes(world: SimWorld, pods: Iterable[dict]) -> list[psutil.Process
     return out
 
 
-def cpu_seconds(procs: list[psutil.Process]) -> float:
+def total_of(procs: list[psutil.Process], figure: Callable[[psutil.Process], float]) -> float:
+    """The sum of `figure` over the processes that still exist."""
     total = 0.0
     for p in procs:
         try:
-            t = p.cpu_times()
-            total += t.user + t.system
+            total += figure(p)
         except psutil.NoSuchProcess:
             pass
     return total
 
 
+def cpu_seconds(procs: list[psutil.Process]) -> float:
+    return total_of(procs, lambda p: p.cpu_times().user + p.cpu_times().system)
+
+
 def rss_mb(procs: list[psutil.Process]) -> float:
-    total = 0
-    for p in procs:
-        try:
-            total += p.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
-    return total / 2**20
+    return total_of(procs, lambda p: p.memory_info().rss) / 2**20
 
 
 def per_instance(world: SimWorld, component: str, pods: list[dict] | None = None) -> tuple[list[psutil.Process], int]:

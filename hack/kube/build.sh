@@ -24,11 +24,8 @@ export GOWORK=off GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 mkdir -p "$CACHE_ROOT"
 
 log() { echo "[build-control-plane] $*" >&2; }
-
-TMP_DIRS=()
-cleanup() { local d; for d in "${TMP_DIRS[@]}"; do rm -rf "$d"; done; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+# shellcheck source=../lib/cache.sh
+source "$HERE/../lib/cache.sh"
 
 case "${1:-all}" in
   all|etcd|kube|helm|node|kubelet|containerd|cni|runc) ;;
@@ -44,39 +41,26 @@ key_dir() { # component version module-dir
 }
 
 build_component() { # component version module-dir expected-binaries... -- go build args
-  local comp="$1" version="$2" moddir="$3"; shift 3
+  local out; out="$(key_dir "$1" "$2" "$3")"
+  cached_build "$out" "$1 $2: " go_build "$@"
+  echo "$1=$out"
+}
+
+go_build() { # tmp-dir component version module-dir expected-binaries... -- go build args
+  local tmp="$1" comp="$2" version="$3" moddir="$4"; shift 4
   local bins=() ; while [[ "$1" != "--" ]]; do bins+=("$1"); shift; done; shift
-  local out; out="$(key_dir "$comp" "$version" "$moddir")"
-  exec 9>"$out.lock"
-  if ! flock -n 9; then
-    log "$comp $version: another build holds $out.lock; waiting for it"
-    flock 9
+  if ! command -v go >/dev/null 2>&1; then
+    log "Go was not found on PATH: install Go 1.26 or newer (with access to the Go module proxy)"
+    log "or point CDRIVER_ETCD_BIN_DIR / CDRIVER_KUBE_BIN_DIR / CDRIVER_HELM_BIN_DIR at prebuilt binaries"
+    exit 3
   fi
-  if [[ -f "$out/.complete" ]]; then
-    log "$comp $version: cached in $out"
-  else
-    if ! command -v go >/dev/null 2>&1; then
-      log "Go was not found on PATH: install Go 1.26 or newer (with access to the Go module proxy)"
-      log "or point CDRIVER_ETCD_BIN_DIR / CDRIVER_KUBE_BIN_DIR / CDRIVER_HELM_BIN_DIR at prebuilt binaries"
-      exit 3
-    fi
-    local tmp="$out.tmp.$$"
-    TMP_DIRS+=("$tmp")
-    rm -rf "$tmp"; mkdir -p "$tmp"
-    log "$comp $version: building into $out (a cold build takes many minutes on 2 cores)"
-    local start=$SECONDS
-    if ! (cd "$moddir" && go build -trimpath -o "$tmp/" "$@"); then
-      rm -rf "$tmp"; log "$comp: build FAILED"; exit 1
-    fi
-    for b in "${bins[@]}"; do
-      [[ -x "$tmp/$b" ]] || { rm -rf "$tmp"; log "$comp: missing binary $b"; exit 1; }
-    done
-    touch "$tmp/.complete"
-    rm -rf "$out"; mv "$tmp" "$out"
-    log "$comp $version: built in $((SECONDS - start)) s"
+  log "$comp $version: building (a cold build takes many minutes on 2 cores)"
+  if ! (cd "$moddir" && go build -trimpath -o "$tmp/" "$@"); then
+    log "$comp: build FAILED"; exit 1
   fi
-  exec 9>&-
-  echo "$comp=$out"
+  for b in "${bins[@]}"; do
+    [[ -x "$tmp/$b" ]] || { log "$comp: missing binary $b"; exit 1; }
+  done
 }
 
 want="${1:-all}"

@@ -14,19 +14,17 @@ FILES=(checkpoint.go checkpointv.go checkpoint_legacy.go prepared.go types.go de
 export GOWORK=off GOTOOLCHAIN=local GOFLAGS="-mod=vendor -buildvcs=false" CGO_ENABLED=0
 
 log() { echo "[upstream-checkpoint-reader] $*" >&2; }
+# shellcheck source=../lib/cache.sh
+source "$HERE/../lib/cache.sh"
 
 tarball="$("$HERE/../peer/tarball.sh")" || exit $?
 key="$(cat "$HERE/main.go" "$HERE/build.sh" | sha256sum | cut -c1-8)-$(basename "$tarball" .tar.xz | sed 's/.*-//')"
 out="$CACHE_ROOT/upstream-checkpoint-reader-$key"
-mkdir -p "$CACHE_ROOT"
-exec 9>"$out.lock"
-flock 9
-if [[ ! -f "$out/.complete" ]]; then
-  tmp="$out.tmp.$$"
-  trap 'rm -rf "$tmp"' EXIT
-  rm -rf "$tmp"; mkdir -p "$tmp"
+build_reader() { # tmp-dir
+  local tmp="$1"
   log "building from $tarball"
   tar -xJf "$tarball" -C "$tmp"
+  local src pkg plugin
   src="$(ls -d "$tmp"/*/ | head -n1)"
   pkg="$src/cmd/cdriver-upstream-checkpoint-reader"
   mkdir -p "$pkg"
@@ -42,8 +40,7 @@ if [[ ! -f "$out/.complete" ]]; then
   } > "$pkg/declarations.go"
   (cd "$src" && go build -ldflags "-s -w" -o "$tmp/upstream-checkpoint-reader" ./cmd/cdriver-upstream-checkpoint-reader)
   find "$tmp" -mindepth 1 -maxdepth 1 ! -name upstream-checkpoint-reader -exec rm -rf {} +
-  touch "$tmp/.complete"
-  rm -rf "$out"; mv "$tmp" "$out"
-  trap - EXIT
-fi
+}
+
+cached_build "$out" "" build_reader
 echo "$out/upstream-checkpoint-reader"

@@ -15,6 +15,8 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/cdriver"
 log() { echo "[build-peer] $*" >&2; }
+# shellcheck source=../lib/cache.sh
+source "$HERE/../lib/cache.sh"
 
 tarball="${1:-}"
 if [[ -z "$tarball" ]]; then
@@ -24,23 +26,10 @@ fi
 command -v go >/dev/null 2>&1 || { log "Go was not found on PATH: install Go 1.26 or newer"; exit 3; }
 command -v gcc >/dev/null 2>&1 || { log "gcc was not found on PATH: the kubelet plugin needs cgo"; exit 3; }
 
-sum="$(sha256sum "$tarball" | cut -c1-16)"
-out="$CACHE_ROOT/peer-$sum"
-mkdir -p "$CACHE_ROOT"
-exec 9>"$out.lock"
-if ! flock -n 9; then
-  log "another build holds $out.lock; waiting for it"
-  flock 9
-fi
-if [[ -f "$out/.complete" ]]; then
-  log "cached in $out"
-else
-  tmp="$out.tmp.$$"
-  trap 'rm -rf "$tmp"' EXIT
-  trap 'exit 130' INT TERM
-  rm -rf "$tmp"; mkdir -p "$tmp/src" "$tmp/bin"
-  log "building $(basename "$tarball") into $out (about 2-4 minutes on 2 cores)"
-  start=$SECONDS
+build_peer() { # tmp-dir
+  local tmp="$1"
+  mkdir -p "$tmp/src" "$tmp/bin"
+  log "building $(basename "$tarball") (about 2-4 minutes on 2 cores)"
   tar -xJf "$tarball" -C "$tmp/src" --strip-components=1
   if ! (cd "$tmp/src" && GOWORK=off GOTOOLCHAIN=local CGO_ENABLED=1 \
         GOFLAGS="-mod=vendor -buildvcs=false" \
@@ -51,10 +40,8 @@ else
   for b in compute-domain-controller compute-domain-kubelet-plugin compute-domain-daemon; do
     [[ -x "$tmp/bin/$b" ]] || { log "missing binary $b"; exit 1; }
   done
-  touch "$tmp/.complete"
-  rm -rf "$out"; mv "$tmp" "$out"
-  trap - EXIT
-  log "built in $((SECONDS - start)) s"
-fi
-exec 9>&-
+}
+
+out="$CACHE_ROOT/peer-$(sha256sum "$tarball" | cut -c1-16)"
+cached_build "$out" "" build_peer
 echo "peer=$out"

@@ -16,6 +16,11 @@ import pytest
 
 from cdriver.sim.world.world import SimWorld, WorldSettings
 
+#: chart values for host-managed worlds: a Prepare gives up on a missing host IMEX service after
+#: 5 s instead of 30 s (kubelet retries it), so tests that wait for failed attempts wait less
+SHORT_HOST_WAIT = ["--set", "kubeletPlugin.env[0].name=PREPARE_TIMEOUT",
+                   "--set", "kubeletPlugin.env[0].value=5s"]
+
 
 def start_world(settings_kwargs: dict, name: str) -> Iterator[SimWorld]:
     # one fixed directory per world: a run killed midway leaves its files and processes there,

@@ -4,7 +4,10 @@ Each scenario runs twice: on a simulated cluster with cdriver's chart, and on on
 upstream's own chart and binaries (built by `make peer`) on the same simulated nodes, mock
 NVML, channel devices and IMEX stand-ins. Only what a user of either driver depends on is
 asserted: the objects a ComputeDomain yields, where workloads and daemons land, the domain's
-status, the channel devices inside containers, the IMEX peers, and cleanup on deletion.
+status, the channel devices inside containers, the IMEX peers, and cleanup on deletion. On the
+cdriver run the same scenarios also check what cdriver promises beyond that contract (no probe
+failures at a normal start, the daemons' /etc/hosts block, nothing left on the nodes); they are
+cdriver's only copies of these scenarios, and `test_real_nodes` runs them on real nodes too.
 """
 
 from __future__ import annotations
@@ -15,8 +18,11 @@ from collections.abc import Iterator
 import pytest
 
 from cdriver.api import constants
+from cdriver.checkpoint import CheckpointStore
 from cdriver.imex.config import IMEX_CTL_BINARY, IMEXD_CONFIG
-from cdriver.nvml.discover import channel_device_path
+from cdriver.imex.hosts import HOSTS_BLOCK_HEADER
+from cdriver.nvml.discover import IMEX_CHANNELS_DEV_DIR, channel_device_path
+from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME, DOMAINS_DIR_NAME
 from cdriver.sim.world import scenario
 from cdriver.sim.world.peer import PeerSourceMissing, find_source_tarball
 from cdriver.sim.world.world import DRIVER_CDRIVER, DRIVER_NAMESPACE, DRIVER_UPSTREAM, SimWorld
@@ -39,6 +45,34 @@ def world(request: pytest.FixtureRequest) -> Iterator[SimWorld]:
 def domain_status(world: SimWorld, ns: str, name: str) -> str:
     cd = world.raw.get(scenario.CDS, name, ns)
     return (cd.get("status") or {}).get("status", "")
+
+
+def node_leftovers(world: SimWorld, uid: str) -> dict[str, list[str]]:
+    """Per node: checkpoint records and the per-domain directory the plugin keeps for ``uid``."""
+    out: dict[str, list[str]] = {}
+    for node in world.nodes:
+        plugin_dir = node.agent.layout.plugins_dir / constants.DRIVER_NAME
+        found = [f"{rec.state} {claim}" for claim, rec in
+                 CheckpointStore(plugin_dir / CHECKPOINT_FILE_NAME, boot_id="").read().claims.items()
+                 if rec.domain_id == uid]
+        if (plugin_dir / DOMAINS_DIR_NAME / uid).exists():
+            found.append(f"directory {DOMAINS_DIR_NAME}/{uid}")
+        if found:
+            out[node.name] = found
+    return out
+
+
+def unhealthy_events(world: SimWorld, pods: list[dict]) -> list[str]:
+    """Probe-failure Warnings recorded on the given pods."""
+    names = {p["metadata"]["name"] for p in pods}
+    return [f"{e['involvedObject']['name']}: {e.get('message')}"
+            for e in world.raw.list(scenario.EVENTS, DRIVER_NAMESPACE)["items"]
+            if e.get("reason") == "Unhealthy" and e["involvedObject"].get("name") in names]
+
+
+def is_cdriver(world: SimWorld) -> bool:
+    """Whether the world runs cdriver (its guarantees beyond the shared contract are checked too)."""
+    return world.settings.driver == DRIVER_CDRIVER
 
 
 @pytest.mark.parametrize("mode", [constants.ALLOCATION_MODE_SINGLE, constants.ALLOCATION_MODE_ALL])
@@ -66,12 +100,20 @@ def test_bootstrap_injects_the_channel(world: SimWorld, e2e_namespace: str, mode
     assert daemon_nodes == want_nodes
     entries = scenario.clique_entries(raw, DRIVER_NAMESPACE, uid)[constants.clique_object_name(uid, clique)]
     assert sorted((e["nodeName"], e["status"]) for e in entries) == [(n, constants.STATUS_READY) for n in want_nodes]
+    assert sorted(e["index"] for e in entries) == list(range(len(want_nodes)))
+    if is_cdriver(world):
+        # Ready by the time the workloads run, and a normal daemon start records no probe
+        # failure (an operator would chase it).
+        assert domain_status(world, ns, "cd") == constants.STATUS_READY
+        assert unhealthy_events(world, scenario.daemon_pods(raw, DRIVER_NAMESPACE, uid)) == []
     scenario.wait_for("the domain's status to be Ready",
                       lambda: domain_status(world, ns, "cd") == constants.STATUS_READY, 60)
     for pod in pods:
         assert is_char_device(world, ns, pod, channel_device_path(0))
         # Single hands out channel 0 only; All hands out every channel.
         assert is_char_device(world, ns, pod, channel_device_path(1)) == (mode == constants.ALLOCATION_MODE_ALL)
+        listed = text(exec_in(world, ns, pod, ["ls", IMEX_CHANNELS_DEV_DIR]).stdout).split()
+        assert ("channel1" in listed) == (mode == constants.ALLOCATION_MODE_ALL)
     delete_all(world, ns, names, "cd", uid)
 
 
@@ -97,7 +139,8 @@ def test_domain_spanning_two_cliques_peers_within_each_clique(world: SimWorld, e
         entries = objects[constants.clique_object_name(uid, clique)]
         assert sorted(e["nodeName"] for e in entries) == members
         assert sorted(e["index"] for e in entries) == list(range(len(members)))
-        member_ips = sorted(world.node(n).ip for n in members)
+        # IMEX peers talk pod to pod: the daemons' pod IPs (a simulated node's pods share its address)
+        member_ips = sorted(daemons[n]["status"]["podIP"] for n in members)
         for node_name in members:
             daemon = daemons[node_name]
 
@@ -112,6 +155,10 @@ def test_domain_spanning_two_cliques_peers_within_each_clique(world: SimWorld, e
             doc = scenario.wait_for(f"IMEX domain UP on {node_name}", domain, 60)
             hosts = sorted(n["host"] for n in doc["nodes"].values())
             assert hosts == member_ips, f"{node_name} peers {hosts}, want its clique {member_ips}"
+            if is_cdriver(world):
+                hosts_file = text(exec_in(world, DRIVER_NAMESPACE, daemon, ["cat", "/etc/hosts"]).stdout)
+                block = hosts_file.split(HOSTS_BLOCK_HEADER, 1)[1]
+                assert sorted(line.split()[0] for line in block.strip().splitlines()) == member_ips
     scenario.wait_for("the domain's status to be Ready",
                       lambda: domain_status(world, ns, "wide") == constants.STATUS_READY, 60)
     for pod in pods:
@@ -131,3 +178,7 @@ def test_deleting_the_domain_while_workloads_start_leaves_nothing(world: SimWorl
     delete_all(world, ns, names, "early", uid)
     assert scenario.generated_objects(raw, DRIVER_NAMESPACE, uid) == {
         "resourceclaimtemplates": [], "daemonsets": [], "daemon pods": [], "node labels": [], "cliques": []}
+    if is_cdriver(world):
+        # Nor on the nodes: the plugins clean up on the deletion, not at their next periodic sweep.
+        scenario.wait_for("no checkpoint record or domain directory of the deleted domain on any node",
+                          lambda: scenario.Seen(not (left := node_leftovers(world, uid)), left, json.dumps(left)), 30)

@@ -12,7 +12,7 @@ from cdriver.diagnose import names
 from cdriver.sim.imex.host_service import HostImexService
 from cdriver.sim.world import scenario
 from cdriver.sim.world.world import SimWorld
-from tests.e2e.conftest import start_world
+from tests.e2e.conftest import SHORT_HOST_WAIT, start_world
 from tests.e2e.test_diagnose import assert_text_leads_with, diagnose, first_broken, link_of, remove
 from tests.waiting import wait_for
 
@@ -21,7 +21,8 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def world() -> Iterator[SimWorld]:
-    yield from start_world({"nodes": 1, "imex_mode": names.IMEX_MODE_HOST_MANAGED}, "dghm")
+    yield from start_world({"nodes": 1, "imex_mode": names.IMEX_MODE_HOST_MANAGED, "extra_values": SHORT_HOST_WAIT},
+                           "dghm")
 
 
 def test_missing_host_socket_is_named_then_the_service_makes_every_link_hold(world: SimWorld,

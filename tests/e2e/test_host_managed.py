@@ -13,14 +13,14 @@ from cdriver.nvml.discover import channel_device_path
 from cdriver.sim.imex.host_service import HostImexService
 from cdriver.sim.world import scenario
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
-from tests.e2e.conftest import exec_in, start_world
+from tests.e2e.conftest import SHORT_HOST_WAIT, exec_in, start_world
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
 def world() -> Iterator[SimWorld]:
-    yield from start_world({"nodes": 2, "imex_mode": IMEX_MODE_HOST_MANAGED}, "hm")
+    yield from start_world({"nodes": 2, "imex_mode": IMEX_MODE_HOST_MANAGED, "extra_values": SHORT_HOST_WAIT}, "hm")
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,8 @@
 first clique (worker-1, worker-2) runs a real kubelet v1.37, containerd 2.4 and runc, beside a
 simulated clique (worker-3, worker-4).
 
-The driver-managed scenarios of `test_driver_managed` run here unchanged (imported below, so
-they use this module's world); the tests after them need a real node: the channel device in a
+The contract's bootstrap and two-clique scenarios of `test_contract` run here unchanged
+(imported below, so they use this module's world); the tests after them need a real node: the channel device in a
 runc container matches the CDI spec kubelet's runtime applied, kubelet's own DRA checkpoint is
 cleaned up, and workloads survive a plugin or kubelet restart.
 """
@@ -24,14 +24,11 @@ from cdriver.nvml.discover import channel_device_path
 from cdriver.sim.world import scenario
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
 from tests.e2e.conftest import exec_in, start_world, text
-from tests.e2e.test_driver_managed import (  # noqa: F401 - collected here, on this module's world
-    clique_nodes,
-    cliques,
-    create_domain,
-    delete_all,
-    test_bootstrap_loop_injects_the_channel,
-    test_domain_spanning_both_cliques_peers_within_each_clique,
+from tests.e2e.test_contract import (  # noqa: F401 - collected here, on this module's world
+    test_bootstrap_injects_the_channel,
+    test_domain_spanning_two_cliques_peers_within_each_clique,
 )
+from tests.e2e.test_driver_managed import clique_nodes, cliques, create_domain, delete_all
 
 pytestmark = pytest.mark.e2e
 

@@ -58,6 +58,12 @@ def events_for(raw: RawClient, obj: dict) -> list[dict]:
                     field_selector=f"involvedObject.uid={meta['uid']}")["items"]
 
 
+def reconciles(controller: Controller) -> float:
+    """How many reconciles the controller has finished, whatever their result."""
+    return sum(sample.value for metric in controller.metrics.reconciles.collect() for sample in metric.samples
+               if sample.name.endswith("_total"))
+
+
 def ready_condition(cd: dict) -> dict:
     conds = (cd.get("status") or {}).get("conditions") or []
     return next((c for c in conds if c["type"] == "Ready"), {})
@@ -504,7 +510,7 @@ def test_foreign_template_is_never_overwritten(raw, namespace, driver_ns, start_
         "metadata": {"name": "taken", "namespace": namespace, "labels": {"owner": "someone"}},
         "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
             "deviceClassName": "gpu.example.com"}}]}}}})
-    start_controller(settings_for(driver_ns))
+    controller = start_controller(settings_for(driver_ns))
     cd = raw.create(CDS, compute_domain("cd1", "taken"), namespace)
     cd = wait_for(lambda: ready_condition(c := raw.get(CDS, "cd1", namespace)).get("reason")
                   == "ResourceClaimTemplateConflict" and c, what="conflict condition")
@@ -513,7 +519,9 @@ def test_foreign_template_is_never_overwritten(raw, namespace, driver_ns, start_
     events = wait_for(lambda: [e for e in events_for(raw, cd)
                                if e["reason"] == "ResourceClaimTemplateConflict"], 10, "event")
     assert events[0]["type"] == "Warning" and "left untouched" in events[0]["message"]
-    time.sleep(1.5)  # a few retries later: still untouched, still one event
+    done = reconciles(controller)
+    wait_for(lambda: reconciles(controller) >= done + 3, 10, "three retries of the conflicting domain")
+    # a few retries later: still untouched, still one event
     after = raw.get(RCTS, "taken", namespace)
     assert after["metadata"]["resourceVersion"] == foreign["metadata"]["resourceVersion"]
     assert after["metadata"]["labels"] == {"owner": "someone"}

@@ -29,13 +29,8 @@ from cdriver.sim.gpu import devices
 from cdriver.sim.gpu.driver_root import DriverRoot, create_driver_root
 from cdriver.sim.gpu.topology import demo_topology_path
 from cdriver.sim.imex.host_service import HostImexService
-from cdriver.sim.imex.protocol import (
-    ENV_SIM_IMEX_HEARTBEAT,
-    ENV_SIM_IMEX_PEER_TIMEOUT,
-    ENV_SIM_IMEX_RETRY_INITIAL,
-    ENV_SIM_IMEX_RETRY_MAX,
-)
 from cdriver.sim.node.addresses import lease_block
+from tests.imex_timing import fast_imex_env
 
 pytestmark = pytest.mark.integration
 
@@ -43,12 +38,7 @@ NODE = "worker-1"
 #: addresses of a block leased for this test run, so other runs' clusters never share their ports
 BLOCK = lease_block()
 NODE_IP, PEER_IP = BLOCK.ip(1), BLOCK.ip(2)
-FAST = {
-    ENV_SIM_IMEX_HEARTBEAT: "0.2",
-    ENV_SIM_IMEX_PEER_TIMEOUT: "1",
-    ENV_SIM_IMEX_RETRY_INITIAL: "0.1",
-    ENV_SIM_IMEX_RETRY_MAX: "0.5",
-}
+FAST = fast_imex_env()
 CHECK_NAMES = ["driver-root", "channel-major", "channel-device", "nvlink-fabric", "imex-service",
                "imex-config", "imex-socket"]
 

@@ -40,13 +40,10 @@ from cdriver.roles.imex_daemon.failures import (
 )
 from cdriver.sim.imex.protocol import (
     ENV_SIM_HOSTS_FILE,
-    ENV_SIM_IMEX_HEARTBEAT,
-    ENV_SIM_IMEX_PEER_TIMEOUT,
-    ENV_SIM_IMEX_RETRY_INITIAL,
-    ENV_SIM_IMEX_RETRY_MAX,
     IMEX_DOMAIN_UP,
 )
 from cdriver.sim.node.addresses import lease_block
+from tests.imex_timing import fast_imex_env
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -55,12 +52,7 @@ PODS, EVENTS = RESOURCES["pods"], RESOURCES["events"]
 CLIQUES, CDS = COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 CQ0 = "00000000-0000-0000-0000-0000000000ab.0"
 CQ1 = "00000000-0000-0000-0000-0000000000ab.1"
-STANDIN_TIMING = {
-    ENV_SIM_IMEX_HEARTBEAT: "0.2",
-    ENV_SIM_IMEX_PEER_TIMEOUT: "1.0",
-    ENV_SIM_IMEX_RETRY_INITIAL: "0.1",
-    ENV_SIM_IMEX_RETRY_MAX: "0.5",
-}
+STANDIN_TIMING = fast_imex_env()
 
 
 

@@ -26,12 +26,9 @@ from cdriver.imex.hosts import dns_name, rewrite_hosts_file
 from cdriver.imex.supervisor import ProcessSupervisor
 from cdriver.sim.imex.protocol import (
     ENV_SIM_HOSTS_FILE,
-    ENV_SIM_IMEX_HEARTBEAT,
-    ENV_SIM_IMEX_PEER_TIMEOUT,
-    ENV_SIM_IMEX_RETRY_INITIAL,
-    ENV_SIM_IMEX_RETRY_MAX,
 )
 from cdriver.sim.node.addresses import lease_block
+from tests.imex_timing import fast_imex_env
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -40,12 +37,7 @@ pytestmark = pytest.mark.integration
 BLOCK = lease_block()
 A_IP, B_IP = BLOCK.ip(1), BLOCK.ip(2)
 #: short heartbeats and retries so the domain converges in well under a second
-FAST = {
-    ENV_SIM_IMEX_HEARTBEAT: "0.2",
-    ENV_SIM_IMEX_PEER_TIMEOUT: "1",
-    ENV_SIM_IMEX_RETRY_INITIAL: "0.1",
-    ENV_SIM_IMEX_RETRY_MAX: "0.5",
-}
+FAST = fast_imex_env()
 
 
 def free_ports(ips: list[str]) -> tuple[int, int]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -310,13 +309,21 @@ def test_leader_election_hands_over_on_release(raw: RawClient, namespace: str) -
 
     electors = [LeaderElector(raw, namespace, "cdriver-test", ident, lease_seconds=4,
                               renew_seconds=3, retry_seconds=0.2) for ident in ("one", "two")]
+    tries = {e.identity: 0 for e in electors}
     for elector in electors:
+        def counted(call: Callable[[], bool] = elector.try_acquire_or_renew, ident: str = elector.identity) -> bool:
+            with lock:
+                tries[ident] += 1
+            return call()
+        elector.try_acquire_or_renew = counted  # type: ignore[method-assign]
         elector.run(note(f"{elector.identity}:start"), note(f"{elector.identity}:stop"))
     try:
         wait_for(lambda: any(e.is_leader for e in electors), what="a leader")
         leader = next(e for e in electors if e.is_leader)
         other = next(e for e in electors if e is not leader)
-        time.sleep(1.0)  # give the other candidate several rounds to (wrongly) take over
+        before = tries[other.identity]
+        # the other candidate gets several rounds to (wrongly) take over
+        wait_for(lambda: tries[other.identity] >= before + 3, what="three more tries of the other candidate")
         assert leader.is_leader and not other.is_leader
         lease = raw.get(LEASES, "cdriver-test", namespace)
         assert lease["spec"]["holderIdentity"] == leader.identity

@@ -864,19 +864,28 @@ def test_invalid_mode_settings_fail_start_with_one_message(node: SimNode, tmp_pa
     assert "HostManagedIMEXDaemon" in out.stderr and "Traceback" not in out.stderr
 
 
-def test_incomplete_fabric_fails_start_with_a_clear_message(tmp_path: Path) -> None:
+def one_node_driver_root(tmp_path: Path, name: str, **kwargs: Any) -> Any:
+    """A driver root for node `name`, alone in clique 3 of the test domain."""
     from cdriver.sim.gpu.driver_root import create_driver_root
 
-    name = "kp-inprogress"
     topology = tmp_path / "topology.yaml"
     topology.write_text(yaml.safe_dump({"version": 1, "domains": [
         {"uuid": CLUSTER_UUID, "cliques": [{"id": 3, "nodes": [name]}]}]}))
-    root = create_driver_root(tmp_path / "root", name, topology, fabric_state="in_progress", channel_count=1)
-    out = subprocess.run([sys.executable, "-m", "cdriver", "kubelet-plugin", "--node-name", name,
-                          "--nvidia-driver-root", str(root.root), "--kubelet-plugins-directory-path",
-                          str(tmp_path / "p"), "--kubelet-registrar-directory-path", str(tmp_path / "r"),
-                          "--cdi-root", str(tmp_path / "cdi")],
-                         env=root.process_env(), capture_output=True, text=True, timeout=60)
+    return create_driver_root(tmp_path / "root", name, topology, channel_count=1, **kwargs)
+
+
+def start_plugin_alone(tmp_path: Path, name: str, root: Any) -> subprocess.CompletedProcess:
+    """`cdriver kubelet-plugin` on `root`, without a cluster: only a start that fails returns."""
+    return subprocess.run([sys.executable, "-m", "cdriver", "kubelet-plugin", "--node-name", name,
+                           "--nvidia-driver-root", str(root.root), "--kubelet-plugins-directory-path",
+                           str(tmp_path / "p"), "--kubelet-registrar-directory-path", str(tmp_path / "r"),
+                           "--cdi-root", str(tmp_path / "cdi")],
+                          env=root.process_env(), capture_output=True, text=True, timeout=60)
+
+
+def test_incomplete_fabric_fails_start_with_a_clear_message(tmp_path: Path) -> None:
+    root = one_node_driver_root(tmp_path, "kp-inprogress", fabric_state="in_progress")
+    out = start_plugin_alone(tmp_path, "kp-inprogress", root)
     assert out.returncode == 1, out.stderr
     assert "Traceback" not in out.stderr
     error = [line for line in out.stderr.splitlines() if line.startswith("Error:")]
@@ -885,19 +894,9 @@ def test_incomplete_fabric_fails_start_with_a_clear_message(tmp_path: Path) -> N
 
 def test_driver_root_without_fabric_mgmt_capability_fails_start_naming_the_driver_root(tmp_path: Path) -> None:
     """Without the capability every daemon claim would fail later, far from the cause."""
-    from cdriver.sim.gpu.driver_root import create_driver_root
-
-    name = "kp-nocap"
-    topology = tmp_path / "topology.yaml"
-    topology.write_text(yaml.safe_dump({"version": 1, "domains": [
-        {"uuid": CLUSTER_UUID, "cliques": [{"id": 3, "nodes": [name]}]}]}))
-    root = create_driver_root(tmp_path / "root", name, topology, channel_count=1)
+    root = one_node_driver_root(tmp_path, "kp-nocap")
     root.capability_file.unlink()
-    out = subprocess.run([sys.executable, "-m", "cdriver", "kubelet-plugin", "--node-name", name,
-                          "--nvidia-driver-root", str(root.root), "--kubelet-plugins-directory-path",
-                          str(tmp_path / "p"), "--kubelet-registrar-directory-path", str(tmp_path / "r"),
-                          "--cdi-root", str(tmp_path / "cdi")],
-                         env=root.process_env(), capture_output=True, text=True, timeout=60)
+    out = start_plugin_alone(tmp_path, "kp-nocap", root)
     assert out.returncode == 1, out.stderr
     assert "Traceback" not in out.stderr
     (error,) = [line for line in out.stderr.splitlines() if line.startswith("Error:")]

@@ -30,14 +30,11 @@ from cdriver.sim.gpu.driver_root import DriverRoot, create_driver_root
 from cdriver.sim.gpu.topology import demo_topology_path
 from cdriver.sim.imex.host_service import HostImexError, HostImexService
 from cdriver.sim.imex.protocol import (
-    ENV_SIM_IMEX_HEARTBEAT,
-    ENV_SIM_IMEX_PEER_TIMEOUT,
-    ENV_SIM_IMEX_RETRY_INITIAL,
-    ENV_SIM_IMEX_RETRY_MAX,
     IMEX_DOMAIN_UP,
     IMEX_NODE_READY,
 )
 from cdriver.sim.node.addresses import lease_block
+from tests.imex_timing import fast_imex_env
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -45,12 +42,7 @@ pytestmark = pytest.mark.integration
 #: addresses of a block leased for this test run, so other runs' clusters never share their ports
 BLOCK = lease_block()
 IP_A, IP_B = BLOCK.ip(11), BLOCK.ip(12)
-FAST = {
-    ENV_SIM_IMEX_HEARTBEAT: "0.2",
-    ENV_SIM_IMEX_PEER_TIMEOUT: "1",
-    ENV_SIM_IMEX_RETRY_INITIAL: "0.1",
-    ENV_SIM_IMEX_RETRY_MAX: "0.5",
-}
+FAST = fast_imex_env()
 ENV = {**os.environ, **FAST}
 
 

@@ -25,18 +25,12 @@ from cdriver.imex import config as imex_config
 from cdriver.imex.config import IMEX_CTL_BINARY, IMEX_DAEMON_BINARY
 from cdriver.sim.images import oci
 from cdriver.sim.images.build import BuiltImage, ensure_images, image_ref
-from cdriver.sim.imex.protocol import (
-    ENV_SIM_IMEX_HEARTBEAT,
-    ENV_SIM_IMEX_PEER_TIMEOUT,
-    ENV_SIM_IMEX_RETRY_INITIAL,
-    ENV_SIM_IMEX_RETRY_MAX,
-)
+from tests.imex_timing import fast_imex_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 
 PEERS = ("127.0.0.1", "127.0.0.2")
-FAST_IMEX = {ENV_SIM_IMEX_HEARTBEAT: "0.2", ENV_SIM_IMEX_PEER_TIMEOUT: "2", ENV_SIM_IMEX_RETRY_INITIAL: "0.1",
-             ENV_SIM_IMEX_RETRY_MAX: "0.5"}
+FAST_IMEX = fast_imex_env(peer_timeout=2)
 
 
 @pytest.fixture(scope="module")

@@ -56,6 +56,33 @@ def test_driver_inputs_cover_what_the_image_is_made_from() -> None:
         assert needed in files
 
 
+def test_bundle_is_packaged_once_for_every_copy_and_the_image(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    packaged: list[Path] = []
+
+    def fake_bundle(root: Path, dist: Path, log: object) -> None:
+        packaged.append(dist)
+        (dist / "cdriver-bundle").mkdir(parents=True)
+        (dist / "cdriver-bundle" / "cdriver").write_text("exe")
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(build, "_bundle", fake_bundle)
+    for dest in (tmp_path / "dist", tmp_path / "dist", tmp_path / "other"):
+        exe = build.install_bundle(dest, lambda _: None)
+        assert exe == dest / "cdriver" and exe.is_symlink() and exe.read_text() == "exe"
+    assert build.ensure_bundle(lambda _: None).parent.name.startswith("bundle-")
+    assert len(packaged) == 1
+    # a copy, not a link into the cache: the cache keeps its build when dist/ is changed or removed
+    (tmp_path / "dist" / "cdriver-bundle" / "cdriver").write_text("changed")
+    assert (build.ensure_bundle(lambda _: None) / "cdriver-bundle" / "cdriver").read_text() == "exe"
+
+
+def test_bundle_inputs_are_the_build_stage_sources() -> None:
+    assert set(build.BUNDLE_INPUTS) <= set(build.DRIVER_INPUTS)
+    files = {p.relative_to(ROOT).as_posix() for p in build.files_under(ROOT, build.BUNDLE_INPUTS)}
+    assert {"pyproject.toml", "packaging/cdriver.spec", "cdriver/cli.py"} <= files
+
+
 def test_cached_builds_once_and_marks_completion(tmp_path: Path) -> None:
     calls: list[Path] = []
 

@@ -31,6 +31,10 @@ def daemon_params(domain=CD_UID):
     return {"apiVersion": constants.API_VERSION, "kind": constants.KIND_DAEMON_CONFIG, "domainID": domain}
 
 
+DAEMON_CONFIGS = [{"source": "FromClaim", "requests": ["daemon"],
+                   "opaque": {"driver": constants.DRIVER_NAME, "parameters": daemon_params()}}]
+
+
 def make_claim(
     device="channel-0",
     request="channel",
@@ -84,17 +88,7 @@ def test_all_mode_is_carried():
 
 
 def test_daemon_claim_plan():
-    claim = make_claim(
-        device="daemon-0",
-        request="daemon",
-        configs=[
-            {
-                "source": "FromClaim",
-                "requests": ["daemon"],
-                "opaque": {"driver": constants.DRIVER_NAME, "parameters": daemon_params()},
-            }
-        ],
-    )
+    claim = make_claim(device="daemon-0", request="daemon", configs=DAEMON_CONFIGS)
     plan = claims.plan_claim(claim, NODE)
     assert (plan.kind, plan.domain_id) == ("daemon", CD_UID)
 
@@ -252,17 +246,7 @@ def test_host_managed_compares_allocated_channel_ids():
 
 
 def test_admin_access_overlap_is_allowed_by_generic_check():
-    claim = make_claim(
-        device="daemon-0",
-        request="daemon",
-        configs=[
-            {
-                "source": "FromClaim",
-                "requests": ["daemon"],
-                "opaque": {"driver": constants.DRIVER_NAME, "parameters": daemon_params()},
-            }
-        ],
-    )
+    claim = make_claim(device="daemon-0", request="daemon", configs=DAEMON_CONFIGS)
     plan = claims.plan_claim(claim, NODE)
     with pytest.raises(claims.ClaimError, match="already allocated"):
         claims.check_devices_free(plan, [held("other", "daemon-0")], host_managed=False)
@@ -328,8 +312,6 @@ def test_plan_does_not_mutate_claim():
 # --- daemon claims belong to their domain's own daemon pods ---------------------------------
 
 DRIVER_NS = "cdriver-system"
-DAEMON_CONFIGS = [{"source": "FromClaim", "requests": ["daemon"],
-                   "opaque": {"driver": constants.DRIVER_NAME, "parameters": daemon_params()}}]
 
 
 def daemon_claim(ns=DRIVER_NS, reserved=(("ds-pod", "pod-uid"),), resource="pods"):

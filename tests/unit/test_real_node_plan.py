@@ -55,12 +55,15 @@ def test_world_tag_separates_base_directories() -> None:
     assert plan.world_tag(Path("/tmp/a")) == plan.world_tag(Path("/tmp/a/"))
 
 
-def test_containerd_config_uses_native_snapshotter_cdi_dir_and_sandbox_image() -> None:
+def test_containerd_config_uses_overlayfs_snapshotter_cdi_dir_and_sandbox_image() -> None:
     node = nodes(1)[0]
     conf = tomllib.loads(plan.containerd_config(node, Path("/usr/sbin/runc"), Path("/cni/bin"), "pause:local"))
     images = conf["plugins"]["io.containerd.cri.v1.images"]
     runtime = conf["plugins"]["io.containerd.cri.v1.runtime"]
-    assert images["snapshotter"] == "native"
+    assert images["snapshotter"] == "overlayfs"
+    fallback = tomllib.loads(plan.containerd_config(node, Path("/usr/sbin/runc"), Path("/cni/bin"), "pause:local",
+                                                    plan.FALLBACK_SNAPSHOTTER))
+    assert fallback["plugins"]["io.containerd.cri.v1.images"]["snapshotter"] == "native"
     assert images["pinned_images"]["sandbox"] == "pause:local"
     assert runtime["cdi_spec_dirs"] == [plan.CDI_DIR]
     assert runtime["containerd"]["runtimes"]["runc"]["options"]["BinaryName"] == "/usr/sbin/runc"

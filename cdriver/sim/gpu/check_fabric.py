@@ -15,8 +15,9 @@ A GPU without fabric support prints `GPU <i> (<uuid>): fabric NOT SUPPORTED`. Ex
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from cdriver.errors import CdriverError
 from cdriver.nvml import discover
@@ -100,16 +101,15 @@ def _smi_init(err: TextIO, driver_root: Path | None) -> bool:
     return True
 
 
-def run_version(out: TextIO, err: TextIO, driver_root: Path | None = None) -> int:
-    """`nvidia-smi --version`: the tool's, NVML's and the driver's versions (exit 9 without NVML)."""
+def _smi_run(err: TextIO, driver_root: Path | None, body: Callable[[Any], None]) -> int:
+    """Run `body(pynvml)` between NVML's init and shutdown with nvidia-smi's exit status:
+    0 done, 9 no NVML, 1 an NVML call failed (the error on `err`)."""
     import pynvml
 
     if not _smi_init(err, driver_root):
         return 9
     try:
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        out.write(f"NVIDIA-SMI version  : {driver}\nNVML version        : {pynvml.nvmlSystemGetNVMLVersion()}\n"
-                  f"DRIVER version      : {driver}\n")
+        body(pynvml)
         return 0
     except pynvml.NVMLError as exc:
         err.write(f"nvidia-smi: {exc}\n")
@@ -119,24 +119,23 @@ def run_version(out: TextIO, err: TextIO, driver_root: Path | None = None) -> in
             pynvml.nvmlShutdown()
         except pynvml.NVMLError:
             pass
+
+
+def run_version(out: TextIO, err: TextIO, driver_root: Path | None = None) -> int:
+    """`nvidia-smi --version`: the tool's, NVML's and the driver's versions (exit 9 without NVML)."""
+    def versions(nvml: Any) -> None:
+        driver = nvml.nvmlSystemGetDriverVersion()
+        out.write(f"NVIDIA-SMI version  : {driver}\nNVML version        : {nvml.nvmlSystemGetNVMLVersion()}\n"
+                  f"DRIVER version      : {driver}\n")
+
+    return _smi_run(err, driver_root, versions)
 
 
 def run_list_gpus(out: TextIO, err: TextIO, driver_root: Path | None = None) -> int:
     """`nvidia-smi -L` style listing: `GPU <i>: <name> (UUID: <uuid>)`."""
-    import pynvml
+    def listing(nvml: Any) -> None:
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            out.write(f"GPU {index}: {nvml.nvmlDeviceGetName(handle)} (UUID: {nvml.nvmlDeviceGetUUID(handle)})\n")
 
-    if not _smi_init(err, driver_root):
-        return 9
-    try:
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            out.write(f"GPU {index}: {pynvml.nvmlDeviceGetName(handle)} (UUID: {pynvml.nvmlDeviceGetUUID(handle)})\n")
-        return 0
-    except pynvml.NVMLError as exc:
-        err.write(f"nvidia-smi: {exc}\n")
-        return 1
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass
+    return _smi_run(err, driver_root, listing)

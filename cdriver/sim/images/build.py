@@ -12,7 +12,9 @@ Each is cached in ``${XDG_CACHE_HOME:-~/.cache}/cdriver/images-<name>-<hash>/<na
 keyed by a hash of its inputs (sources, recipe, this builder). Builders serialise on
 ``<dir>.lock``; a finished build has ``<dir>/.complete`` and appears by rename, never half
 written. The Debian root file system is cached the same way (``images-base-<suite>-<hash>``)
-so a source change only rebuilds the bundle and its layer.
+so a source change only rebuilds the bundle and its layer. The pyinstaller bundle itself is
+cached too (``bundle-<hash>``, keyed by its sources alone): `make binary` copies it into dist/,
+so the executable is packaged once for both.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ ENV_PYINSTALLER = "PYINSTALLER"
 #: paths under the source root whose contents go into the driver image (the build stage also
 #: copies README.md, which pyproject names as the package's readme but the bundle does not hold)
 DRIVER_INPUTS = ("Containerfile", "pyproject.toml", "packaging", "cdriver")
+#: what the pyinstaller bundle is made of (the build stage's COPY lines)
+BUNDLE_INPUTS = ("pyproject.toml", "packaging", "cdriver")
 #: mmdebstrap's hook that merges /usr with directory links, as Debian's container images do
 #: (without it mmdebstrap installs usrmerge, which pulls perl into the image)
 MERGED_USR_HOOK = "/usr/share/mmdebstrap/hooks/merged-usr"
@@ -284,7 +288,7 @@ def base_layer(recipe: containerfile.Recipe, log: Callable[[str], None]) -> oci.
 # --------------------------------------------------------------------------------------
 
 def _bundle(root: Path, dist: Path, log: Callable[[str], None]) -> None:
-    """Run the build stage: packaging/build.sh into `dist` (as `make binary` does into dist/)."""
+    """Run the build stage: packaging/build.sh into `dist`."""
     pyinstaller = os.environ.get(ENV_PYINSTALLER) or str(Path(sys.executable).parent / "pyinstaller")
     if not os.access(pyinstaller, os.X_OK):
         raise ImageBuildError(f"pyinstaller not found at {pyinstaller}: run `make venv` (it installs the dev "
@@ -293,6 +297,32 @@ def _bundle(root: Path, dist: Path, log: Callable[[str], None]) -> None:
     _run([str(root / "packaging" / "build.sh")], "packaging/build.sh", cwd=root,
          env={**os.environ, ENV_PYINSTALLER: pyinstaller, "DIST": str(dist),
               "WORKPATH": str(dist.parent / "pyinstaller-work")})
+
+
+def ensure_bundle(log: Callable[[str], None]) -> Path:
+    """The packaged bundle of this source tree, built once per content of its sources (cached):
+    a folder holding ``cdriver-bundle/`` and the ``cdriver`` link, as packaging/build.sh leaves dist/."""
+    root = source_root()
+    key = input_hash([BUILDER_REVISION, platform.python_version()], files_under(root, BUNDLE_INPUTS), root)
+
+    def build(tmp: Path) -> None:
+        _bundle(root, tmp / "dist", log)
+        shutil.rmtree(tmp / "pyinstaller-work", ignore_errors=True)
+
+    return cached(cache_root() / f"bundle-{key}", build, log) / "dist"
+
+
+def install_bundle(dest: Path, log: Callable[[str], None]) -> Path:
+    """Put the cached bundle in `dest` (``dest/cdriver-bundle`` and the ``dest/cdriver`` link); the executable."""
+    bundle = ensure_bundle(log)
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(dest / "cdriver-bundle", ignore_errors=True)
+    shutil.copytree(bundle / "cdriver-bundle", dest / "cdriver-bundle", symlinks=True)
+    link = dest / "cdriver"
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to("cdriver-bundle/cdriver")
+    return link
 
 
 def app_entries(recipe: containerfile.Recipe, root: Path, dist: Path) -> list[oci.Entry]:
@@ -321,8 +351,7 @@ def build_driver(log: Callable[[str], None]) -> BuiltImage:
     base = base_layer(recipe, log)
 
     def build(tmp: Path) -> None:
-        dist = tmp / "dist"
-        _bundle(root, dist, log)
+        dist = ensure_bundle(log)
         app = oci.write_layer(app_entries(recipe, root, dist), tmp / "app-layer.tar",
                               "COPY --from=build and RUN ln -s of the Containerfile")
         config = oci.ImageConfig(entrypoint=recipe.entrypoint, cmd=recipe.cmd,
@@ -331,8 +360,6 @@ def build_driver(log: Callable[[str], None]) -> BuiltImage:
                                          "org.opencontainers.image.title": "cdriver"})
         oci.write_archive(tmp / "cdriver.tar", ref, config, [base, app])
         (tmp / "app-layer.tar").unlink()
-        shutil.rmtree(dist.parent / "pyinstaller-work", ignore_errors=True)
-        shutil.rmtree(dist)
 
     out = cached(cache_root() / f"images-cdriver-{key}", build, log)
     return BuiltImage("cdriver", ref, out / "cdriver.tar")

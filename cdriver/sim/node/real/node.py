@@ -25,7 +25,7 @@ from cdriver.errors import CdriverError
 from cdriver.sim.controlplane import pki
 from cdriver.sim.node.real import cgroups, plan
 from cdriver.sim.node.real.images import NodeImages
-from cdriver.sim.node.real.plan import NodePlan
+from cdriver.sim.node.real.plan import FALLBACK_SNAPSHOTTER, SNAPSHOTTER, NodePlan
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,24 @@ def node_binaries(echo: bool = True) -> NodeBinaries:
     return NodeBinaries(dirs["kubelet"] / "kubelet", dirs["containerd"], dirs["cni"], dirs["runc"] / "runc")
 
 
+def overlay_works(directory: Path) -> bool:
+    """Whether an overlay mount with its layers in `directory` works (it does not on every file
+    system, e.g. overlay below overlay); tried in a mount namespace of its own, then removed."""
+    probe = directory / ".overlay-probe"
+    shutil.rmtree(probe, ignore_errors=True)
+    for sub in ("lower", "upper", "work", "merged"):
+        (probe / sub).mkdir(parents=True)
+    options = f"lowerdir={probe / 'lower'},upperdir={probe / 'upper'},workdir={probe / 'work'}"
+    try:
+        out = subprocess.run(["unshare", "--mount", "--propagation", "private", "mount", "-t", "overlay", "overlay",
+                              "-o", options, str(probe / "merged")], capture_output=True, timeout=30)
+        return out.returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+
+
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     from cdriver.sim.controlplane.cluster import _parent_death_signal
 
@@ -75,6 +93,7 @@ class RealNode:
     labels: dict[str, str] = field(default_factory=dict)
     topology: str | None = None
     fabric_state: str = "completed"
+    snapshotter: str = SNAPSHOTTER
     holder: subprocess.Popen | None = field(default=None, init=False)
     procs: dict[str, subprocess.Popen] = field(default_factory=dict, init=False)
 
@@ -99,6 +118,11 @@ class RealNode:
         p = self.plan
         for rel in NODE_DIRS:
             p.path(rel).mkdir(parents=True, exist_ok=True)
+        if not overlay_works(p.path("var/lib/containerd")):
+            log.warning("node %s: an overlay mount fails below %s; containerd uses the %s snapshotter (a copy "
+                        "of the image for every container)", p.name, p.path("var/lib/containerd"),
+                        FALLBACK_SNAPSHOTTER)
+            self.snapshotter = FALLBACK_SNAPSHOTTER
         ca = pki.load_ca(self.pki_files)
         client = pki.issue_cert(ca, f"system:node:{p.name}", organizations=("system:nodes",), client=True)
         client_cert, client_key = p.path("kubelet/pki/client.crt"), p.path("kubelet/pki/client.key")
@@ -111,7 +135,8 @@ class RealNode:
         p.path("kubelet/kubeconfig").write_text(plan.render_yaml(plan.kubeconfig(p, ca_file, client_cert,
                                                                                   client_key)))
         p.path("containerd/config.toml").write_text(
-            plan.containerd_config(p, self.binaries.runc, self.binaries.cni_dir, self.images.sandbox))
+            plan.containerd_config(p, self.binaries.runc, self.binaries.cni_dir, self.images.sandbox,
+                                   self.snapshotter))
         p.path("etc/cni/net.d/10-cdriver.conflist").write_text(json.dumps(plan.cni_config(p), indent=2))
         p.path("etc/resolv.conf").write_text("# real node: no cluster DNS\noptions ndots:1\n")
         if self.topology:
@@ -173,7 +198,7 @@ class RealNode:
 
     def import_images(self) -> None:
         for ref, archive in self.images.archives.items():
-            out = self._ctr("images", "import", "--local", "--snapshotter", "native", "--index-name", ref,
+            out = self._ctr("images", "import", "--local", "--snapshotter", self.snapshotter, "--index-name", ref,
                             str(archive))
             if out.returncode != 0:
                 raise RealNodeError(f"node {self.name}: importing {archive} as {ref} failed: "

@@ -29,6 +29,10 @@ POD_SUBNET_PREFIX = "10.202"
 API_SERVICE_IP = "10.0.0.1"  # first address of the cluster's service range
 API_SERVICE_PORT = 443
 CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
+#: containerd's snapshotter: image layers shared by overlay mounts; the native one (a full copy
+#: of the image per container, the whole driver image each time) where overlay does not work
+SNAPSHOTTER = "overlayfs"
+FALLBACK_SNAPSHOTTER = "native"
 KUBELET_ROOT = "/var/lib/kubelet"
 CDI_DIR = "/var/run/cdi"
 DRIVER_ROOT = "/run/nvidia/driver"
@@ -127,8 +131,9 @@ def cni_config(node: NodePlan) -> dict:
     }
 
 
-def containerd_config(node: NodePlan, runc: Path, cni_bin: Path, sandbox_image: str) -> str:
-    """containerd 2.x (config version 3): CRI with the native snapshotter, runc, CNI and CDI."""
+def containerd_config(node: NodePlan, runc: Path, cni_bin: Path, sandbox_image: str,
+                      snapshotter: str = SNAPSHOTTER) -> str:
+    """containerd 2.x (config version 3): CRI with the given snapshotter, runc, CNI and CDI."""
     conf_dir = node.path("etc/cni/net.d")
     return f"""version = 3
 root = "/var/lib/containerd"
@@ -141,7 +146,7 @@ state = "/run/containerd"
   address = "{CONTAINERD_SOCKET}.ttrpc"
 
 [plugins."io.containerd.cri.v1.images"]
-  snapshotter = "native"
+  snapshotter = {json.dumps(snapshotter)}
   [plugins."io.containerd.cri.v1.images".pinned_images]
     sandbox = {json.dumps(sandbox_image)}
 
