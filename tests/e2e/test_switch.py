@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -136,6 +137,7 @@ def driver_pods(world: SimWorld) -> list[dict]:
 
 def switch_to(world: SimWorld, driver: str) -> list[dict]:
     """`helm upgrade` the release to `driver`'s chart; wait until only its pods run, all Ready."""
+    started = time.monotonic()
     out = world.helm_cmd("upgrade", RELEASE, *world.chart_args(driver), "--namespace", DRIVER_NAMESPACE)
     assert out.returncode == 0, f"helm upgrade to {driver} failed:\n{out.stdout[-2000:]}{out.stderr[-3000:]}"
     label = DRIVER_LABEL[driver]
@@ -148,7 +150,17 @@ def switch_to(world: SimWorld, driver: str) -> list[dict]:
         done = sorted(s[0] for s in seen) == want and all(s[2] for s in seen)
         return scenario.Seen(done, pods, json.dumps(seen))
 
-    return scenario.wait_for(f"only {driver}'s controller and plugins, all Ready", switched, 120)
+    pods = scenario.wait_for(f"only {driver}'s controller and plugins, all Ready", switched, 120)
+
+    def registered() -> scenario.Seen:
+        # kubelet talks to the newest registration of the driver's name
+        late = [n.name for n in world.nodes if not n.agent.plugins.usable(constants.DRIVER_NAME) or max(
+            (p.registered_at for p in n.agent.plugins.plugins() if p.driver == constants.DRIVER_NAME),
+            default=0.0) < started]
+        return scenario.Seen(not late, None, f"not registered anew on {late}")
+
+    scenario.wait_for(f"{driver}'s plugin registered with every node's kubelet", registered, 60)
+    return pods
 
 
 def plugin_log(world: SimWorld, pod: dict) -> str:
