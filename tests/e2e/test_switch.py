@@ -21,8 +21,11 @@ from pathlib import Path
 import pytest
 
 from cdriver.api import constants
+from cdriver.cdi.model import CDIError
+from cdriver.cdi.reader import CDIRegistry
 from cdriver.checkpoint import CheckpointStore
 from cdriver.nvml.discover import channel_device_path
+from cdriver.roles.kubelet_plugin.cdi_edits import base_device_id
 from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME
 from cdriver.sim.world import scenario
 from cdriver.sim.world.peer import EXIT_NO_TARBALL, PeerSourceMissing, find_source_tarball
@@ -119,6 +122,23 @@ def checkpoint_states(node: SimNode) -> dict[str, str]:
 
 def cdi_specs(node: SimNode, claim_uid: str) -> list[str]:
     return sorted(p.name for p in node.cdi_dir.glob(f"*{claim_uid}*"))
+
+
+def assert_runtime_resolves(world: SimWorld, ns: str, pods: dict[str, dict]) -> None:
+    """Every node's CDI specs define each device once: a runtime refuses a device that two spec
+    files define (a restarted container would fail), so the drivers must share file names."""
+    for node in world.nodes:
+        want = [base_device_id()] + [cdi_id for name, pod in pods.items() if pod["spec"]["nodeName"] == node.name
+                                     for cdi_id in claim_cdi_ids(world, ns, name)]
+        try:
+            CDIRegistry([node.cdi_dir]).resolve(want)
+        except CDIError as exc:
+            pytest.fail(f"{node.name}: {exc} (spec files: {sorted(p.name for p in node.cdi_dir.iterdir())})")
+
+
+def claim_cdi_ids(world: SimWorld, ns: str, pod_name: str) -> list[str]:
+    claim = scenario.claim_of(world.raw, world.raw.get(scenario.PODS, pod_name, ns))
+    return [f"{constants.CDI_KIND_CLAIM}={claim['metadata']['uid']}-{r['device']}" for r in scenario.allocation(claim)]
 
 
 def upstream_view(reader: Path, checkpoint: Path) -> dict:
@@ -219,6 +239,7 @@ def test_helm_upgrade_to_cdriver_and_back_keeps_every_claim(world: SimWorld, ups
     assert all(p["metadata"].get("annotations", {}).get("example.com/owner") == "team-a"
                for p in pods if p["metadata"]["labels"].get(DRIVER_LABEL[DRIVER_CDRIVER]) == "kubelet-plugin")
     assert_kept_running(world, ns, old)
+    assert_runtime_resolves(world, ns, old)
     for node, name in ((first, "old-a"), (second, "old-b")):
         assert checkpoint_states(node).get(old_uids[name]) == "PrepareCompleted", f"{node.name} lost {name}'s claim"
         assert cdi_specs(node, old_uids[name]), f"{name}'s CDI spec went"
@@ -242,6 +263,7 @@ def test_helm_upgrade_to_cdriver_and_back_keeps_every_claim(world: SimWorld, ups
         if pod["metadata"]["labels"].get(DRIVER_LABEL[DRIVER_UPSTREAM]) == "kubelet-plugin":
             assert "checksum" not in plugin_log(world, pod).lower(), plugin_log(world, pod)[-3000:]
     assert_kept_running(world, ns, {"old-a": old["old-a"], **new})
+    assert_runtime_resolves(world, ns, {"old-a": old["old-a"], **new})
     assert checkpoint_states(first).get(old_uids["old-a"]) == "PrepareCompleted"
     # upstream unprepares the claim cdriver prepared
     delete_workload(world, ns, "new-b", second, new_uid)

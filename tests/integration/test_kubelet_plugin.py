@@ -554,7 +554,7 @@ def test_ready_clique_wakes_waiting_prepare_and_unprepare_cleans_up(
     (dev,) = res.devices
     assert (dev.pool_name, dev.device_name, list(dev.request_names)) == (node.name, "channel-0", ["channel"])
     assert list(dev.cdi_device_ids) == [expected_id]
-    spec_path = plugin.cdi_root / f"{CDI_VENDOR}-claim_{uid_of(claim)}.json"
+    spec_path = plugin.cdi_root / f"{CDI_VENDOR}-claim_{uid_of(claim)}.yaml"
     spec = json.loads(spec_path.read_text())
     assert spec["kind"] == CDI_KIND_CLAIM
     assert spec["devices"] == [{"name": f"{uid_of(claim)}-channel-0", "containerEdits": {"deviceNodes": [{
@@ -635,7 +635,7 @@ def test_channel_owned_by_another_claim(plugin: PluginProcess, raw: RawClient, n
     assert kubelet.prepare(first)[uid_of(first)].error == ""
     res = kubelet.prepare(second)[uid_of(second)]
     assert f"channel 0 already allocated by claim {uid_of(first)}" in res.error
-    assert [p.name for p in plugin.claim_specs()] == [f"{CDI_VENDOR}-claim_{uid_of(first)}.json"]
+    assert [p.name for p in plugin.claim_specs()] == [f"{CDI_VENDOR}-claim_{uid_of(first)}.yaml"]
     # The label stays while the first claim is prepared, and goes with the last claim.
     assert kubelet.unprepare(second) == {uid_of(second): ""}
     assert node_label(raw, node) == uid_of(cd)
@@ -769,7 +769,7 @@ def test_killed_between_started_and_completed(plugin_factory: Callable[..., Plug
     assert res.error == ""
     claims = plugin.checkpoint()
     assert list(claims) == [uid_of(claim)] and claims[uid_of(claim)].state == "PrepareCompleted"
-    assert [p.name for p in plugin.claim_specs()] == [f"{CDI_VENDOR}-claim_{uid_of(claim)}.json"]
+    assert [p.name for p in plugin.claim_specs()] == [f"{CDI_VENDOR}-claim_{uid_of(claim)}.yaml"]
     assert kubelet.unprepare(claim) == {uid_of(claim): ""}
     assert plugin.claim_specs() == [] and plugin.checkpoint() == {} and node_label(raw, node) is None
     leftovers = [p.name for p in plugin.plugin_dir.iterdir() if p.name.startswith(".")]
@@ -949,7 +949,7 @@ def test_plugin_takes_over_an_upstream_checkpoint(plugin_factory: Callable[..., 
     }
     plugin.plugin_dir.mkdir(parents=True, exist_ok=True)
     (plugin.plugin_dir / CHECKPOINT_FILE_NAME).write_bytes(_upstream_checkpoint(entries, read_boot_id()))
-    spec_path = plugin.cdi_root / f"{CDI_VENDOR}-claim_{uid_of(running)}.json"
+    spec_path = plugin.cdi_root / f"{CDI_VENDOR}-claim_{uid_of(running)}.yaml"  # upstream's file name
     spec_path.parent.mkdir(parents=True, exist_ok=True)
     spec_path.write_text(json.dumps({"cdiVersion": "0.5.0", "kind": CDI_KIND_CLAIM, "devices": [{
         "name": f"{uid_of(running)}-channel-0", "containerEdits": {"deviceNodes": [{
@@ -1001,7 +1001,7 @@ def test_lost_checkpoint_is_rebuilt_without_removing_specs_running_pods_use(
     kubelet = Kubelet(plugin)
     first = kubelet.prepare(claim)[uid_of(claim)]
     assert first.error == ""
-    spec = plugin.cdi_root / f"{CDI_VENDOR}-claim_{uid_of(claim)}.json"
+    spec = plugin.cdi_root / f"{CDI_VENDOR}-claim_{uid_of(claim)}.yaml"
     content = spec.read_bytes()
     # A spec of a claim the API server does not know (say, deleted while the node was away).
     stranger = plugin.cdi_root / f"{CDI_VENDOR}-claim_{uuid.uuid4()}.json"
