@@ -24,6 +24,7 @@ from cdriver.api import constants
 from cdriver.cdi.model import CDIError
 from cdriver.cdi.reader import CDIRegistry
 from cdriver.checkpoint import CheckpointStore
+from cdriver.kube.raw import ApiError
 from cdriver.nvml.discover import channel_device_path
 from cdriver.roles.kubelet_plugin.cdi_edits import base_device_id
 from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME
@@ -98,7 +99,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimWorld]:
         pytest.skip(f"the upstream driver cannot be built here: {exc}")
     values = tmp_path_factory.mktemp("switch") / "upstream-values.yaml"
     values.write_text(UPSTREAM_VALUES)
-    yield from start_world({"nodes": 2, "driver": DRIVER_UPSTREAM, "values_file": values}, "sw")
+    yield from start_world({"nodes": 3, "driver": DRIVER_UPSTREAM, "values_file": values}, "sw")
 
 
 @pytest.fixture(scope="module")
@@ -191,10 +192,10 @@ def plugin_log(world: SimWorld, pod: dict) -> str:
 
 
 # -- workloads ------------------------------------------------------------------------------
-def start_workloads(world: SimWorld, ns: str, placed: dict[str, str]) -> dict[str, dict]:
-    """Pods (name -> node) holding a channel of the domain `cd`; name -> running pod."""
+def start_workloads(world: SimWorld, ns: str, placed: dict[str, str], domain: str = "cd") -> dict[str, dict]:
+    """Pods (name -> node) holding a channel of the ComputeDomain `domain`; name -> running pod."""
     for name, node in placed.items():
-        world.raw.create(scenario.PODS, scenario.workload_pod(name, ns, "cd-channel", node=node), ns)
+        world.raw.create(scenario.PODS, scenario.workload_pod(name, ns, f"{domain}-channel", node=node), ns)
     pods = scenario.wait_pods_running(world.raw, ns, list(placed), 150)
     return {p["metadata"]["name"]: p for p in pods}
 
@@ -228,7 +229,7 @@ def delete_workload(world: SimWorld, ns: str, name: str, node: SimNode, uid: str
 @pytest.mark.timeout(900)
 def test_helm_upgrade_to_cdriver_and_back_keeps_every_claim(world: SimWorld, upstream_reader: Path,
                                                             e2e_namespace: str, tmp_path: Path) -> None:
-    ns, (first, second) = e2e_namespace, world.nodes
+    ns, (first, second, third) = e2e_namespace, world.nodes
     create_domain(world, ns, "cd")
     old = start_workloads(world, ns, {"old-a": first.name, "old-b": second.name})
     old_uids = {name: claim_uid(world, pod) for name, pod in old.items()}
@@ -249,6 +250,9 @@ def test_helm_upgrade_to_cdriver_and_back_keeps_every_claim(world: SimWorld, ups
     new_uid = claim_uid(world, new["new-b"])
     assert is_char_device(world, ns, new["new-b"], channel_device_path(0))
     assert checkpoint_states(second)[new_uid] == "PrepareCompleted"
+    # a domain created under cdriver: its IMEX daemons are cdriver's
+    late_uid = create_domain(world, ns, "late")
+    late = start_workloads(world, ns, {"late": third.name}, "late")
     # what cdriver's plugin keeps is what upstream's own checkpoint code reads
     for node, name, uid in ((first, "old-a", old_uids["old-a"]), (second, "new-b", new_uid)):
         copy = tmp_path / f"{node.name}-{CHECKPOINT_FILE_NAME}"
@@ -262,10 +266,30 @@ def test_helm_upgrade_to_cdriver_and_back_keeps_every_claim(world: SimWorld, ups
     for pod in pods:
         if pod["metadata"]["labels"].get(DRIVER_LABEL[DRIVER_UPSTREAM]) == "kubelet-plugin":
             assert "checksum" not in plugin_log(world, pod).lower(), plugin_log(world, pod)[-3000:]
-    assert_kept_running(world, ns, {"old-a": old["old-a"], **new})
-    assert_runtime_resolves(world, ns, {"old-a": old["old-a"], **new})
+    assert_kept_running(world, ns, {"old-a": old["old-a"], **new, **late})
+    assert_runtime_resolves(world, ns, {"old-a": old["old-a"], **new, **late})
     assert checkpoint_states(first).get(old_uids["old-a"]) == "PrepareCompleted"
     # upstream unprepares the claim cdriver prepared
     delete_workload(world, ns, "new-b", second, new_uid)
     assert upstream_view(upstream_reader, checkpoint_path(first))["claims"][old_uids["old-a"]]["state"] == \
         "PrepareCompleted"
+    # cdriver's daemon serves its domain under upstream's plugin: its pod, recreated, gets its
+    # claim prepared by upstream's plugin, and a new workload of that domain starts
+    delete_workload(world, ns, "late", third, claim_uid(world, late["late"]))
+    before = scenario.daemon_pods(world.raw, DRIVER_NAMESPACE, late_uid)
+    for daemon in before:
+        try:
+            world.raw.delete(scenario.PODS, daemon["metadata"]["name"], DRIVER_NAMESPACE)
+        except ApiError as exc:  # gone with the node's domain label meanwhile
+            if not exc.not_found:
+                raise
+    again = start_workloads(world, ns, {"late-again": third.name}, "late")
+    assert is_char_device(world, ns, again["late-again"], channel_device_path(0))
+
+    def new_daemon_ready() -> scenario.Seen:
+        seen = [(p["metadata"]["name"], scenario.pod_phase(p), scenario.pod_ready(p))
+                for p in scenario.daemon_pods(world.raw, DRIVER_NAMESPACE, late_uid)
+                if p["metadata"]["uid"] not in {d["metadata"]["uid"] for d in before}]
+        return scenario.Seen(bool(seen) and all(ready for _, _, ready in seen), None, json.dumps(seen))
+
+    scenario.wait_for(f"a new IMEX daemon pod of domain {late_uid} Ready on {third.name}", new_daemon_ready, 90)
