@@ -1,8 +1,12 @@
-"""Transient CDI spec files: written atomically as JSON into a CDI dir, listed, removed.
+"""Transient CDI spec files: written atomically into a CDI dir, listed, removed.
 
 A transient spec lives as long as an outside object (here: a prepared claim) and is named
-``<vendor>-<class>_<id>``; the file is ``<spec name>.json``. Runtimes watch the CDI dir, so a
-file is always replaced whole (see :mod:`cdriver.atomic`), never edited in place.
+``<vendor>-<class>_<id>``; the file is ``<spec name>.yaml`` holding JSON (a YAML subset), the
+name the CDI library gives a spec written under that name: so the upstream driver, on a node
+switched between the two drivers, replaces and removes the very files cdriver wrote (a second
+file defining the same devices would make every runtime refuse them as conflicting). Runtimes
+watch the CDI dir, so a file is always replaced whole (see :mod:`cdriver.atomic`), never edited
+in place.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from cdriver.atomic import atomic_write, remove_file
 from cdriver.cdi.model import CDIError, Spec, validate_class, validate_vendor
 
 SPEC_EXTENSIONS = (".json", ".yaml")
+#: what the CDI library appends to a spec name without an extension (upstream's files)
+SPEC_EXTENSION = ".yaml"
 SPEC_FILE_MODE = 0o644
 MAX_SPEC_NAME_LENGTH = 250  # leaves room for the extension within the 255-byte file name limit
 
@@ -53,21 +59,32 @@ def claim_spec_name(claim_uid: str) -> str:
 
 def spec_path(cdi_dir: str | os.PathLike[str], spec_name: str) -> Path:
     """Where :func:`write_spec` puts ``spec_name``."""
-    return Path(cdi_dir) / f"{validate_spec_name(spec_name)}.json"
+    return Path(cdi_dir) / f"{validate_spec_name(spec_name)}{SPEC_EXTENSION}"
+
+
+def existing_spec_path(cdi_dir: str | os.PathLike[str], spec_name: str) -> Path:
+    """The file holding ``spec_name`` (either extension: cdriver's, upstream's, earlier versions');
+    :func:`spec_path` when there is none."""
+    written = spec_path(cdi_dir, spec_name)
+    for ext in SPEC_EXTENSIONS:
+        path = written.with_suffix(ext)
+        if path.is_file():
+            return path
+    return written
 
 
 def write_spec(cdi_dir: str | os.PathLike[str], spec_name: str, spec: Spec) -> Path:
-    """Validate ``spec`` and write it atomically as ``<cdi_dir>/<spec_name>.json``.
+    """Validate ``spec`` and write it atomically as ``<cdi_dir>/<spec_name>.yaml`` (JSON text).
 
-    The directory is created if missing. A same-named ``.yaml`` file (as older drivers wrote)
-    is removed afterwards so the runtime never sees the devices twice.
+    The directory is created if missing. A same-named ``.json`` file (as earlier cdriver
+    versions wrote) is removed afterwards so the runtime never sees the devices twice.
     """
     path = spec_path(cdi_dir, spec_name)
     text = json.dumps(spec.to_dict(), indent=2) + "\n"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, text, mode=SPEC_FILE_MODE)
-        remove_file(path.with_suffix(".yaml"))
+        remove_file(path.with_suffix(".json"))
     except OSError as err:
         raise CDIError(
             f"cannot write CDI spec {path}: {err.strerror or err}; check that {path.parent} is a writable "

@@ -52,6 +52,14 @@ REQUIRED_VALUES: dict[str, str] = {
     KEY_CMD_ENABLED: "1",
 }
 
+#: The fields of the upstream daemon's template (Go text/template, `{{ .Field }}`) and the
+#: variables they stand for here: a domain directory may hold either driver's template.
+UPSTREAM_TEMPLATE_FIELDS = {
+    "IMEXDaemonNodesConfigPath": "nodes_config_file",
+    "IMEXCmdBindInterfaceIP": "cmd_bind_ip",
+}
+_UPSTREAM_FIELD_RE = re.compile(r"(\{\{-?\s*)\.([A-Za-z_][A-Za-z0-9_]*)(\s*-?\}\})")
+
 _KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _MAX_CONFIG_BYTES = 1 << 20
 
@@ -101,6 +109,39 @@ def _check_port(name: str, value: int) -> None:
         raise ImexConfigError(f"{name}={value!r}: a port must be an integer from 1 to 65535")
 
 
+def from_upstream_syntax(template: str, source: str = "IMEX config template") -> str:
+    """The template with upstream's `{{ .Field }}` slots as this module's variables."""
+    def swap(match: re.Match[str]) -> str:
+        name = UPSTREAM_TEMPLATE_FIELDS.get(match.group(2))
+        if name is None:
+            raise ImexConfigError(
+                f"{source}: unknown field .{match.group(2)}; an upstream-style template may only use "
+                f"{', '.join('.' + f for f in UPSTREAM_TEMPLATE_FIELDS)}")
+        return f"{match.group(1)}{name}{match.group(3)}"
+
+    return _UPSTREAM_FIELD_RE.sub(swap, template)
+
+
+def domain_template(template: str, *, server_port: int = IMEX_SERVER_PORT, cmd_port: int = IMEX_CMD_PORT) -> str:
+    """The template the kubelet plugin places in a domain's directory: the ports filled in, and
+    the per-daemon slots (nodes config path, pod IP) in upstream's syntax, so that cdriver's
+    daemon and the upstream driver's daemon both render it (either may serve the domain while
+    the cluster switches drivers)."""
+    import jinja2
+
+    _check_port("SERVER_PORT", server_port)
+    _check_port("IMEX_CMD_PORT", cmd_port)
+    slots = {name: "{{ ." + field + " }}" for field, name in UPSTREAM_TEMPLATE_FIELDS.items()}
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    try:
+        return env.from_string(from_upstream_syntax(template)).render(
+            **slots, cmd_unix_socket="", server_port=server_port, cmd_port=cmd_port)
+    except jinja2.TemplateSyntaxError as e:
+        raise ImexConfigError(f"IMEX config template: line {e.lineno}: template syntax error: {e.message}") from None
+    except jinja2.UndefinedError as e:
+        raise ImexConfigError(f"IMEX config template: {e.message}") from None
+
+
 def render_config(
     template: str,
     nodes_config_file: str,
@@ -114,7 +155,8 @@ def render_config(
     """Render the IMEX config template; the result is parsed back to prove it is well formed.
 
     `bind_ip` becomes IMEX_CMD_BIND_INTERFACE_IP (the pod IP); `cmd_unix_socket` the optional
-    IMEX_CMD_UNIX_DOMAIN_PATH. Raises ImexConfigError for bad inputs or a broken template.
+    IMEX_CMD_UNIX_DOMAIN_PATH. The upstream daemon's `{{ .Field }}` slots are understood too.
+    Raises ImexConfigError for bad inputs or a broken template.
     """
     import jinja2  # imported here: the stand-in ctl parses configs and must start fast
 
@@ -137,7 +179,7 @@ def render_config(
         undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
     )
     try:
-        text = env.from_string(template).render(
+        text = env.from_string(from_upstream_syntax(template, source)).render(
             nodes_config_file=nodes_config_file,
             cmd_bind_ip=bind_ip,
             cmd_unix_socket=cmd_unix_socket or "",

@@ -62,7 +62,7 @@ def start_workloads(world: SimWorld, ns: str, name: str, mode: str = constants.A
 def spec_device(world: SimWorld, node: str, path: str) -> tuple[int, int]:
     """(major, minor) of `path` in the CDI specs on the node (host device when the spec names only hostPath)."""
     root = world.node(node).agent.plan.root
-    for spec_file in sorted(world.node(node).cdi_dir.glob("*.json")):
+    for spec_file in sorted(world.node(node).cdi_dir.glob("*.yaml")):
         spec = json.loads(spec_file.read_text())
         edits = [spec.get("containerEdits") or {}] + [d.get("containerEdits") or {} for d in spec.get("devices", [])]
         for edit in edits:

@@ -54,7 +54,13 @@ from cdriver.dra.gen.dra.v1 import api_pb2_grpc as dra_grpc
 from cdriver.dra.gen.grpc_health.v1 import health_pb2, health_pb2_grpc
 from cdriver.dra.gen.pluginregistration.v1 import api_pb2 as reg_pb2
 from cdriver.dra.gen.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from cdriver.imex.config import IMEX_CONFIG_TEMPLATE_NAME, IMEX_CTL_BINARY, IMEX_DAEMON_BINARY, IMEXD_TEMPLATE_NAME
+from cdriver.imex.config import (
+    IMEX_CONFIG_TEMPLATE_NAME,
+    IMEX_CTL_BINARY,
+    IMEX_DAEMON_BINARY,
+    IMEXD_TEMPLATE_NAME,
+    domain_template,
+)
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
 from cdriver.nvml.discover import IMEX_CHANNEL_COUNT
 from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME, DRA_SOCKET_NAME, REGISTRATION_SOCKET_NAME
@@ -548,7 +554,7 @@ def test_ready_clique_wakes_waiting_prepare_and_unprepare_cleans_up(
     (dev,) = res.devices
     assert (dev.pool_name, dev.device_name, list(dev.request_names)) == (node.name, "channel-0", ["channel"])
     assert list(dev.cdi_device_ids) == [expected_id]
-    spec_path = plugin.cdi_root / f"{CDI_VENDOR}-claim_{uid_of(claim)}.json"
+    spec_path = plugin.cdi_root / f"{CDI_VENDOR}-claim_{uid_of(claim)}.yaml"
     spec = json.loads(spec_path.read_text())
     assert spec["kind"] == CDI_KIND_CLAIM
     assert spec["devices"] == [{"name": f"{uid_of(claim)}-channel-0", "containerEdits": {"deviceNodes": [{
@@ -629,7 +635,7 @@ def test_channel_owned_by_another_claim(plugin: PluginProcess, raw: RawClient, n
     assert kubelet.prepare(first)[uid_of(first)].error == ""
     res = kubelet.prepare(second)[uid_of(second)]
     assert f"channel 0 already allocated by claim {uid_of(first)}" in res.error
-    assert [p.name for p in plugin.claim_specs()] == [f"{CDI_VENDOR}-claim_{uid_of(first)}.json"]
+    assert [p.name for p in plugin.claim_specs()] == [f"{CDI_VENDOR}-claim_{uid_of(first)}.yaml"]
     # The label stays while the first claim is prepared, and goes with the last claim.
     assert kubelet.unprepare(second) == {uid_of(second): ""}
     assert node_label(raw, node) == uid_of(cd)
@@ -703,8 +709,9 @@ def test_daemon_claim_while_channel_claim_waits(plugin_factory: Callable[..., Pl
     assert list(res.devices[0].cdi_device_ids) == [f"{CDI_KIND_DEVICE}=all",
                                                    f"{CDI_KIND_CLAIM}={uid_of(daemon)}-daemon-0"]
     domain_dir = plugin.plugin_dir / "domains" / uid_of(cd)
-    assert (domain_dir / IMEXD_TEMPLATE_NAME).read_text() == \
-        (Path(__file__).resolve().parents[2] / "cdriver" / "templates" / IMEX_CONFIG_TEMPLATE_NAME).read_text()
+    # the packaged template, in the form both cdriver's and the upstream driver's daemon render
+    assert (domain_dir / IMEXD_TEMPLATE_NAME).read_text() == domain_template(
+        (Path(__file__).resolve().parents[2] / "cdriver" / "templates" / IMEX_CONFIG_TEMPLATE_NAME).read_text())
     edits = CDIRegistry([str(plugin.cdi_root)]).resolve(list(res.devices[0].cdi_device_ids))
     env = dict(e.split("=", 1) for e in edits.env)
     assert env[ENV_CLIQUE_ID] == f"{CLUSTER_UUID}.3"
@@ -762,7 +769,7 @@ def test_killed_between_started_and_completed(plugin_factory: Callable[..., Plug
     assert res.error == ""
     claims = plugin.checkpoint()
     assert list(claims) == [uid_of(claim)] and claims[uid_of(claim)].state == "PrepareCompleted"
-    assert [p.name for p in plugin.claim_specs()] == [f"{CDI_VENDOR}-claim_{uid_of(claim)}.json"]
+    assert [p.name for p in plugin.claim_specs()] == [f"{CDI_VENDOR}-claim_{uid_of(claim)}.yaml"]
     assert kubelet.unprepare(claim) == {uid_of(claim): ""}
     assert plugin.claim_specs() == [] and plugin.checkpoint() == {} and node_label(raw, node) is None
     leftovers = [p.name for p in plugin.plugin_dir.iterdir() if p.name.startswith(".")]
@@ -941,7 +948,7 @@ def test_plugin_takes_over_an_upstream_checkpoint(plugin_factory: Callable[..., 
     }
     plugin.plugin_dir.mkdir(parents=True, exist_ok=True)
     (plugin.plugin_dir / CHECKPOINT_FILE_NAME).write_bytes(_upstream_checkpoint(entries, read_boot_id()))
-    spec_path = plugin.cdi_root / f"{CDI_VENDOR}-claim_{uid_of(running)}.json"
+    spec_path = plugin.cdi_root / f"{CDI_VENDOR}-claim_{uid_of(running)}.yaml"  # upstream's file name
     spec_path.parent.mkdir(parents=True, exist_ok=True)
     spec_path.write_text(json.dumps({"cdiVersion": "0.5.0", "kind": CDI_KIND_CLAIM, "devices": [{
         "name": f"{uid_of(running)}-channel-0", "containerEdits": {"deviceNodes": [{
@@ -993,7 +1000,7 @@ def test_lost_checkpoint_is_rebuilt_without_removing_specs_running_pods_use(
     kubelet = Kubelet(plugin)
     first = kubelet.prepare(claim)[uid_of(claim)]
     assert first.error == ""
-    spec = plugin.cdi_root / f"{CDI_VENDOR}-claim_{uid_of(claim)}.json"
+    spec = plugin.cdi_root / f"{CDI_VENDOR}-claim_{uid_of(claim)}.yaml"
     content = spec.read_bytes()
     # A spec of a claim the API server does not know (say, deleted while the node was away).
     stranger = plugin.cdi_root / f"{CDI_VENDOR}-claim_{uuid.uuid4()}.json"

@@ -57,7 +57,7 @@ def test_sockets_cdi_specs_and_checkpoint_have_plugin_modes(rel_world: Any, rel_
                  (plugin_dir / CHECKPOINT_FILE_NAME, 0o077, "checkpoint"),
                  (plugin_dir, 0o022, "plugin directory")]
         cdi_dir = layout.host_path(rc.CDI_ROOT)
-        files += [(p, 0o022, "CDI spec") for p in sorted(cdi_dir.glob("*.json"))]
+        files += [(p, 0o022, "CDI spec") for p in sorted(cdi_dir.glob("*.yaml"))]
         assert any(what == "CDI spec" for _, _, what in files), f"no CDI spec on {name}"
         for path, forbidden, what in files:
             checked += 1

@@ -68,7 +68,7 @@ def test_later_dir_overrides_earlier(tmp_path: Path) -> None:
 def test_same_device_twice_in_one_dir_is_ambiguous(tmp_path: Path) -> None:
     write_spec(tmp_path, "claim-a", daemon_spec())
     write_spec(tmp_path, "claim-b", daemon_spec())
-    with pytest.raises(CDIError, match="is ambiguous: defined in .*claim-a.json, .*claim-b.json"):
+    with pytest.raises(CDIError, match="is ambiguous: defined in .*claim-a.yaml, .*claim-b.yaml"):
         CDIRegistry([tmp_path]).resolve([f"{CLAIM}={UID}-daemon-0"])
 
 

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 from cdriver import atomic
 from cdriver.cdi import writer
@@ -30,8 +31,10 @@ def test_claim_spec_name_matches_upstream_convention() -> None:
 
 def test_write_spec_writes_json_with_minimal_version(tmp_path: Path) -> None:
     path = write_spec(tmp_path / "cdi", claim_spec_name(UID), channel_spec())
-    assert path == tmp_path / "cdi" / f"k8s.compute-domain.nvidia.com-claim_{UID}.json"
+    # upstream's file name for the spec (the CDI library's default extension): JSON is YAML too
+    assert path == tmp_path / "cdi" / f"k8s.compute-domain.nvidia.com-claim_{UID}.yaml"
     doc = json.loads(path.read_text())
+    assert yaml.safe_load(path.read_text()) == doc
     assert doc["cdiVersion"] == "0.5.0"  # the UID starts with a digit
     assert doc["kind"] == KIND
     assert doc["devices"][0]["containerEdits"]["deviceNodes"][0]["fileMode"] == 0o666
@@ -39,9 +42,9 @@ def test_write_spec_writes_json_with_minimal_version(tmp_path: Path) -> None:
     assert os.listdir(path.parent) == [path.name]
 
 
-def test_rewrite_replaces_whole_file_and_drops_yaml_twin(tmp_path: Path) -> None:
+def test_rewrite_replaces_whole_file_and_drops_json_twin(tmp_path: Path) -> None:
     name = claim_spec_name(UID)
-    (tmp_path / f"{name}.yaml").write_text("---\nold: true\n")
+    (tmp_path / f"{name}.json").write_text('{"old": true}')
     write_spec(tmp_path, name, channel_spec(minor=0))
     path = write_spec(tmp_path, name, channel_spec(minor=1))
     assert json.loads(path.read_text())["devices"][0]["name"] == f"{UID}-channel-1"
@@ -91,10 +94,10 @@ def test_cdi_root_that_is_a_file_gives_clear_error(tmp_path: Path) -> None:
         write_spec(not_a_dir, "x", channel_spec())
 
 
-def test_remove_is_idempotent_and_covers_yaml(tmp_path: Path) -> None:
+def test_remove_is_idempotent_and_covers_json(tmp_path: Path) -> None:
     name = claim_spec_name(UID)
     write_spec(tmp_path, name, channel_spec())
-    (tmp_path / f"{name}.yaml").write_text("---\n")
+    (tmp_path / f"{name}.json").write_text("{}")
     assert remove_spec(tmp_path, name) is True
     assert os.listdir(tmp_path) == []
     assert remove_spec(tmp_path, name) is False
@@ -109,4 +112,8 @@ def test_list_specs_skips_temp_hidden_and_foreign_files(tmp_path: Path) -> None:
     (tmp_path / "sub.json").mkdir()
     assert list_specs(tmp_path) == ["a-spec", "b-spec"]
     assert list_specs(tmp_path / "missing") == []
-    assert writer.spec_path(tmp_path, "b-spec") == tmp_path / "b-spec.json"
+    assert writer.spec_path(tmp_path, "b-spec") == tmp_path / "b-spec.yaml"
+    assert writer.existing_spec_path(tmp_path, "a-spec") == tmp_path / "a-spec.yaml"
+    (tmp_path / "c-spec.json").write_text("{}")
+    assert writer.existing_spec_path(tmp_path, "c-spec") == tmp_path / "c-spec.json"
+    assert writer.existing_spec_path(tmp_path, "d-spec") == tmp_path / "d-spec.yaml"

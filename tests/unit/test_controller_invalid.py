@@ -3,13 +3,14 @@ and an Event that say why."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
 
 from cdriver.api import constants
 from cdriver.roles.controller.metrics import ControllerMetrics
-from cdriver.roles.controller.reconciler import EVENT_INVALID, Caches, Reconciler
+from cdriver.roles.controller.reconciler import EVENT_INVALID, Caches, Reconciler, parse_domain
 from cdriver.roles.controller.settings import ControllerSettings
 
 pytestmark = pytest.mark.unit
@@ -71,3 +72,34 @@ def test_invalid_template_name_generates_nothing_and_sets_a_status(name: str, fr
     assert (condition["status"], condition["reason"]) == ("False", EVENT_INVALID)
     assert "spec.channel.resourceClaimTemplate.name" in condition["message"] and fragment in condition["message"]
     assert [r for r, _ in recorder.events] == [EVENT_INVALID]
+
+
+class PruningApi(RecordingApi):
+    """An API server with the upstream driver's CRD: status conditions and readyNodes are pruned."""
+
+    def update_status(self, res: Any, body: dict) -> dict:
+        stored = copy.deepcopy(body)
+        for name in ("conditions", "readyNodes"):
+            stored["status"].pop(name, None)
+        self.calls.append(("update_status", stored))
+        return stored
+
+
+def test_status_keeps_being_written_once_the_crd_is_seen_to_prune_conditions() -> None:
+    """After a switch from the upstream driver its CRD stays: the first write shows conditions
+    are pruned; later status changes are still written (the domain does not fail to reconcile)."""
+    obj = {"apiVersion": constants.API_VERSION, "kind": constants.KIND_COMPUTE_DOMAIN,
+           "metadata": {"name": "cd1", "namespace": "team", "uid": "u1", "resourceVersion": "3", "generation": 1},
+           "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "cd1-channel"}}}}
+    api = PruningApi()
+    reconciler = Reconciler(api, Caches(domains=OneDomain(obj), templates=None),  # type: ignore[arg-type]
+                            ControllerSettings(), Recorder(), ControllerMetrics(),  # type: ignore[arg-type]
+                            clock=lambda: "2030-01-01T00:00:00Z")
+    cd = parse_domain(obj)
+    reconciler._write_status(obj, cd, [], None)
+    ready = {"name": "n1", "ipAddress": "10.0.0.1", "cliqueID": "c.0", "index": 0, "status": constants.STATUS_READY}
+    reconciler._write_status({**obj, "status": api.calls[-1][1]["status"]}, cd, [ready], None)
+    assert [c[0] for c in api.calls] == ["update_status", "update_status"]
+    written = api.calls[-1][1]["status"]
+    assert written["status"] == constants.STATUS_READY and written["nodes"] == [ready]
+    assert "conditions" not in written and "readyNodes" not in written

@@ -57,10 +57,10 @@ EXPECTED = [
 ]
 
 
-def render(**kw) -> str:
+def render(template: str | None = None, **kw) -> str:
     args = {"nodes_config_file": IMEXD_NODES_CONFIG, "bind_ip": "10.1.2.3"}
     args.update(kw)
-    return config.render_config(config.load_template(), **args)
+    return config.render_config(config.load_template() if template is None else template, **args)
 
 
 def test_packaged_template_renders_every_key_in_order():
@@ -118,6 +118,31 @@ def test_template_must_keep_supervision_keys():
     with pytest.raises(ImexConfigError) as err:
         config.render_config(template, "/imexd/nodes.cfg", "10.0.0.1")
     assert "DAEMONIZE" in str(err.value)
+
+
+def test_upstream_style_template_renders_with_its_fields():
+    """A domain directory prepared by the upstream plugin holds its daemon's template."""
+    template = ("DAEMONIZE=0\nLOG_FILE_NAME=\nIMEX_CMD_ENABLED=1\nSERVER_PORT=50000\n"
+                "IMEX_NODE_CONFIG_FILE={{ .IMEXDaemonNodesConfigPath }}\n"
+                "IMEX_CMD_BIND_INTERFACE_IP={{.IMEXCmdBindInterfaceIP}}\nIMEX_CMD_PORT=50005\n")
+    values = config.parse_config(config.render_config(template, IMEXD_NODES_CONFIG, "10.1.2.3"))
+    assert (values["IMEX_NODE_CONFIG_FILE"], values["IMEX_CMD_BIND_INTERFACE_IP"]) == (IMEXD_NODES_CONFIG, "10.1.2.3")
+
+
+def test_unknown_upstream_field_is_named():
+    with pytest.raises(ImexConfigError) as err:
+        config.render_config("DAEMONIZE=0\nX={{ .PodIP }}\n", IMEXD_NODES_CONFIG, "10.1.2.3", source="t.cfg")
+    assert "t.cfg: unknown field .PodIP" in str(err.value) and ".IMEXCmdBindInterfaceIP" in str(err.value)
+
+
+def test_domain_template_leaves_only_the_slots_both_daemons_fill():
+    """What the plugin places in a domain's directory: ports filled in, the nodes config path and
+    pod IP as upstream's `{{ .Field }}` slots (its daemon renders them; so does cdriver's)."""
+    text = config.domain_template(config.load_template())
+    slots = sorted(line for line in text.splitlines() if "{{" in line or "{%" in line)
+    assert slots == ["IMEX_CMD_BIND_INTERFACE_IP={{ .IMEXCmdBindInterfaceIP }}",
+                     "IMEX_NODE_CONFIG_FILE={{ .IMEXDaemonNodesConfigPath }}"]
+    assert list(config.parse_config(render(template=text)).items()) == EXPECTED
 
 
 def test_load_template_missing_file(tmp_path):

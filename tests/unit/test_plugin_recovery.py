@@ -62,5 +62,5 @@ def test_the_message_says_what_was_rebuilt_and_what_is_left_to_the_operator() ->
     rebuilt = Rebuilt(from_api=["ns/c1"], unexplained=["u9"])
     text = recovery_message("checkpoint /p/checkpoint.json does not exist", rebuilt, Path("/cdi"))
     assert "checkpoint /p/checkpoint.json does not exist" in text and "ns/c1" in text
-    assert "/cdi/k8s.compute-domain.nvidia.com-claim_u9.json" in text and "delete them by hand" in text
+    assert "/cdi/k8s.compute-domain.nvidia.com-claim_u9.yaml" in text and "delete them by hand" in text
     assert "Nothing else to do" in recovery_message("x", Rebuilt(from_api=["ns/c1"]), Path("/cdi"))

@@ -489,8 +489,10 @@ class Reconciler:
                          if c.get("type") == CONDITION_READY), None)
         if problem is not None and problem.warn and previous != problem.reason:
             self.recorder.warning(obj, problem.reason, problem.message)
+        # the conditions are gone from `want` once the installed CRD is seen to prune them
+        reason = next((c.get("reason") for c in want.get("conditions") or []), None)
         log.info("%s: status %s (%s)", object_key(obj), want["status"],
-                 want["conditions"][0]["reason"])
+                 reason or (problem.reason if problem else "no conditions kept by the installed CRD"))
 
     # --- deletion -----------------------------------------------------------------------
     def _state(self, uid: str) -> tuple[list[deletion.Generated], dict[tuple[str, str], dict]]:

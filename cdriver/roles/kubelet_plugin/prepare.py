@@ -29,7 +29,7 @@ from cdriver.cdi.writer import claim_spec_name, list_specs, remove_spec, write_s
 from cdriver.checkpoint import CheckpointError, ClaimRecord, ClaimState
 from cdriver.dra.node_service import ClaimRef, PreparedDevice
 from cdriver.errors import CdriverError
-from cdriver.imex.config import IMEXD_TEMPLATE_NAME, load_template
+from cdriver.imex.config import IMEXD_TEMPLATE_NAME, domain_template, load_template
 from cdriver.kube.events import NORMAL, WARNING
 from cdriver.kube.objects import meta_of, name_of
 from cdriver.kube.raw import RESOURCES, ApiError
@@ -323,7 +323,7 @@ class Preparer:
 
     def _write_domain_dir(self, domain_dir: Path) -> None:
         if self._template is None:
-            self._template = load_template(self.config.imex_config_template)
+            self._template = domain_template(load_template(self.config.imex_config_template))
         try:
             domain_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
             target = domain_dir / IMEXD_TEMPLATE_NAME

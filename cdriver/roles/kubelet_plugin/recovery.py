@@ -17,7 +17,7 @@ from pathlib import Path
 
 from cdriver.cdi.model import qualified_name
 from cdriver.cdi.reader import load_spec_file
-from cdriver.cdi.writer import claim_spec_name, list_specs, spec_path
+from cdriver.cdi.writer import claim_spec_name, existing_spec_path, list_specs
 from cdriver.checkpoint import ClaimRecord, ClaimState
 from cdriver.errors import CdriverError
 from cdriver.kube.events import WARNING
@@ -83,7 +83,7 @@ def rebuild(spec_ids: dict[str, list[str]], api_claims: list[dict], node_name: s
 
 def _spec_ids(cdi_root: Path, uid: str) -> list[str]:
     try:
-        spec = load_spec_file(spec_path(cdi_root, claim_spec_name(uid)))
+        spec = load_spec_file(existing_spec_path(cdi_root, claim_spec_name(uid)))
     except (CdriverError, OSError, ValueError) as exc:
         log.warning("recovery: cannot read the CDI spec of claim %s (%s); it is kept", uid, exc)
         return []
@@ -121,7 +121,7 @@ def recovery_message(what_happened: str, rebuilt: Rebuilt, cdi_root: Path) -> st
              + (f" ({', '.join(rebuilt.from_api)})" if rebuilt.from_api else "")
              + "; every CDI spec of a claim was kept, so running containers can restart."]
     if rebuilt.unexplained:
-        files = ", ".join(str(spec_path(cdi_root, claim_spec_name(u))) for u in rebuilt.unexplained)
+        files = ", ".join(str(existing_spec_path(cdi_root, claim_spec_name(u))) for u in rebuilt.unexplained)
         parts.append(
             f"{len(rebuilt.unexplained)} claim specs belong to no ResourceClaim allocated on this node: {files}. "
             "They are removed when kubelet unprepares their claims; if no pod on this node uses them, "

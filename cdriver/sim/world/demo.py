@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cdriver.api import constants
+from cdriver.cdi.writer import claim_spec_name, spec_path
 from cdriver.imex.config import IMEX_CTL_BINARY, IMEXD_CONFIG
 from cdriver.nvml.discover import channel_device_path
 from cdriver.sim.world import scenario
@@ -165,8 +166,7 @@ def run_demo(world: SimWorld, echo: Callable[[str], None] = print) -> DemoReport
             for pod in state["pods"]:
                 claim = scenario.claim_of(raw, pod)
                 node = world.node(pod["spec"]["nodeName"])
-                spec_name = f"{constants.CDI_VENDOR}-claim_{claim['metadata']['uid']}.json"
-                spec_file = node.cdi_dir / spec_name
+                spec_file = spec_path(node.cdi_dir, claim_spec_name(claim["metadata"]["uid"]))
                 spec = json.loads(spec_file.read_text())
                 ids = [f"{spec['kind']}={d['name']}" for d in spec["devices"]]
                 paths = [dn["path"] for d in spec["devices"] for dn in d["containerEdits"].get("deviceNodes", [])]

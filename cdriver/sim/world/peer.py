@@ -135,23 +135,30 @@ def peer_build(echo: bool = True) -> PeerBuild:
     return PeerBuild(root).check(str(script))
 
 
-def peer_helm_values(driver_root: str, imex_mode: str, feature_gates: dict[str, bool]) -> list[str]:
-    """`--set` arguments for upstream's chart on simulated nodes (ComputeDomain parts only)."""
-    values = [
-        "--set", "resources.gpus.enabled=false",
-        "--set", "resources.computeDomains.enabled=true",
-        "--set", f"resources.computeDomains.imex.mode={imex_mode}",
+def peer_local_values(driver_root: str) -> list[str]:
+    """`--set` arguments for upstream's chart that only the simulated cluster needs."""
+    return [
         "--set", f"nvidiaDriverRoot={driver_root}",
         # no kernel driver: channel majors come from the driver root's proc/devices (mock NVML mode)
         "--set", f"altProcDevices={driver_root}/proc/devices",
         # no container toolkit: name a hook path so the plugin does not copy one from its image
         "--set", "nvidiaCDIHookPath=/usr/bin/nvidia-cdi-hook",
         "--set", "image.pullPolicy=Never",
-        "--set", "logVerbosity=4",
         # simulated pods share the machine's network: fixed metrics and health ports would collide
         "--set", "controller.metrics.enabled=false",
         "--set", "kubeletPlugin.metrics.enabled=false",
         "--set", "kubeletPlugin.containers.computeDomains.healthcheckPort=0",
+    ]
+
+
+def peer_helm_values(driver_root: str, imex_mode: str, feature_gates: dict[str, bool]) -> list[str]:
+    """`--set` arguments for upstream's chart on simulated nodes (ComputeDomain parts only)."""
+    values = [
+        *peer_local_values(driver_root),
+        "--set", "resources.gpus.enabled=false",
+        "--set", "resources.computeDomains.enabled=true",
+        "--set", f"resources.computeDomains.imex.mode={imex_mode}",
+        "--set", "logVerbosity=4",
     ]
     for name, enabled in sorted(feature_gates.items()):
         values += ["--set", f"featureGates.{name}={str(enabled).lower()}"]

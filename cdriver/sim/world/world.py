@@ -76,6 +76,9 @@ class WorldSettings:
     real_nodes: int = 0
     #: DRIVER_CDRIVER, or DRIVER_UPSTREAM (the peer build, see cdriver.sim.world.peer)
     driver: str = DRIVER_CDRIVER
+    #: a user's values file: when given, the chart gets it plus only what the simulated cluster
+    #: needs (imex_mode and feature_gates above are then the file's to say)
+    values_file: Path | None = None
 
     def __post_init__(self) -> None:
         if self.driver not in DRIVERS:
@@ -116,29 +119,39 @@ class SimNode:
         return self.agent.layout.root / "var/run/cdi"
 
 
-def helm_values(settings: WorldSettings) -> list[str]:
-    """`--set` arguments that point the chart at the simulated nodes."""
-    values = [
+def local_helm_values(settings: WorldSettings) -> list[str]:
+    """`--set` arguments for cdriver's chart that only the simulated cluster needs."""
+    return [
         "--set", f"nvidiaDriverRoot={SIM_DRIVER_ROOT}",
         "--set", "command=cdriver",
         "--set", "image.pullPolicy=Never",
-        "--set", f"imex.mode={settings.imex_mode}",
-        "--set", "logVerbosity=4",
         # Simulated pods share the machine's network: per-node plugin metrics ports would collide,
         # and the controller's metrics port is picked free.
         "--set", "kubeletPlugin.metrics.enabled=false",
         "--set", f"controller.metrics.port={settings.controller_metrics_port}",
-        # Simulated nodes carry no GPU-discovery labels, and one fixed health port would collide
-        # on the shared network: schedule on every node, health service on a free port, no probes.
+        # One fixed health port would collide on the shared network: schedule on every node,
+        # health service on a free port, no probes (the upstream values key wins over cdriver's).
         "--set", "kubeletPlugin.affinity=null",
         "--set", "kubeletPlugin.healthcheckPort=0",
+        "--set", "kubeletPlugin.containers.computeDomains.healthcheckPort=0",
     ]
+
+
+def helm_values(settings: WorldSettings) -> list[str]:
+    """`--set` arguments that point the chart at the simulated nodes."""
+    if settings.values_file is not None:
+        return ["-f", str(settings.values_file), *local_helm_values(settings), *settings.extra_values]
+    values = [*local_helm_values(settings), "--set", f"imex.mode={settings.imex_mode}", "--set", "logVerbosity=4"]
+    for name, enabled in sorted(_gates(settings).items()):
+        values += ["--set", f"featureGates.{name}={str(enabled).lower()}"]
+    return values + list(settings.extra_values)
+
+
+def _gates(settings: WorldSettings) -> dict[str, bool]:
     gates = dict(settings.feature_gates)
     if settings.imex_mode == IMEX_MODE_HOST_MANAGED:
         gates.setdefault("HostManagedIMEXDaemon", True)
-    for name, enabled in sorted(gates.items()):
-        values += ["--set", f"featureGates.{name}={str(enabled).lower()}"]
-    return values + list(settings.extra_values)
+    return gates
 
 
 class SimWorld:
@@ -346,22 +359,27 @@ class SimWorld:
         argv = [str(self.helm), *args, "--kubeconfig", str(self.kubeconfig)]
         return subprocess.run(argv, capture_output=True, text=True, timeout=300)
 
-    def _install_chart(self) -> None:
-        chart, values = str(chart_dir()), helm_values(self.settings)
-        if self.peer is not None:
-            from cdriver.sim.world.peer import peer_helm_values
+    def chart_args(self, driver: str) -> list[str]:
+        """The chart of `driver` and its values for this cluster (helm install/upgrade arguments)."""
+        if driver == DRIVER_UPSTREAM:
+            from cdriver.sim.world.peer import peer_helm_values, peer_local_values
 
-            gates = dict(self.settings.feature_gates)
-            if self.settings.imex_mode == IMEX_MODE_HOST_MANAGED:
-                gates.setdefault("HostManagedIMEXDaemon", True)
-            chart = str(self.peer.chart)
-            values = [*peer_helm_values(SIM_DRIVER_ROOT, self.settings.imex_mode, gates),
-                      *self.settings.extra_values]
-        elif self.node_images is not None:  # real nodes run the driver image imported into their containerd
+            if self.peer is None:
+                raise WorldError("the upstream driver's chart is known only to a world started with driver=upstream")
+            if self.settings.values_file is not None:
+                values = ["-f", str(self.settings.values_file), *peer_local_values(SIM_DRIVER_ROOT)]
+            else:
+                values = peer_helm_values(SIM_DRIVER_ROOT, self.settings.imex_mode, _gates(self.settings))
+            return [str(self.peer.chart), *values, *self.settings.extra_values]
+        values = helm_values(self.settings)
+        if self.node_images is not None:  # real nodes run the driver image imported into their containerd
             repository, _, tag = self.node_images.refs["cdriver"].rpartition(":")
             values += ["--set", f"image.repository={repository}", "--set", f"image.tag={tag}"]
-        out = self.helm_cmd("upgrade", "--install", RELEASE, chart, "--namespace", DRIVER_NAMESPACE,
-                            "--create-namespace", *values)
+        return [str(chart_dir()), *values]
+
+    def _install_chart(self) -> None:
+        out = self.helm_cmd("upgrade", "--install", RELEASE, *self.chart_args(self.settings.driver),
+                            "--namespace", DRIVER_NAMESPACE, "--create-namespace")
         if out.returncode != 0:
             raise WorldError(f"helm install failed:\n{out.stdout[-2000:]}{out.stderr[-3000:]}")
 
