@@ -127,19 +127,28 @@ def domain_template(template: str, *, server_port: int = IMEX_SERVER_PORT, cmd_p
     the per-daemon slots (nodes config path, pod IP) in upstream's syntax, so that cdriver's
     daemon and the upstream driver's daemon both render it (either may serve the domain while
     the cluster switches drivers)."""
-    import jinja2
-
     _check_port("SERVER_PORT", server_port)
     _check_port("IMEX_CMD_PORT", cmd_port)
     slots = {name: "{{ ." + field + " }}" for field, name in UPSTREAM_TEMPLATE_FIELDS.items()}
+    return _render(template, "IMEX config template", **slots, cmd_unix_socket="", server_port=server_port,
+                   cmd_port=cmd_port)
+
+
+def _render(template: str, source: str, **variables: object) -> str:
+    """`template` (either driver's syntax) rendered with `variables`; ImexConfigError naming
+    `source` for a syntax error or a variable it does not know."""
+    import jinja2  # imported here: the stand-in ctl parses configs and must start fast
+
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
     try:
-        return env.from_string(from_upstream_syntax(template)).render(
-            **slots, cmd_unix_socket="", server_port=server_port, cmd_port=cmd_port)
+        return env.from_string(from_upstream_syntax(template, source)).render(**variables)
     except jinja2.TemplateSyntaxError as e:
-        raise ImexConfigError(f"IMEX config template: line {e.lineno}: template syntax error: {e.message}") from None
+        raise ImexConfigError(f"{source}: line {e.lineno}: template syntax error: {e.message}") from None
     except jinja2.UndefinedError as e:
-        raise ImexConfigError(f"IMEX config template: {e.message}") from None
+        raise ImexConfigError(
+            f"{source}: {e.message}; the template may only use nodes_config_file, cmd_bind_ip, "
+            "cmd_unix_socket, server_port and cmd_port"
+        ) from None
 
 
 def render_config(
@@ -158,8 +167,6 @@ def render_config(
     IMEX_CMD_UNIX_DOMAIN_PATH. The upstream daemon's `{{ .Field }}` slots are understood too.
     Raises ImexConfigError for bad inputs or a broken template.
     """
-    import jinja2  # imported here: the stand-in ctl parses configs and must start fast
-
     if not nodes_config_file or not os.path.isabs(nodes_config_file):
         raise ImexConfigError(
             f"nodes config path {nodes_config_file!r} must be an absolute path (e.g. {IMEXD_NODES_CONFIG})"
@@ -175,24 +182,8 @@ def render_config(
     _check_port("SERVER_PORT", server_port)
     _check_port("IMEX_CMD_PORT", cmd_port)
 
-    env = jinja2.Environment(
-        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
-    )
-    try:
-        text = env.from_string(from_upstream_syntax(template, source)).render(
-            nodes_config_file=nodes_config_file,
-            cmd_bind_ip=bind_ip,
-            cmd_unix_socket=cmd_unix_socket or "",
-            server_port=server_port,
-            cmd_port=cmd_port,
-        )
-    except jinja2.TemplateSyntaxError as e:
-        raise ImexConfigError(f"{source}: line {e.lineno}: template syntax error: {e.message}") from None
-    except jinja2.UndefinedError as e:
-        raise ImexConfigError(
-            f"{source}: {e.message}; the template may only use nodes_config_file, cmd_bind_ip, "
-            "cmd_unix_socket, server_port and cmd_port"
-        ) from None
+    text = _render(template, source, nodes_config_file=nodes_config_file, cmd_bind_ip=bind_ip,
+                   cmd_unix_socket=cmd_unix_socket or "", server_port=server_port, cmd_port=cmd_port)
     values = parse_config(text, source=f"{source} (rendered)")
     for key, want in REQUIRED_VALUES.items():
         if values.get(key, None) != want:

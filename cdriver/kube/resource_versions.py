@@ -49,21 +49,22 @@ def to_served(obj: Any, version: str, kind: str) -> Any:
     """A v1 object of `kind` (or a patch body for one) as `version` expects it.
 
     The input is not changed. List items carry no kind of their own, so the caller says it."""
-    if version == INTERNAL_VERSION or not isinstance(obj, dict):
-        return obj
-    out = _with_api_version(obj, version)
-    if version == "v1beta1":
-        _map_shape(out, kind, _wrap_basic, _flatten_request)
-    return out
+    return _convert(obj, version, version, kind, _wrap_basic, _flatten_request)
 
 
 def from_served(obj: Any, version: str, kind: str) -> Any:
     """An object of `kind` read in `version` as the v1 object cdriver works with (input unchanged)."""
-    if version == INTERNAL_VERSION or not isinstance(obj, dict):
+    return _convert(obj, version, INTERNAL_VERSION, kind, _unwrap_basic, _nest_request)
+
+
+def _convert(obj: Any, served: str, target: str, kind: str, device: Callable[[dict], dict],
+             request: Callable[[dict], dict]) -> Any:
+    """A copy of `obj` labelled `target`, its shape changed by `device`/`request` when `served` is v1beta1."""
+    if served == INTERNAL_VERSION or not isinstance(obj, dict):
         return obj
-    out = _with_api_version(obj, INTERNAL_VERSION)
-    if version == "v1beta1":
-        _map_shape(out, kind, _unwrap_basic, _nest_request)
+    out = _with_api_version(obj, target)
+    if served == "v1beta1":
+        _map_shape(out, kind, device, request)
     return out
 
 
