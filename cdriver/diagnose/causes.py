@@ -21,6 +21,7 @@ CAUSES: dict[str, list[str]] = {
         "the controller has not reconciled the ComputeDomain (controller down, RBAC)",
         "spec.numNodes is larger than the nodes that can ever join (set numNodes: 0)",
         "deletion is held by a finalizer another party owns",
+        "the domain is being deleted: pods whose channel claim was not prepared before get none (delete them)",
     ],
     "template": [
         "a ResourceClaimTemplate with the same name already exists in the namespace (name conflict)",

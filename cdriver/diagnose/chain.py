@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from cdriver.diagnose import domain_links, names, pod_links
 from cdriver.diagnose.model import Chain, Link, Verdict, fold
-from cdriver.diagnose.snapshot import Snapshot
-from cdriver.kube.objects import name_of, namespace_of, uid_of
+from cdriver.diagnose.snapshot import Snapshot, event_line
+from cdriver.kube.objects import meta_of, name_of, namespace_of, uid_of
 
 
 class TargetNotFound(LookupError):
@@ -38,9 +38,11 @@ def diagnose_domain(snap: Snapshot, cd: dict, only_pod: dict | None = None) -> C
               else f"computedomain {namespace_of(cd)}/{name_of(cd)}")
     workloads = workloads_of(snap, cd, only_pod)
     chain = Chain(target, mode)
+    late = [w.label.removeprefix("pod ") for w in workloads if not w.prepared] \
+        if meta_of(cd).get("deletionTimestamp") and mode != names.IMEX_MODE_HOST_MANAGED else []
     chain.links += [domain_links.check_installation(snap, mode),
                     domain_links.check_slices(snap, mode, relevant_nodes(snap, workloads)),
-                    domain_links.check_domain(snap, cd, mode), domain_links.check_template(snap, cd)]
+                    domain_links.check_domain(snap, cd, mode, late), domain_links.check_template(snap, cd)]
     if not workloads:
         chain.links.append(domain_links.link("workload", "workload pod references the channel claim", Verdict.SKIP,
                                   f"no pod in {namespace_of(cd)} uses ResourceClaimTemplate "
@@ -77,6 +79,15 @@ def diagnose_pod(snap: Snapshot, namespace: str, name: str) -> Chain:
     mode = snap.mode()
     chain = Chain(f"pod {namespace}/{name}", mode)
     chain.links.append(domain_links.check_installation(snap, mode))
+    refused = _refused_for_deleted_domain(snap, pod)
+    if refused is not None:
+        chain.links.append(domain_links.link(
+            "computedomain", "ComputeDomain and its IMEX mode", Verdict.FAIL,
+            f"pod {namespace}/{name} takes its channel claim from a ComputeDomain that was deleted before the "
+            "claim was prepared: the pod never gets an IMEX channel and stays in ContainerCreating; delete it "
+            "(or recreate it for a new ComputeDomain)", [event_line(refused)], {},
+            f"kubectl -n {namespace} delete pod {name}"))
+        return chain
     chain.links.append(domain_links.link("workload", "workload pod references the channel claim", Verdict.FAIL,
                               f"pod {namespace}/{name} takes no claim from the ResourceClaimTemplate of any "
                               f"ComputeDomain in {namespace} (templates it uses: "
@@ -85,6 +96,18 @@ def diagnose_pod(snap: Snapshot, namespace: str, name: str) -> Chain:
                                            "custom-columns=NAME:.metadata.name,"
                                            "TEMPLATE:.spec.channel.resourceClaimTemplate.name"))
     return chain
+
+
+def _refused_for_deleted_domain(snap: Snapshot, pod: dict) -> dict | None:
+    """kubelet's latest failed-Prepare Event on the pod, if it says the pod's domain is being
+    deleted or gone."""
+    for event in reversed(snap.events_about(name_of(pod), namespace_of(pod))):
+        if event.get("reason") == names.EVENT_FAILED_PREPARE:
+            message = str(event.get("message") or "")
+            if names.PREPARE_DOMAIN_DELETING in message or names.PREPARE_DOMAIN_GONE in message:
+                return event
+            return None
+    return None
 
 
 def diagnose_computedomain(snap: Snapshot, namespace: str, name: str) -> Chain:

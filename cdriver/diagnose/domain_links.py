@@ -158,7 +158,19 @@ def ready_condition(cd: dict) -> dict:
     return next((c for c in conditions if c.get("type") == names.CONDITION_READY), {})
 
 
-def check_domain(snap: Snapshot, cd: dict, mode: str) -> Link:
+def _late_pods_link(key: str, title: str, cd: dict, late: list[str], evidence: list[str], ids: dict) -> Link:
+    ns, name = namespace_of(cd), name_of(cd)
+    pods = ", ".join(late)
+    return link(key, title, Verdict.FAIL,
+                f"ComputeDomain {ns}/{name} is being deleted and {pods} had no IMEX channel when the deletion "
+                "began: no new pod joins a domain being deleted, so they stay in ContainerCreating and never get "
+                "one; delete them (or recreate them for a new ComputeDomain)", evidence, ids,
+                f"kubectl -n {ns} delete pod " + " ".join(p.rsplit("/", 1)[-1] for p in late))
+
+
+def check_domain(snap: Snapshot, cd: dict, mode: str, late: list[str] | None = None) -> Link:
+    """The domain's admission and deletion; ``late`` names the workload pods (``ns/name``)
+    that had no channel yet when a deletion began (none get one)."""
     key, title = "computedomain", "ComputeDomain and its IMEX mode"
     uid, ns, name = uid_of(cd), namespace_of(cd), name_of(cd)
     spec = cd.get("spec") or {}
@@ -183,6 +195,11 @@ def check_domain(snap: Snapshot, cd: dict, mode: str) -> Link:
                         "the driver's cleanup is done", evidence, ids,
                         f"kubectl -n {ns} get computedomain {name} -o jsonpath='{{.metadata.finalizers}}' "
                         "(find the owner of that finalizer; do not force-remove it first)")
+        if late:
+            return _late_pods_link(key, title, cd, late, evidence, ids)
+        if cond.get("reason") == names.REASON_DELETION_WAITS:
+            return link(key, title, Verdict.WAIT, f"deletion waits for the pods that hold its IMEX channels: "
+                        f"{cond.get('message', '')}", evidence, ids, describe)
         verdict = Verdict.WAIT if pending < SETTLE_SECONDS else Verdict.FAIL
         return link(key, title, verdict, f"deletion in progress for {pending:.0f} s; the controller still holds "
                     f"{constants.FINALIZER} while it removes generated templates, DaemonSet and node labels",

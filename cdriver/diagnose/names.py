@@ -6,6 +6,11 @@ from __future__ import annotations
 IMEX_MODE_DRIVER_MANAGED = "driverManaged"
 IMEX_MODE_HOST_MANAGED = "hostManaged"
 CONDITION_READY = "Ready"
+CONDITION_READY_TO_START = "PodReadyToStartContainers"  # kubelet's: the pod's sandbox exists
+REASON_DELETION_WAITS = "DeletionWaitsForWorkloads"  # the controller's Ready reason
+#: What the kubelet plugin answers for a channel claim of a domain being deleted (or gone).
+PREPARE_DOMAIN_DELETING = "is being deleted; delete the pods that use its channel claim"
+PREPARE_DOMAIN_GONE = "not found; it was deleted"
 
 # Event reasons the roles record.
 EVENT_IMEX_START_FAILED = "IMEXDaemonStartFailed"

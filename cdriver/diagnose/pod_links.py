@@ -55,6 +55,13 @@ class Workload:
                    for s in (self.pod.get("status") or {}).get("containerStatuses") or [])
 
     @property
+    def prepared(self) -> bool:
+        """Kubelet got past Prepare: a container started, or the pod's sandbox exists."""
+        conditions = (self.pod.get("status") or {}).get("conditions") or []
+        return self.started or any(c.get("type") == names.CONDITION_READY_TO_START and c.get("status") == "True"
+                                   for c in conditions if isinstance(c, dict))
+
+    @property
     def node(self) -> str:
         return pod_node(self.pod) or (claim_node(self.claim) if self.claim else "")
 

@@ -176,3 +176,88 @@ def test_non_fabric_node_gets_no_channel(world: SimWorld, e2e_namespace: str) ->
     assert scenario.daemon_pods(raw, DRIVER_NAMESPACE, uid) == [] or all(
         p["spec"]["nodeName"] == NON_FABRIC_NODE for p in scenario.daemon_pods(raw, DRIVER_NAMESPACE, uid))
     delete_all(world, ns, ["w"], "nofab", uid)
+
+
+def refusals(world: SimWorld, ns: str, pod: str, words: str) -> list[dict]:
+    """kubelet's failed-Prepare Events on ``pod`` whose message contains ``words``."""
+    return [e for e in scenario.events_for(world.raw, ns, pod)
+            if e.get("reason") == "FailedPrepareDynamicResources" and words in e.get("message", "")]
+
+
+def never_started(pod: dict) -> bool:
+    """No container of the pod ever ran and kubelet created no sandbox (so Prepare never succeeded)."""
+    status = pod.get("status") or {}
+    ran = any("running" in (c.get("state") or {}) or "terminated" in (c.get("state") or {})
+              or c.get("restartCount") or c.get("lastState")
+              for c in status.get("containerStatuses") or [])
+    sandbox = any(c.get("type") == "PodReadyToStartContainers" and c.get("status") == "True"
+                  for c in status.get("conditions") or [])
+    return not ran and not sandbox
+
+
+def check_a_pod_late_for_a_deleted_domain_gets_no_channel(world: SimWorld, ns: str, held_node: str,
+                                                           late_node: str, timeout: float) -> None:
+    """A pod whose claim was not prepared when its domain's deletion began never gets a channel
+    and does not hold the deletion; a pod that held its channel before keeps it until it ends.
+
+    The late pod's claim is generated (and the domain's deletion begun) while a scheduling
+    gate keeps the pod off its node, so no Prepare of it can have run before the deletion."""
+    raw = world.raw
+    uid = create_domain(world, ns, "cd")
+    raw.create(scenario.PODS, scenario.workload_pod("held", ns, "cd-channel", node=held_node), ns)
+    [held] = scenario.wait_pods_running(raw, ns, ["held"], timeout)
+    held_container = held["status"]["containerStatuses"][0]["containerID"]
+    late = scenario.workload_pod("late", ns, "cd-channel", node=late_node)
+    late["spec"]["schedulingGates"] = [{"name": "cdriver.test/after-the-deletion"}]
+    raw.create(scenario.PODS, late, ns)
+    scenario.wait_for("the late pod's claim, generated from the domain's template",
+                      lambda: (raw.get(scenario.PODS, "late", ns).get("status") or {}).get("resourceClaimStatuses"),
+                      60)
+
+    raw.delete(scenario.CDS, "cd", ns)
+    scenario.wait_for("the deletion to wait for the pod that holds a channel", lambda: any(
+        c.get("reason") == "DeletionWaitsForWorkloads"
+        for c in (raw.get(scenario.CDS, "cd", ns).get("status") or {}).get("conditions") or []), 60)
+    pod = raw.get(scenario.PODS, "late", ns)
+    pod["spec"]["schedulingGates"] = []
+    raw.update(scenario.PODS, pod, ns)
+    scenario.wait_for("kubelet's Prepare of the late pod to be refused", lambda: refusals(
+        world, ns, "late", "is being deleted; delete the pods that use its channel claim"), timeout)
+
+    # the pod that held its channel keeps it (and its container); the late one is not waited for
+    held = raw.get(scenario.PODS, "held", ns)
+    assert held["status"]["containerStatuses"][0]["containerID"] == held_container
+    assert is_char_device(world, ns, held, channel_device_path(0))
+
+    def waits_for() -> scenario.Seen:
+        conditions = (raw.get(scenario.CDS, "cd", ns).get("status") or {}).get("conditions") or []
+        message = next((c.get("message", "") for c in conditions if c.get("type") == "Ready"), "")
+        return scenario.Seen(f"pod {ns}/held" in message and f"{ns}/late" not in message, message, message)
+
+    scenario.wait_for("the deletion to wait for the held pod only (kubelet reports the late one unprepared)",
+                      waits_for, 60)
+    assert scenario.nodes_labelled(raw, uid) == [held_node]
+    assert [p["spec"]["nodeName"] for p in scenario.daemon_pods(raw, DRIVER_NAMESPACE, uid)] == [held_node]
+    assert never_started(raw.get(scenario.PODS, "late", ns))
+
+    # the held pod ends: the deletion completes, and the late pod is left alone, never started
+    raw.delete(scenario.PODS, "held", ns)
+
+    def finished() -> scenario.Seen:
+        left = scenario.generated_objects(raw, DRIVER_NAMESPACE, uid)
+        left["cd"] = ["cd"] if raw.get_or_none(scenario.CDS, "cd", ns) else []
+        return scenario.Seen(not any(left.values()), left, json.dumps(left))
+
+    scenario.wait_for("the deletion to complete", finished, timeout)
+    scenario.wait_for("a Prepare of the late pod after the deletion to be refused",
+                      lambda: refusals(world, ns, "late", "not found; it was deleted"), timeout)
+    late_pod = raw.get(scenario.PODS, "late", ns)
+    assert late_pod["spec"]["nodeName"] == late_node and not late_pod["metadata"].get("deletionTimestamp")
+    assert never_started(late_pod), late_pod["status"]
+    assert not [e for e in scenario.events_for(raw, ns, "late") if e.get("reason") == "Started"]
+    delete_all(world, ns, ["late"], "cd", uid)
+
+
+def test_a_pod_late_for_a_deleted_domain_gets_no_channel(world: SimWorld, e2e_namespace: str) -> None:
+    held_node, late_node = clique_nodes(world, cliques(world)[0])
+    check_a_pod_late_for_a_deleted_domain_gets_no_channel(world, e2e_namespace, held_node, late_node, 150)

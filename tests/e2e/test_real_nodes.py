@@ -28,7 +28,13 @@ from tests.e2e.test_contract import (  # noqa: F401 - collected here, on this mo
     test_bootstrap_injects_the_channel,
     test_domain_spanning_two_cliques_peers_within_each_clique,
 )
-from tests.e2e.test_driver_managed import clique_nodes, cliques, create_domain, delete_all
+from tests.e2e.test_driver_managed import (
+    check_a_pod_late_for_a_deleted_domain_gets_no_channel,
+    clique_nodes,
+    cliques,
+    create_domain,
+    delete_all,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -185,3 +191,9 @@ def test_real_nodes_report_their_runtime(world: SimWorld) -> None:
         assert info["containerRuntimeVersion"] == "containerd://2.4.2" and info["kubeletVersion"] == "v1.37.2"
     # the nodes' mounts live in their own mount namespaces, none in the machine's
     assert str(world.settings.base_dir) not in Path("/proc/self/mountinfo").read_text()
+
+
+def test_a_pod_late_for_a_deleted_domain_gets_no_channel_on_real_nodes(world: SimWorld, e2e_namespace: str) -> None:
+    """As on simulated nodes (`test_driver_managed`): real kubelet's retries are refused too."""
+    _, members = real_clique(world)
+    check_a_pod_late_for_a_deleted_domain_gets_no_channel(world, e2e_namespace, members[0], members[1], 240)

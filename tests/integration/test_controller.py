@@ -423,6 +423,43 @@ def test_deleting_a_domain_in_use_waits_for_its_pods_and_says_so(raw, namespace,
     assert constants.LABEL_COMPUTE_DOMAIN not in raw.get(NODES, node)["metadata"]["labels"]
 
 
+def test_deleting_a_domain_does_not_wait_for_pods_that_never_got_a_channel(raw, namespace, driver_ns,
+                                                                          start_controller, nodes):
+    """A pod whose claim was not prepared when the deletion began (kubelet: no sandbox, no
+    container ran) holds no channel: the deletion completes at once, and the pod is left alone."""
+    start_controller(settings_for(driver_ns))
+    cd = raw.create(CDS, compute_domain("cd1", "chan"), namespace)
+    uid = cd["metadata"]["uid"]
+    wait_generated(raw, cd, driver_ns)
+    node = nodes({constants.LABEL_COMPUTE_DOMAIN: uid})
+    pod = raw.create(PODS, {"metadata": {"name": "late"}, "spec": {
+        "nodeSelector": {"cdriver-test/never": "true"}, "containers": [{"name": "c", "image": "none"}]}},
+        namespace)
+    pod["status"] = {"phase": "Pending", "conditions": [
+        {"type": "PodReadyToStartContainers", "status": "False", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+        "containerStatuses": [{"name": "c", "image": "none", "imageID": "", "ready": False, "restartCount": 0,
+                               "started": False, "state": {"waiting": {"reason": "ContainerCreating"}}}]}
+    pod = raw.update_status(PODS, pod, namespace)
+    params = {"apiVersion": constants.API_VERSION, "kind": constants.KIND_CHANNEL_CONFIG, "domainID": uid}
+    config = [{"requests": ["channel"], "opaque": {"driver": constants.DRIVER_NAME, "parameters": params}}]
+    claim = raw.create(RESOURCES["resourceclaims"], {"metadata": {"name": "late-channel"}, "spec": {
+        "devices": {"requests": [{"name": "channel", "exactly": {
+            "deviceClassName": constants.DEVICE_CLASS_DEFAULT_CHANNEL}}], "config": config}}}, namespace)
+    claim["status"] = {"allocation": {"devices": {
+        "results": [{"request": "channel", "driver": constants.DRIVER_NAME, "pool": node,
+                     "device": constants.DEVICE_CHANNEL_0}],
+        "config": [{"source": "FromClaim", **config[0]}]}},
+        "reservedFor": [{"resource": "pods", "name": "late", "uid": pod["metadata"]["uid"]}]}
+    raw.update_status(RESOURCES["resourceclaims"], claim, namespace)
+
+    raw.delete(CDS, "cd1", namespace)
+    wait_for(lambda: get(raw, CDS, "cd1", namespace) is None, 30, "domain gone without waiting for the pod")
+    assert labelled(raw, DS, uid, driver_ns) == []
+    assert constants.LABEL_COMPUTE_DOMAIN not in raw.get(NODES, node)["metadata"]["labels"]
+    assert get(raw, PODS, "late", namespace) is not None
+    assert not [e for e in raw.list(EVENTS, namespace)["items"] if e["reason"] == "DeletionWaitsForWorkloads"]
+
+
 def test_deletion_resumes_after_the_controller_is_killed(raw, cluster, namespace, driver_ns,
                                                           crds, nodes, tmp_path):
     proc = controller_process(cluster, driver_ns, log=tmp_path / "c1.log")

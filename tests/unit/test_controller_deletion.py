@@ -12,6 +12,7 @@ from cdriver.roles.controller.deletion import (
     Generated,
     WorkloadUse,
     generated_from,
+    holds_channel,
     plan_deletion,
     workloads_in_use,
 )
@@ -120,3 +121,54 @@ def test_while_pods_hold_channels_only_the_workload_template_goes():
     assert actions(again) == [("remove-finalizer", ROLE_WORKLOAD_TEMPLATE)] and not again.finished
     gone = plan_deletion([obj(ROLE_DAEMON_SET)], ["node-a"], in_use=[use])
     assert actions(gone) == [] and not gone.finished
+
+
+def pod(uid: str, ready_to_start: str | None = None, **container: object) -> dict:
+    status: dict = {}
+    if ready_to_start is not None:
+        status["conditions"] = [{"type": "PodReadyToStartContainers", "status": ready_to_start}]
+    if container:
+        status["containerStatuses"] = [{"name": "c", "restartCount": 0, "lastState": {}, **container}]
+    return {"metadata": {"name": uid, "uid": uid}, "status": status}
+
+
+WAITING = {"state": {"waiting": {"reason": "ContainerCreating"}}}
+
+
+def test_a_pod_whose_claim_was_never_prepared_holds_no_channel():
+    """kubelet reports no sandbox (Prepare never succeeded) and no container ever ran."""
+    assert not holds_channel(pod("p", "False"))
+    assert not holds_channel(pod("p", "False", **WAITING))
+
+
+def test_a_pod_holds_its_channel_once_prepared_even_before_its_container_runs():
+    assert holds_channel(pod("p", "True", **WAITING))  # sandbox up: image still pulling
+    assert holds_channel(pod("p", "False", state={"running": {}}))
+    assert holds_channel(pod("p", "False", state={"terminated": {"exitCode": 0}}))  # pod ended, claim still reserved
+    assert holds_channel(pod("p", "False", state={"waiting": {"reason": "CrashLoopBackOff"}}, restartCount=3))
+    init = pod("p", "False")
+    init["status"]["initContainerStatuses"] = [{"name": "i", "state": {"terminated": {"exitCode": 0}}}]
+    assert holds_channel(init)
+
+
+def test_a_pod_kubelet_says_nothing_about_counts_as_holding():
+    """No status yet, a kubelet without the condition, or a pod missing from the list."""
+    assert holds_channel(pod("p"))
+    assert holds_channel(pod("p", None, **WAITING))
+    assert holds_channel(None)
+
+
+def test_deletion_waits_only_for_pods_that_hold_their_channel():
+    claims = [channel_claim("c1", "d1", ["held", "late"]), channel_claim("c2", "d1", ["late2"])]
+    pods = {"uid-held": pod("held", "True", state={"running": {}}), "uid-late": pod("late", "False", **WAITING),
+            "uid-late2": pod("late2", "False", **WAITING)}
+    assert workloads_in_use(claims, "d1", pods) == [WorkloadUse("team", "c1", (("held", "uid-held"),))]
+    del pods["uid-held"]["status"]
+    pods["uid-held"]["status"] = {"conditions": [{"type": "PodReadyToStartContainers", "status": "False"}]}
+    assert workloads_in_use(claims, "d1", pods) == []
+    plan = plan_deletion([obj(ROLE_WORKLOAD_TEMPLATE), obj(ROLE_DAEMON_SET)], ["node-a"],
+                         in_use=workloads_in_use(claims, "d1", pods))
+    assert actions(plan) == [("delete", ROLE_WORKLOAD_TEMPLATE), ("delete", ROLE_DAEMON_SET),
+                             ("unlabel-node", "node-a")]
+    # pods unknown (cannot be listed): every reserved pod counts, as before
+    assert [u.claim for u in workloads_in_use(claims, "d1", None)] == ["c1", "c2"]

@@ -284,6 +284,53 @@ def test_deletion_in_progress_with_the_driver_finalizer_is_a_wait() -> None:
     assert first(run(data)) == ("computedomain", "WAIT")
 
 
+def not_prepared(pod: dict) -> None:
+    """kubelet's view of a pod whose channel claim Prepare refused: no sandbox, container waiting."""
+    pod["status"].update(phase="Pending", conditions=[{"type": "PodReadyToStartContainers", "status": "False"}],
+                         containerStatuses=[{"name": "workload", "restartCount": 0,
+                                             "state": {"waiting": {"reason": "ContainerCreating"}}}])
+
+
+def test_pods_without_a_channel_when_the_deletion_began_are_named_with_the_fix() -> None:
+    data = healthy()
+    find(data, "computedomains", "cd")["metadata"]["deletionTimestamp"] = "2026-01-01T10:59:58Z"
+    not_prepared(find(data, "pods", "w1"))
+    chain = run(data)
+    assert first(chain) == ("computedomain", "FAIL")
+    summary = chain.first_broken.summary
+    assert f"{NS}/w1 had no IMEX channel when the deletion began" in summary and f"{NS}/w0" not in summary
+    assert chain.first_broken.next_command == f"kubectl -n {NS} delete pod w1"
+    # a pod whose sandbox exists holds its channel (image still pulling): not named
+    find(data, "pods", "w1")["status"]["conditions"][0]["status"] = "True"
+    assert first(run(data)) == ("computedomain", "WAIT")
+
+
+def test_a_deletion_that_waits_for_pods_holding_channels_says_so() -> None:
+    data = healthy()
+    cd = find(data, "computedomains", "cd")
+    cd["metadata"]["deletionTimestamp"] = "2026-01-01T10:00:00Z"
+    cd["status"]["conditions"] = [{"type": "Ready", "status": "False", "reason": names.REASON_DELETION_WAITS,
+                                   "message": f"pods still use its IMEX channels: pod {NS}/w0 (claim c)"}]
+    chain = run(data)
+    assert first(chain) == ("computedomain", "WAIT")
+    assert "deletion waits for the pods that hold its IMEX channels" in chain.first_broken.summary
+
+
+def test_a_pod_refused_because_its_domain_was_deleted_says_so() -> None:
+    data = healthy()
+    drop(data, "computedomains", "cd")
+    pod = find(data, "pods", "w1")
+    not_prepared(pod)
+    data["events"].append(event(pod, names.EVENT_FAILED_PREPARE,
+                                "Failed to prepare dynamic resources: claim team/w1-channel: ComputeDomain with UID "
+                                f"{UID} not found; it was deleted, or the claim was not created from its "
+                                "ResourceClaimTemplate", count=4))
+    chain = diagnose_pod(Snapshot(data), NS, "w1")
+    assert first(chain) == ("computedomain", "FAIL")
+    assert "deleted before the claim was prepared" in chain.first_broken.summary
+    assert chain.first_broken.next_command == f"kubectl -n {NS} delete pod w1"
+
+
 def test_num_nodes_larger_than_fabric_nodes_is_the_domain() -> None:
     data = healthy()
     find(data, "computedomains", "cd")["spec"]["numNodes"] = 8

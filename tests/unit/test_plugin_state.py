@@ -138,22 +138,21 @@ def test_periodic_task_runs_on_wake_and_after_the_delay_it_returns():
     from cdriver.roles.kubelet_plugin.periodic import Periodic
 
     runs: list[int] = []
-    ran = threading.Event()
+    ran = threading.Semaphore(0)  # counts every run: none is lost to a slow waiter
 
     def task() -> float | None:
         runs.append(1)
-        ran.set()
+        ran.release()
         return 0.01 if len(runs) < 3 else None  # two quick follow-ups, then the (long) period
 
     periodic = Periodic("test", task, interval=3600, at_start=True)
     periodic.start()
     try:
         for _ in range(3):
-            assert ran.wait(10)
-            ran.clear()
-        assert not ran.wait(0.3)  # back to the hour-long period
+            assert ran.acquire(timeout=10)
+        assert not ran.acquire(timeout=0.3)  # back to the hour-long period
         periodic.wake()
-        assert ran.wait(10)
+        assert ran.acquire(timeout=10)
         assert len(runs) == 4
     finally:
         periodic.stop()

@@ -7,15 +7,21 @@ template's finalizer and wait until it is gone; then release the daemon template
 DaemonSet's finalizers and wait until they are gone; finally release the domain's finalizer.
 The same plan cleans up after a domain that no longer exists (orphans), minus the last step.
 
-While pods still use the domain's channels (its workload claims are reserved), only the
-workload template goes (no new workload can join); the daemons, their DaemonSet and the node
-labels stay, so running jobs keep their IMEX domain, and the domain's finalizer stays until the
-last pod releases its claim (as Kubernetes protects a PersistentVolumeClaim in use).
+While pods still use the domain's channels, only the workload template goes (no new workload
+can join); the daemons, their DaemonSet and the node labels stay, so running jobs keep their
+IMEX domain, and the domain's finalizer stays until the last pod releases its claim (as
+Kubernetes protects a PersistentVolumeClaim in use).
+
+A pod uses a channel once its claim was prepared (`holds_channel`). The kubelet plugin
+refuses to prepare a channel claim of a domain being deleted, so a pod whose claim was not
+prepared before the deletion began never gets a channel and holds nothing: the deletion does
+not wait for it, and it stays in ContainerCreating with kubelet's Event saying why.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from cdriver.api import constants
@@ -119,18 +125,56 @@ def _claim_domains(claim: dict) -> set[str]:
     return out
 
 
-def workloads_in_use(claims: list[dict], domain_uid: str) -> list[WorkloadUse]:
-    """The domain's channel claims that are reserved for pods, sorted by claim name."""
+#: The pod condition kubelet sets True once the pod's sandbox exists, which kubelet creates
+#: only after every claim of the pod was prepared.
+CONDITION_READY_TO_START = "PodReadyToStartContainers"
+
+
+def _container_ran(status: Mapping) -> bool:
+    state = status.get("state") or {}
+    return bool("running" in state or "terminated" in state or status.get("lastState")
+                or status.get("restartCount") or status.get("started"))
+
+
+def holds_channel(pod: Mapping | None) -> bool:
+    """Whether ``pod`` may hold a prepared channel (so the domain's deletion waits for it).
+
+    Yes once a container of it ran or kubelet reports PodReadyToStartContainers True (its
+    sandbox exists, so its claims were prepared: this covers an image pull that is still
+    running). No when kubelet reports that condition False and no container ever ran: Prepare
+    has not succeeded. Where kubelet says neither (no status yet, a kubelet without the
+    condition) or the pod is not in the list (force-deleted: its containers may still run),
+    it counts, as the safe side: the wait ends when the claim's reservation goes.
+    """
+    if pod is None:
+        return True
+    status = pod.get("status") or {}
+    for key in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"):
+        if any(_container_ran(c) for c in status.get(key) or [] if isinstance(c, Mapping)):
+            return True
+    for cond in status.get("conditions") or []:
+        if isinstance(cond, Mapping) and cond.get("type") == CONDITION_READY_TO_START:
+            return cond.get("status") == "True"
+    return True
+
+
+def workloads_in_use(claims: list[dict], domain_uid: str,
+                     pods: Mapping[str, Mapping] | None = None) -> list[WorkloadUse]:
+    """The domain's channel claims reserved for pods that hold their channel, sorted by claim
+    name. ``pods`` maps pod UID to pod (the claims' namespace); None: the pods are unknown,
+    every reserved pod counts."""
     out = []
     for claim in claims:
         if domain_uid not in _claim_domains(claim):
             continue
         status = claim.get("status") or {}
-        pods = tuple((str(r.get("name") or ""), str(r.get("uid") or ""))
-                     for r in status.get("reservedFor") or [] if r.get("resource") == "pods")
-        if status.get("allocation") and pods:
+        pods_of = tuple((str(r.get("name") or ""), str(r.get("uid") or ""))
+                        for r in status.get("reservedFor") or [] if r.get("resource") == "pods")
+        if pods is not None:
+            pods_of = tuple((name, uid) for name, uid in pods_of if holds_channel(pods.get(uid)))
+        if status.get("allocation") and pods_of:
             meta = meta_of(claim)
-            out.append(WorkloadUse(str(meta.get("namespace") or ""), str(meta.get("name") or ""), pods))
+            out.append(WorkloadUse(str(meta.get("namespace") or ""), str(meta.get("name") or ""), pods_of))
     return sorted(out, key=lambda u: u.claim)
 
 

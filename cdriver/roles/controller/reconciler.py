@@ -544,7 +544,23 @@ class Reconciler:
                         "grant the controller get/list on resourceclaims (the chart does)",
                         object_key(cd_obj), exc)
             return []
-        return deletion.workloads_in_use(claims, uid_of(cd_obj))
+        reserved = deletion.workloads_in_use(claims, uid_of(cd_obj))
+        if not reserved:
+            return []
+        return deletion.workloads_in_use(claims, uid_of(cd_obj), self._pods_by_uid(cd_obj, namespace))
+
+    def _pods_by_uid(self, cd_obj: dict, namespace: str | None) -> dict[str, dict] | None:
+        """The namespace's pods by UID (to tell pods that hold a channel from pods that never
+        got one); None where they cannot be read (then every reserved pod counts)."""
+        try:
+            pods = self.raw.list(PODS, namespace=namespace)["items"]
+        except ApiError as exc:
+            if not exc.forbidden:
+                raise
+            log.warning("%s: cannot list pods (%s): the deletion waits for every pod its claims are reserved "
+                        "for; grant the controller list on pods (the chart does)", object_key(cd_obj), exc)
+            return None
+        return {uid_of(p): p for p in pods}
 
     def _announce_kept(self, cd_obj: dict, in_use: list[deletion.WorkloadUse]) -> None:
         """Status and Events (once per pod) of a deletion that waits for workloads."""

@@ -277,6 +277,19 @@ def check_domain_namespace(plan: ClaimPlan, cd: Mapping | None) -> None:
         )
 
 
+def domain_deleting(cd: Mapping | None) -> bool:
+    """Whether the ComputeDomain carries a deletion timestamp (its deletion has begun)."""
+    return cd is not None and bool((cd.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def domain_deleting_error(plan: ClaimPlan, cd: Mapping | None) -> ClaimError:
+    """The retryable refusal of a channel claim whose ComputeDomain is being deleted (or gone)."""
+    return retryable(
+        f"claim {plan.label}: ComputeDomain {plan.namespace}/{name_of(cd) if cd else '?'} (UID {plan.domain_id}) "
+        "is being deleted; delete the pods that use its channel claim"
+    )
+
+
 def daemon_pods_reserving(claim: dict) -> list[tuple[str, str]]:
     """(name, uid) of every consumer in the claim's status.reservedFor (pods are the only
     consumers a daemon claim may have; other kinds come back with an empty uid and fail)."""

@@ -139,6 +139,13 @@ class Preparer:
         if plan.kind == KIND_DAEMON:
             self._check_daemon_owner(plan, claim)
             return self._complete(plan, self._daemon_effects(plan, cd))
+        if claims.domain_deleting(cd):
+            # Only claims completed before the deletion began keep their channel (answered
+            # from the checkpoint above); no new pod joins a domain being deleted.
+            done = self._record_refused(plan)
+            if done is not None:
+                return done
+            raise claims.domain_deleting_error(plan, cd)
         if self.config.host_managed:
             if self.state.discovery.clique_id:
                 self._wait_host_ready(plan, claim, deadline)
@@ -164,6 +171,17 @@ class Preparer:
         if rec is None or rec.state != ClaimState.PREPARE_COMPLETED:
             return None
         return Prepared(devices=[PreparedDevice.from_dict(d) for d in rec.devices], cached=True)
+
+    def _record_refused(self, plan: ClaimPlan) -> Prepared | None:
+        """Record a refused channel claim as PrepareStarted (as any failed Prepare, so its
+        Unprepare finds it); a claim that completed meanwhile is answered as prepared."""
+        with self.state.store.locked() as cp:
+            done = self._completed(cp.claims.get(plan.uid))
+            if done is not None:
+                return done
+            if plan.uid not in cp.claims:
+                cp.claims[plan.uid] = self._record(plan, ClaimState.PREPARE_STARTED)
+        return None
 
     def _fetch_claim(self, ref: ClaimRef) -> dict:
         try:
@@ -268,8 +286,7 @@ class Preparer:
         started = time.monotonic()
         outcome = st.notifier.wait_for(check, deadline)
         if outcome == DOMAIN_DELETED:
-            raise retryable(f"claim {plan.label}: ComputeDomain {plan.namespace}/{name_of(cd)} (UID {plan.domain_id}) "
-                            "is being deleted; delete the pods that use its channel claim")
+            raise claims.domain_deleting_error(plan, cd)
         if outcome is None:
             cd_name = name_of(cd)
             msg = (
@@ -353,6 +370,10 @@ class Preparer:
                 raise retryable(f"claim {plan.label} was unprepared while it was being prepared; kubelet retries")
             if label_required and self.labeler.current() != plan.domain_id:
                 raise _LabelGone()
+            if plan.kind != KIND_DAEMON:
+                cd = self.state.compute_domain(plan.domain_id)
+                if claims.domain_deleting(cd):  # the deletion began while this claim was prepared
+                    raise claims.domain_deleting_error(plan, cd)
             claims.check_devices_free(plan, held_devices(cp.claims), self.config.host_managed)
             name = claim_spec_name(plan.uid)
             if spec is not None:
