@@ -435,11 +435,24 @@ def test_deleting_a_domain_does_not_wait_for_pods_that_never_got_a_channel(raw, 
     pod = raw.create(PODS, {"metadata": {"name": "late"}, "spec": {
         "nodeSelector": {"cdriver-test/never": "true"}, "containers": [{"name": "c", "image": "none"}]}},
         namespace)
-    pod["status"] = {"phase": "Pending", "conditions": [
-        {"type": "PodReadyToStartContainers", "status": "False", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
-        "containerStatuses": [{"name": "c", "image": "none", "imageID": "", "ready": False, "restartCount": 0,
-                               "started": False, "state": {"waiting": {"reason": "ContainerCreating"}}}]}
-    pod = raw.update_status(PODS, pod, namespace)
+
+    def report_unprepared() -> dict | None:
+        """kubelet's status of a pod whose Prepare failed (the scheduler may write in between)."""
+        current = raw.get(PODS, "late", namespace)
+        current["status"]["conditions"] = [c for c in current["status"].get("conditions") or []
+                                           if c["type"] != "PodReadyToStartContainers"] + [
+            {"type": "PodReadyToStartContainers", "status": "False", "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+        current["status"]["containerStatuses"] = [
+            {"name": "c", "image": "none", "imageID": "", "ready": False, "restartCount": 0, "started": False,
+             "state": {"waiting": {"reason": "ContainerCreating"}}}]
+        try:
+            return raw.update_status(PODS, current, namespace)
+        except ApiError as exc:
+            if exc.conflict:
+                return None
+            raise
+
+    pod = wait_for(report_unprepared, 10, "the pod's status written")
     params = {"apiVersion": constants.API_VERSION, "kind": constants.KIND_CHANNEL_CONFIG, "domainID": uid}
     config = [{"requests": ["channel"], "opaque": {"driver": constants.DRIVER_NAME, "parameters": params}}]
     claim = raw.create(RESOURCES["resourceclaims"], {"metadata": {"name": "late-channel"}, "spec": {
