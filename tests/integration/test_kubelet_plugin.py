@@ -912,7 +912,7 @@ def test_driver_root_without_fabric_mgmt_capability_fails_start_naming_the_drive
 
 def _upstream_checkpoint(claims: dict[str, dict], boot_id: str) -> bytes:
     """A checkpoint file as the upstream plugin writes it (current layout, kubelet checksums)."""
-    from cdriver.checkpoint_upstream import go_json, kubelet_checksum
+    from cdriver.checkpoint.upstream import go_json, kubelet_checksum
 
     v2 = {"checksum": 0, "preparedClaims": dict(sorted(claims.items())), "nodeBootID": boot_id}
     v2["checksum"] = kubelet_checksum(go_json(v2))
@@ -925,7 +925,7 @@ def _upstream_checkpoint(claims: dict[str, dict], boot_id: str) -> bytes:
 def test_plugin_takes_over_an_upstream_checkpoint(plugin_factory: Callable[..., PluginProcess], raw: RawClient,
                                                   namespace: str, node: SimNode, driver_ns: str) -> None:
     from cdriver.checkpoint import read_boot_id
-    from cdriver.checkpoint_upstream import go_json, kubelet_checksum
+    from cdriver.checkpoint.upstream import go_json, kubelet_checksum
 
     plugin = plugin_factory(node, extra_args=["--cleanup-interval", "1s"])
     plugin.stop()

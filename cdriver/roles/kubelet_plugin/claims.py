@@ -39,16 +39,6 @@ class AllocatedDevice:
     ref: DeviceRef
     admin_access: bool = False
 
-    def to_dict(self) -> dict:
-        return {
-            "request": self.request,
-            "pool": self.pool,
-            "device": self.device,
-            "type": self.ref.type,
-            "id": self.ref.id,
-            "adminAccess": self.admin_access,
-        }
-
 
 @dataclass(frozen=True)
 class ClaimPlan:

@@ -26,7 +26,7 @@ from cdriver.api.imex_mode import IMEX_MODE_HOST_MANAGED
 from cdriver.atomic import atomic_write
 from cdriver.cdi.model import ContainerEdits
 from cdriver.cdi.writer import claim_spec_name, list_specs, remove_spec, write_spec
-from cdriver.checkpoint import CheckpointError, ClaimRecord, ClaimState
+from cdriver.checkpoint import CheckpointError, ClaimDevice, ClaimRecord, ClaimState, intended_device, recorded_device
 from cdriver.dra.node_service import ClaimRef, PreparedDevice
 from cdriver.errors import CdriverError
 from cdriver.imex.config import IMEXD_TEMPLATE_NAME, domain_template, load_template
@@ -72,14 +72,28 @@ class Prepared:
     cached: bool = False  # answered from the checkpoint (already prepared)
 
 
-def record_devices(records: list[PreparedDevice], plan: ClaimPlan) -> list[dict]:
+def record_devices(records: list[PreparedDevice], plan: ClaimPlan) -> list[ClaimDevice]:
     """Checkpoint form of the devices: what kubelet gets back plus type/id for ownership checks."""
-    out = []
-    for pd, dev in zip(records, plan.devices, strict=True):
-        d = pd.to_dict()
-        d.update(type=dev.ref.type, id=dev.ref.id, admin_access=dev.admin_access)
-        out.append(d)
-    return out
+    return [
+        recorded_device(request_names=pd.request_names, pool_name=pd.pool_name, device_name=pd.device_name,
+                        cdi_device_ids=pd.cdi_device_ids, share_id=pd.share_id, type=dev.ref.type, id=dev.ref.id,
+                        admin_access=dev.admin_access)
+        for pd, dev in zip(records, plan.devices, strict=True)
+    ]
+
+
+def recorded_prepared_devices(rec: ClaimRecord) -> list[PreparedDevice]:
+    """What kubelet got for a completely prepared claim, from its checkpoint record."""
+    return [
+        PreparedDevice(
+            request_names=list(d.get("request_names", [])),
+            pool_name=d.get("pool_name", ""),
+            device_name=d.get("device_name", ""),
+            cdi_device_ids=list(d.get("cdi_device_ids", [])),
+            share_id=d.get("share_id") or None,
+        )
+        for d in rec.completed_devices()
+    ]
 
 
 def prepared_devices(plan: ClaimPlan, with_spec: bool, node_name: str) -> list[PreparedDevice]:
@@ -170,7 +184,7 @@ class Preparer:
     def _completed(rec: ClaimRecord | None) -> Prepared | None:
         if rec is None or rec.state != ClaimState.PREPARE_COMPLETED:
             return None
-        return Prepared(devices=[PreparedDevice.from_dict(d) for d in rec.devices], cached=True)
+        return Prepared(devices=recorded_prepared_devices(rec), cached=True)
 
     def _record_refused(self, plan: ClaimPlan) -> Prepared | None:
         """Record a refused channel claim as PrepareStarted (as any failed Prepare, so its
@@ -232,7 +246,11 @@ class Preparer:
             state=state,
             domain_id=plan.domain_id,
             kind=plan.kind,
-            devices=[d.to_dict() for d in plan.devices],
+            devices=[
+                intended_device(request=d.request, pool=d.pool, device=d.device, type=d.ref.type, id=d.ref.id,
+                                admin_access=d.admin_access)
+                for d in plan.devices
+            ],
         )
 
     def _channel_edits(self, plan: ClaimPlan, claim: dict) -> ContainerEdits:

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from cdriver.api import constants
-from cdriver.checkpoint import CheckpointStore, ClaimState
+from cdriver.checkpoint import CheckpointStore, ClaimRecord
 from cdriver.kube.events import EventRecorder
 from cdriver.kube.informer import Informer
 from cdriver.kube.raw import RawClient
@@ -75,22 +75,17 @@ class PluginState:
     def node_object(self) -> dict | None:
         return self.node.get_by_name(self.config.node_name)
 
-    def refresh_prepared_gauge(self, claims: dict) -> None:
+    def refresh_prepared_gauge(self, claims: dict[str, ClaimRecord]) -> None:
         self.metrics.set_prepared_devices(
-            str(d.get("type", "unknown"))
-            for rec in claims.values()
-            if rec.state == ClaimState.PREPARE_COMPLETED
-            for d in rec.devices
+            str(d.get("type", "unknown")) for rec in claims.values() for d in rec.completed_devices()
         )
 
 
-def held_devices(claims: dict) -> list[HeldDevice]:
+def held_devices(claims: dict[str, ClaimRecord]) -> list[HeldDevice]:
     """Devices of completely prepared claims, from checkpoint records."""
     out = []
     for uid, rec in claims.items():
-        if rec.state != ClaimState.PREPARE_COMPLETED:
-            continue
-        for d in rec.devices:
+        for d in rec.completed_devices():
             out.append(
                 HeldDevice(
                     claim_uid=uid,

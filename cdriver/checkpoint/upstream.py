@@ -22,20 +22,13 @@ from __future__ import annotations
 import datetime
 import json
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from cdriver.checkpoint import Checkpoint
+from cdriver.api.constants import DEVICE_TYPE_CHANNEL, DEVICE_TYPE_DAEMON, DRIVER_NAME
+from cdriver.checkpoint.model import Checkpoint, ClaimRecord, ClaimState, RecordedDevice, check_string, recorded_device
 
 #: Keys that mark a document as one of the upstream layouts.
 UPSTREAM_KEYS = ("checksum", "v1", "v2")
-STATE_STARTED = "PrepareStarted"
-STATE_COMPLETED = "PrepareCompleted"
-STATE_ABORTED = "PrepareAborted"
-TYPE_CHANNEL = "channel"
-TYPE_DAEMON = "daemon"
-DRIVER_NAME = "compute-domain.nvidia.com"
 
 _FNV_OFFSET = 0x811C9DC5
 _FNV_PRIME = 0x01000193
@@ -85,8 +78,8 @@ def _go_time(seconds: float) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _upstream_device(device: dict[str, Any]) -> dict[str, Any]:
-    kind = TYPE_DAEMON if device.get("type") == TYPE_DAEMON else TYPE_CHANNEL
+def _upstream_device(device: RecordedDevice) -> dict[str, Any]:
+    kind = DEVICE_TYPE_DAEMON if device.get("type") == DEVICE_TYPE_DAEMON else DEVICE_TYPE_CHANNEL
     entry = {
         "info": {"id": int(device.get("id", 0))},
         "device": {
@@ -96,23 +89,23 @@ def _upstream_device(device: dict[str, Any]) -> dict[str, Any]:
             "CDIDeviceIDs": list(device.get("cdi_device_ids", [])),
         },
     }
-    return {"channel": entry if kind == TYPE_CHANNEL else None,
-            "daemon": entry if kind == TYPE_DAEMON else None}
+    return {"channel": entry if kind == DEVICE_TYPE_CHANNEL else None,
+            "daemon": entry if kind == DEVICE_TYPE_DAEMON else None}
 
 
-def _upstream_claim(record: Any) -> dict[str, Any]:
+def _upstream_claim(record: ClaimRecord) -> dict[str, Any]:
     state = str(record.state)
     claim: dict[str, Any] = {"checkpointState": state, "status": record.status or {}}
-    if state == STATE_COMPLETED and record.devices:
+    if devices := record.completed_devices():
         claim["preparedDevices"] = [{
-            "devices": [_upstream_device(d) for d in record.devices],
-            "configState": {"Type": record.kind or TYPE_CHANNEL, "ComputeDomain": record.domain_id},
+            "devices": [_upstream_device(d) for d in devices],
+            "configState": {"Type": record.kind or DEVICE_TYPE_CHANNEL, "ComputeDomain": record.domain_id},
         }]
     if record.name:
         claim["name"] = record.name
     if record.namespace:
         claim["namespace"] = record.namespace
-    if state == STATE_ABORTED:
+    if state == ClaimState.PREPARE_ABORTED:
         claim["abortedAt"] = _go_time(record.updated)
     return claim
 
@@ -128,7 +121,7 @@ def to_upstream(checkpoint: Checkpoint) -> dict[str, Any]:
     completed = {
         uid: {"status": claim["status"], **({"preparedDevices": claim["preparedDevices"]}
                                             if "preparedDevices" in claim else {})}
-        for uid, claim in claims.items() if claim["checkpointState"] == STATE_COMPLETED
+        for uid, claim in claims.items() if claim["checkpointState"] == ClaimState.PREPARE_COMPLETED
     }
     v1: dict[str, Any] = {"preparedClaims": completed} if completed else {}
     v2["checksum"] = _v2_checksum(v2)
@@ -173,9 +166,10 @@ def _admin_devices(status: dict) -> set[str]:
     return out
 
 
-def _device(entry: dict, where: str, keys: tuple[str, str, str, str], admin: set[str]) -> dict:
+def _device(entry: dict, where: str, keys: tuple[str, str, str, str], admin: set[str]) -> RecordedDevice:
     """One prepared device in cdriver's form; ``keys`` name requests/pool/device/CDI ids."""
-    kind = TYPE_CHANNEL if entry.get("channel") else TYPE_DAEMON if entry.get("daemon") else ""
+    kind = (DEVICE_TYPE_CHANNEL if entry.get("channel") else DEVICE_TYPE_DAEMON if entry.get("daemon")
+            else "")
     if not kind:
         raise UpstreamLayoutError(f"{where}: neither a channel nor a daemon")
     part = _obj(entry[kind], f"{where}.{kind}")
@@ -185,21 +179,21 @@ def _device(entry: dict, where: str, keys: tuple[str, str, str, str], admin: set
     if isinstance(ident, bool) or not isinstance(ident, int):
         raise UpstreamLayoutError(f"{where}.{kind}.info.id: expected an integer")
     name = device.get(keys[2], "")
-    return {
-        "request_names": _strings(device.get(keys[0]), f"{where}.{kind}.device.{keys[0]}"),
-        "pool_name": str(device.get(keys[1], "")),
-        "device_name": str(name),
-        "cdi_device_ids": _strings(device.get(keys[3]), f"{where}.{kind}.device.{keys[3]}"),
-        "type": kind,
-        "id": ident,
-        "admin_access": name in admin,
-    }
+    return recorded_device(
+        request_names=_strings(device.get(keys[0]), f"{where}.{kind}.device.{keys[0]}"),
+        pool_name=str(device.get(keys[1], "")),
+        device_name=str(name),
+        cdi_device_ids=_strings(device.get(keys[3]), f"{where}.{kind}.device.{keys[3]}"),
+        type=kind,
+        id=ident,
+        admin_access=name in admin,
+    )
 
 
 def _groups(value: object, where: str, keys: tuple[str, str, str, str], admin: set[str]) -> tuple[
-        list[dict], str, str]:
+        list[RecordedDevice], str, str]:
     """Devices, kind and ComputeDomain UID of a claim's prepared device groups."""
-    devices: list[dict] = []
+    devices: list[RecordedDevice] = []
     kind = domain = ""
     for i, group in enumerate(_list(value, where)):
         group = _obj(group, f"{where}[{i}]")
@@ -234,11 +228,16 @@ def _verify(stored: object, actual: int, part: str) -> None:
             "the file was modified or damaged")
 
 
-def from_upstream(document: dict, make_record: Callable[..., Any], now: float | None = None) -> tuple[
-        str, dict[str, Any], str]:
-    """Boot id, claim records by UID, and the layout name (``v2``, ``v1`` or ``2503rc2``).
+def _record(uid: str, state: str, devices: list[RecordedDevice], **fields: Any) -> ClaimRecord:
+    check_string(uid, "preparedClaims key", nonempty=True)
+    return ClaimRecord(uid=uid, state=ClaimState(state), devices=list(devices),
+                       cdi_ids=[i for d in devices for i in d["cdi_device_ids"]], **fields)
 
-    ``make_record(uid, **fields)`` builds one record. Raises `UpstreamLayoutError`.
+
+def from_upstream(document: dict, now: float | None = None) -> tuple[Checkpoint, str]:
+    """The claims of an upstream checkpoint, and its layout name (``v2``, ``v1`` or ``2503rc2``).
+
+    Raises `UpstreamLayoutError` (and `InvalidContent` for an invalid claim UID).
     """
     now = time.time() if now is None else now
     if not isinstance(document.get("checksum", 0), int):
@@ -246,10 +245,10 @@ def from_upstream(document: dict, make_record: Callable[..., Any], now: float | 
     v1 = _obj(document.get("v1"), "v1")
     claims_v1 = _obj(v1.get("preparedClaims"), "v1.preparedClaims")
     if any(isinstance(c, list) for c in claims_v1.values()):
-        return _from_oldest(document, claims_v1, make_record, now)
+        return _from_oldest(document, claims_v1, now), "2503rc2"
     _verify(document.get("checksum"), _top_checksum(document.get("v1")), "top-level")
     if document.get("v2") is None:
-        source = {uid: {"checkpointState": STATE_COMPLETED, **_obj(c, f"v1.preparedClaims[{uid!r}]")}
+        source = {uid: {"checkpointState": ClaimState.PREPARE_COMPLETED, **_obj(c, f"v1.preparedClaims[{uid!r}]")}
                   for uid, c in claims_v1.items()}
         boot_id, layout = "", "v1"
     else:
@@ -261,32 +260,25 @@ def from_upstream(document: dict, make_record: Callable[..., Any], now: float | 
     for uid, claim in source.items():
         where = f"preparedClaims[{uid!r}]"
         claim = _obj(claim, where)
-        state = claim.get("checkpointState") or STATE_COMPLETED
-        if state not in (STATE_STARTED, STATE_COMPLETED, STATE_ABORTED):
+        state = claim.get("checkpointState") or ClaimState.PREPARE_COMPLETED
+        if state not in tuple(ClaimState):
             raise UpstreamLayoutError(f"{where}.checkpointState: unknown state {str(state)[:40]!r}")
         status = _obj(claim.get("status"), f"{where}.status")
         admin = _admin_devices(status)
         devices, kind, domain = _groups(claim.get("preparedDevices"), f"{where}.preparedDevices",
                                         _CURRENT_KEYS, admin)
-        records[uid] = make_record(
-            uid, name=str(claim.get("name", "")), namespace=str(claim.get("namespace", "")),
-            state=state, devices=devices, cdi_ids=[i for d in devices for i in d["cdi_device_ids"]],
-            domain_id=domain, kind=kind, updated=_parse_time(claim.get("abortedAt")) or now,
-            status=status,
+        records[uid] = _record(
+            uid, state, devices, name=str(claim.get("name", "")), namespace=str(claim.get("namespace", "")),
+            domain_id=domain, kind=kind, updated=_parse_time(claim.get("abortedAt")) or now, status=status,
         )
-    return boot_id, records, layout
+    return Checkpoint(boot_id=boot_id, claims=records), layout
 
 
-def _from_oldest(document: dict, claims: dict, make_record: Callable[..., Any],
-                 now: float) -> tuple[str, dict[str, Any], str]:
+def _from_oldest(document: dict, claims: dict, now: float) -> Checkpoint:
     _verify(document.get("checksum"), kubelet_checksum(go_json({**document, "checksum": 0})),
             "top-level")
     records = {}
     for uid, groups in claims.items():
         devices, kind, domain = _groups(groups, f"v1.preparedClaims[{uid!r}]", _OLDEST_KEYS, set())
-        records[uid] = make_record(
-            uid, state=STATE_COMPLETED, devices=devices,
-            cdi_ids=[i for d in devices for i in d["cdi_device_ids"]],
-            domain_id=domain, kind=kind, updated=now,
-        )
-    return "", records, "2503rc2"
+        records[uid] = _record(uid, ClaimState.PREPARE_COMPLETED, devices, domain_id=domain, kind=kind, updated=now)
+    return Checkpoint(claims=records)
