@@ -28,6 +28,7 @@ from cdriver.sim.world.peer import PeerSourceMissing, find_source_tarball
 from cdriver.sim.world.world import DRIVER_CDRIVER, DRIVER_NAMESPACE, DRIVER_UPSTREAM, SimWorld
 from tests.e2e.conftest import exec_in, start_world, text
 from tests.e2e.test_driver_managed import clique_nodes, cliques, create_domain, delete_all, is_char_device
+from tests.upstream_inputs import skip_without_upstream
 
 pytestmark = pytest.mark.e2e
 
@@ -38,7 +39,7 @@ def world(request: pytest.FixtureRequest) -> Iterator[SimWorld]:
         try:
             find_source_tarball()
         except PeerSourceMissing as exc:  # an input this repository cannot carry (upstream's code)
-            pytest.skip(f"the upstream driver cannot be built here: {exc}")
+            skip_without_upstream(f"the upstream driver cannot be built here: {exc}")
     yield from start_world({"nodes": 4, "driver": request.param}, f"ct-{request.param[:2]}")
 
 

@@ -41,6 +41,7 @@ from cdriver.sim.world.world import (
 )
 from tests.e2e.conftest import start_world
 from tests.e2e.test_driver_managed import create_domain, is_char_device
+from tests.upstream_inputs import skip_without_upstream
 
 pytestmark = pytest.mark.e2e
 
@@ -96,7 +97,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimWorld]:
     try:
         find_source_tarball()
     except PeerSourceMissing as exc:  # an input this repository cannot carry (upstream's code)
-        pytest.skip(f"the upstream driver cannot be built here: {exc}")
+        skip_without_upstream(f"the upstream driver cannot be built here: {exc}")
     values = tmp_path_factory.mktemp("switch") / "upstream-values.yaml"
     values.write_text(UPSTREAM_VALUES)
     yield from start_world({"nodes": 3, "driver": DRIVER_UPSTREAM, "values_file": values}, "sw")
@@ -106,7 +107,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimWorld]:
 def upstream_reader() -> Path:
     out = subprocess.run(["bash", str(READER_BUILD)], capture_output=True, text=True, timeout=1500)
     if out.returncode == EXIT_NO_TARBALL:
-        pytest.skip(f"upstream's checkpoint reader cannot be built here: {out.stderr.strip()[-500:]}")
+        skip_without_upstream(f"upstream's checkpoint reader cannot be built here: {out.stderr.strip()[-500:]}")
     assert out.returncode == 0, f"building upstream's checkpoint reader failed ({READER_BUILD}):\n{out.stderr[-3000:]}"
     return Path(out.stdout.strip().splitlines()[-1])
 

@@ -28,6 +28,7 @@ from tests.integration.test_kubelet_plugin import (
     set_clique_ready,
     uid_of,
 )
+from tests.upstream_inputs import skip_without_upstream
 
 pytestmark = pytest.mark.integration
 
@@ -40,7 +41,7 @@ BUILD = Path(__file__).resolve().parents[2] / "hack" / "peer-checkpoint" / "buil
 def upstream_reader() -> Path:
     out = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True, timeout=1500)
     if out.returncode == EXIT_NO_TARBALL:  # an input this repository cannot carry (upstream's code)
-        pytest.skip(f"upstream's checkpoint reader cannot be built here: {out.stderr.strip()[-500:]}")
+        skip_without_upstream(f"upstream's checkpoint reader cannot be built here: {out.stderr.strip()[-500:]}")
     if out.returncode != 0:
         pytest.fail(f"building upstream's checkpoint reader failed ({BUILD}):\n{out.stderr[-3000:]}", pytrace=False)
     return Path(out.stdout.strip().splitlines()[-1])
