@@ -195,6 +195,47 @@ def never_started(pod: dict) -> bool:
     return not ran and not sandbox
 
 
+def check_deletion_as_soon_as_daemons_exist_gives_starting_pods_no_channel(world: SimWorld, ns: str,
+                                                                           nodes: list[str], timeout: float) -> None:
+    """A domain deleted as soon as its daemon pods exist, its workloads still in
+    ContainerCreating: the deletion completes at once without deleting the pods, and none of
+    them ever starts (kubelet's retries are refused, first as "being deleted", then as gone)."""
+    raw = world.raw
+    uid = create_domain(world, ns, "cd")
+    names = [f"w{i}" for i in range(len(nodes))]
+    for name, node in zip(names, nodes, strict=True):
+        raw.create(scenario.PODS, scenario.workload_pod(name, ns, "cd-channel", node=node), ns)
+
+    def daemons_started() -> bool:
+        # past their own claim's Prepare (a daemon pod that has not started yet is refused for
+        # a domain being deleted), not yet Ready (the workloads' Prepare still waits for them)
+        daemons = scenario.daemon_pods(raw, DRIVER_NAMESPACE, uid)
+        return len(daemons) == len(nodes) and not any(never_started(d) for d in daemons)
+
+    scenario.wait_for("the domain's daemon pods to start", daemons_started, 60, interval=0.05)
+    prepared = [n for n in names if not never_started(raw.get(scenario.PODS, n, ns))]
+    raw.delete(scenario.CDS, "cd", ns)
+    assert not prepared, f"pods {prepared} were prepared before the deletion began: the scenario needs them not"
+
+    def finished() -> scenario.Seen:
+        left = scenario.generated_objects(raw, DRIVER_NAMESPACE, uid)
+        left["cd"] = ["cd"] if raw.get_or_none(scenario.CDS, "cd", ns) else []
+        return scenario.Seen(not any(left.values()), left, json.dumps(left))
+
+    scenario.wait_for("the deletion to complete without waiting for the starting pods", finished, timeout)
+    for name in names:
+        scenario.wait_for(f"a Prepare of {name} after the deletion to be refused",
+                          lambda n=name: refusals(world, ns, n, "not found; it was deleted"), timeout)
+        pod = raw.get(scenario.PODS, name, ns)
+        assert not pod["metadata"].get("deletionTimestamp") and never_started(pod), pod["status"]
+        assert not [e for e in scenario.events_for(raw, ns, name) if e.get("reason") == "Started"]
+        assert not [e for e in scenario.events_for(raw, ns, name) if e.get("reason") == "DeletionWaitsForWorkloads"]
+    for name in names:
+        raw.delete(scenario.PODS, name, ns)
+    scenario.wait_for("the workload pods to be deleted",
+                      lambda: not any(raw.get_or_none(scenario.PODS, n, ns) for n in names), 60)
+
+
 def check_a_pod_late_for_a_deleted_domain_gets_no_channel(world: SimWorld, ns: str, held_node: str,
                                                            late_node: str, timeout: float) -> None:
     """A pod whose claim was not prepared when its domain's deletion began never gets a channel
@@ -255,7 +296,14 @@ def check_a_pod_late_for_a_deleted_domain_gets_no_channel(world: SimWorld, ns: s
     assert late_pod["spec"]["nodeName"] == late_node and not late_pod["metadata"].get("deletionTimestamp")
     assert never_started(late_pod), late_pod["status"]
     assert not [e for e in scenario.events_for(raw, ns, "late") if e.get("reason") == "Started"]
-    delete_all(world, ns, ["late"], "cd", uid)
+    raw.delete(scenario.PODS, "late", ns)
+    scenario.wait_for("the late pod to be deleted", lambda: raw.get_or_none(scenario.PODS, "late", ns) is None, 60)
+
+
+def test_deleting_a_domain_as_soon_as_its_daemons_exist_gives_starting_pods_no_channel(
+        world: SimWorld, e2e_namespace: str) -> None:
+    check_deletion_as_soon_as_daemons_exist_gives_starting_pods_no_channel(
+        world, e2e_namespace, clique_nodes(world, cliques(world)[0]), 150)
 
 
 def test_a_pod_late_for_a_deleted_domain_gets_no_channel(world: SimWorld, e2e_namespace: str) -> None:

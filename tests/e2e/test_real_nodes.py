@@ -30,6 +30,7 @@ from tests.e2e.test_contract import (  # noqa: F401 - collected here, on this mo
 )
 from tests.e2e.test_driver_managed import (
     check_a_pod_late_for_a_deleted_domain_gets_no_channel,
+    check_deletion_as_soon_as_daemons_exist_gives_starting_pods_no_channel,
     clique_nodes,
     cliques,
     create_domain,
@@ -191,6 +192,13 @@ def test_real_nodes_report_their_runtime(world: SimWorld) -> None:
         assert info["containerRuntimeVersion"] == "containerd://2.4.2" and info["kubeletVersion"] == "v1.37.2"
     # the nodes' mounts live in their own mount namespaces, none in the machine's
     assert str(world.settings.base_dir) not in Path("/proc/self/mountinfo").read_text()
+
+
+def test_deleting_a_domain_as_soon_as_its_daemons_exist_gives_starting_pods_no_channel_on_real_nodes(
+        world: SimWorld, e2e_namespace: str) -> None:
+    """The sequence of `test_driver_managed`'s test of the same name, with real kubelet's retries."""
+    _, members = real_clique(world)
+    check_deletion_as_soon_as_daemons_exist_gives_starting_pods_no_channel(world, e2e_namespace, members, 240)
 
 
 def test_a_pod_late_for_a_deleted_domain_gets_no_channel_on_real_nodes(world: SimWorld, e2e_namespace: str) -> None:
