@@ -60,7 +60,7 @@ class Controller:
         self.reconciler = reconciler.Reconciler(raw, self.caches, self.settings, self.recorder,
                                                 self.metrics, self.overlay, config.timing)
         self.queue = WorkQueue(self._handle, workers=config.workers, name="controller")
-        self.metrics.bind(self.domain_counts, self.queue.len)
+        self.metrics.bind(self.domain_counts, lambda: len(self.queue))
         self._sweep_lock = threading.Lock()
         self._sweep_pending = False
         self._stop = threading.Event()

@@ -71,7 +71,6 @@ INDEX_DOMAIN_TARGET = "domain-target"
 
 EVENT_INVALID = "InvalidComputeDomain"
 EVENT_ALLOCATION_MODE_FORCED = "AllocationModeForced"
-EVENT_CLEANUP_FAILED = "CleanupFailed"
 #: Condition reason and Event reason of a deletion that waits for workload pods.
 REASON_DELETION_WAITS = "DeletionWaitsForWorkloads"
 REASON_CONFLICT = "{kind}Conflict"

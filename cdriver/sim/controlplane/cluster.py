@@ -37,13 +37,16 @@ import urllib.request
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from cdriver.errors import CdriverError
 from cdriver.sim.controlplane import pki
 from cdriver.sim.controlplane.binaries import ControlPlaneBinaries, control_plane_binaries
+
+if TYPE_CHECKING:
+    from cdriver.kube.connection import Connection
 
 log = logging.getLogger(__name__)
 
@@ -423,8 +426,8 @@ class LocalCluster:
             self._raw = RawClient(self.api_client())
         return self._raw
 
-    def api_client(self) -> Any:
-        """A new `kubernetes.client.ApiClient` for the admin kubeconfig."""
+    def api_client(self) -> Connection:
+        """A new connection to the API server (`cdriver.kube.connection`) for the admin kubeconfig."""
         from cdriver.kube.client import load_api_client
 
         return load_api_client(str(self.kubeconfig))

@@ -302,7 +302,3 @@ def _tail(path: Path, lines: int = 25) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return f"({path} not readable)"
-
-
-def remove_root(root: Path) -> None:
-    shutil.rmtree(root, ignore_errors=True)

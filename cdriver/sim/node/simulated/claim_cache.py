@@ -116,10 +116,6 @@ class ClaimCache:
         with self._lock:
             return self._claims.get((namespace, name))
 
-    def claims_of_pod(self, pod_uid: str) -> list[ClaimInfo]:
-        with self._lock:
-            return [c for c in self._claims.values() if pod_uid in c.pod_uids]
-
     def pod_uids(self) -> set[str]:
         """Every pod that references a claim."""
         with self._lock:

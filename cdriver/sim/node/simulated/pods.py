@@ -31,9 +31,6 @@ from cdriver.dra.node_service import ClaimRef, PreparedDevice
 from cdriver.errors import CdriverError
 from cdriver.kube.objects import being_deleted, meta_of
 from cdriver.kube.raw import RESOURCES, ApiError
-from cdriver.sim.node.simulated import env as envmod
-from cdriver.sim.node.simulated import probes as probemod
-from cdriver.sim.node.simulated import status as st
 from cdriver.sim.node.simulated.cdi_apply import container_cdi_ids, launch_edits
 from cdriver.sim.node.simulated.claims import (
     PodState,
@@ -50,9 +47,42 @@ from cdriver.sim.node.simulated.container import (
     run_in_container,
 )
 from cdriver.sim.node.simulated.container_store import KeptContainer, KeptPod
+from cdriver.sim.node.simulated.env import (
+    EnvContext,
+    EnvError,
+    command_line,
+    container_env,
+    probe_command,
+)
 from cdriver.sim.node.simulated.images import find_image
-from cdriver.sim.node.simulated.runtime import NodeOptions as NodeOptions  # re-exported (older import path)
+from cdriver.sim.node.simulated.probes import (
+    LIVENESS,
+    READINESS,
+    STARTUP,
+    ProbeWorker,
+    check_exec,
+    check_grpc,
+    check_http,
+    check_tcp,
+)
 from cdriver.sim.node.simulated.runtime import NodeRuntime
+from cdriver.sim.node.simulated.status import (
+    CONTAINER_ID_SCHEME,
+    FAILED,
+    REASON_CONFIG_ERROR,
+    REASON_CRASH_LOOP,
+    REASON_CREATING,
+    REASON_POD_INITIALIZING,
+    REASON_START_ERROR,
+    SUCCEEDED,
+    WAITING,
+    ContainerRecord,
+    PodView,
+    comparable,
+    now_utc,
+    pod_status,
+    rfc3339,
+)
 from cdriver.sim.node.simulated.volumes import BindMount, PodVolumes, VolumeContext, VolumeError, container_mounts
 
 PODS = RESOURCES["pods"]
@@ -112,7 +142,7 @@ class LiveContainer:
     proc: ContainerProcess
     env: dict[str, str]
     working_dir: str
-    probes: list[probemod.ProbeWorker] = field(default_factory=list)
+    probes: list[ProbeWorker] = field(default_factory=list)
     kill_deadline: float | None = None
     kill_reason: str = ""
     started_mono: float = field(default_factory=time.monotonic)
@@ -149,13 +179,13 @@ class PodWorker:
         self.state = PodState.load(rt.layout.pod_state_file(self.uid))
         self.state.namespace, self.state.name = self.namespace, self.name
         spec = pod.get("spec") or {}
-        self.records: dict[str, st.ContainerRecord] = {}
+        self.records: dict[str, ContainerRecord] = {}
         for c in spec.get("initContainers") or []:
-            self.records[c["name"]] = st.ContainerRecord(
+            self.records[c["name"]] = ContainerRecord(
                 c["name"], c.get("image", ""), init=True, sidecar=sidecar(c),
                 restart_count=self.state.restarts.get(c["name"], 0))
         for c in spec.get("containers") or []:
-            self.records[c["name"]] = st.ContainerRecord(
+            self.records[c["name"]] = ContainerRecord(
                 c["name"], c.get("image", ""), restart_count=self.state.restarts.get(c["name"], 0))
         self.live: dict[str, LiveContainer] = {}
         self.failures: dict[str, int] = {}
@@ -262,10 +292,10 @@ class PodWorker:
 
     def _loop(self) -> None:
         phase = (self._pod().get("status") or {}).get("phase")
-        if phase in (st.SUCCEEDED, st.FAILED):
+        if phase in (SUCCEEDED, FAILED):
             self.stage = "done"
         if not self.state.start_time:
-            self.state.start_time = (self._pod().get("status") or {}).get("startTime") or st.rfc3339(st.now_utc())
+            self.state.start_time = (self._pod().get("status") or {}).get("startTime") or rfc3339(now_utc())
         self._save_state()
         self._take_kept()
         # kubelet sets the pod's status at the start of a sync, before it prepares the pod's claims,
@@ -350,7 +380,7 @@ class PodWorker:
         self._last_refresh = time.monotonic()
         try:
             self.volumes.refresh()
-        except (VolumeError, ApiError, envmod.EnvError) as exc:
+        except (VolumeError, ApiError, EnvError) as exc:
             self.log.warning("pod %s/%s: volume refresh failed: %s", self.namespace, self.name, exc)
 
     def _prepare_claims(self) -> None:
@@ -409,14 +439,14 @@ class PodWorker:
         pod = self._pod()
         image = find_image(self.rt.images, container.get("image", ""))
         try:
-            ctx = envmod.EnvContext(
+            ctx = EnvContext(
                 node_name=self.rt.node_name, host_ip=self.rt.node_ip, pod_ip=self.rt.node_ip,
                 api_host=self.rt.api_host, api_port=self.rt.api_port, node_allocatable=self.rt.allocatable,
                 services=self.rt.services(self.namespace) if (pod.get("spec") or {}).get("enableServiceLinks", True)
                 else [], get_configmap=self.rt.get_configmap, get_secret=self.rt.get_secret,
                 path_prefix=[*(image.path if image else ()), *self.rt.path_prefix])
-            env = envmod.container_env(pod, container, ctx)
-            argv = envmod.command_line(container, env)
+            env = container_env(pod, container, ctx)
+            argv = command_line(container, env)
             mounts = (image.mounts() if image else []) + container_mounts(container, self.volume_paths, env)
             if not any(m.target == "/etc/hosts" for m in mounts):
                 mounts.append(BindMount(str(self.rt.layout.pod_hosts_file(self.uid)), "/etc/hosts"))
@@ -427,7 +457,7 @@ class PodWorker:
                 env.update(cdi_env)
                 mounts.extend(cdi_mounts)
         except (CdriverError, OSError) as exc:
-            record.set_waiting(st.REASON_CONFIG_ERROR, str(exc))
+            record.set_waiting(REASON_CONFIG_ERROR, str(exc))
             self._event("Warning", "Failed", f"Error: {exc}")
             self._backoff(name)
             return
@@ -450,14 +480,14 @@ class PodWorker:
             proc.start()
         except StartError as exc:
             proc.close()
-            record.set_terminated(128, st.rfc3339(st.now_utc()), st.REASON_START_ERROR, str(exc))
-            record.container_id = record.container_id or f"{st.CONTAINER_ID_SCHEME}{self.uid}-{name}-{restart}"
+            record.set_terminated(128, rfc3339(now_utc()), REASON_START_ERROR, str(exc))
+            record.container_id = record.container_id or f"{CONTAINER_ID_SCHEME}{self.uid}-{name}-{restart}"
             self._event("Warning", "Failed", f"Error: {exc}")
             self.log.warning("pod %s/%s container %s failed to start: %s", self.namespace, self.name, name, exc)
             return
         self._run_ids += 1
         live = LiveContainer(name, self._run_ids, proc, env, working_dir)
-        record.set_running(f"{st.CONTAINER_ID_SCHEME}{self.uid}-{name}-{restart}", st.rfc3339(st.now_utc()))
+        record.set_running(f"{CONTAINER_ID_SCHEME}{self.uid}-{name}-{restart}", rfc3339(now_utc()))
         with self._lock:
             self.live[name] = live
         self._start_probes(container, live, record)
@@ -465,7 +495,7 @@ class PodWorker:
         self.log.info("pod %s/%s container %s started (pid %d, run %d)", self.namespace, self.name, name,
                       proc.pid, restart)
 
-    def _start_probes(self, container: dict[str, Any], live: LiveContainer, record: st.ContainerRecord) -> None:
+    def _start_probes(self, container: dict[str, Any], live: LiveContainer, record: ContainerRecord) -> None:
         ports = {p["name"]: p["containerPort"] for p in container.get("ports") or [] if p.get("name")}
         startup = container.get("startupProbe")
         record.started = startup is None
@@ -475,18 +505,18 @@ class PodWorker:
 
         def make_check(probe: dict[str, Any]) -> Callable[[float], tuple[bool, str]]:
             if "exec" in probe:
-                command = envmod.probe_command(container, list((probe["exec"] or {}).get("command") or []))
+                command = probe_command(container, list((probe["exec"] or {}).get("command") or []))
 
                 def run(cmd: list[str], timeout: float) -> Any:
                     return run_in_container(live.proc.init_pid, cmd, live.env, live.working_dir, timeout)
 
-                return lambda timeout: probemod.check_exec(run, command, timeout)
+                return lambda timeout: check_exec(run, command, timeout)
             if "httpGet" in probe:
-                return lambda timeout: probemod.check_http(probe["httpGet"], self.rt.node_ip, timeout, ports)
+                return lambda timeout: check_http(probe["httpGet"], self.rt.node_ip, timeout, ports)
             if "tcpSocket" in probe:
-                return lambda timeout: probemod.check_tcp(probe["tcpSocket"], self.rt.node_ip, timeout, ports)
+                return lambda timeout: check_tcp(probe["tcpSocket"], self.rt.node_ip, timeout, ports)
             if "grpc" in probe:
-                return lambda timeout: probemod.check_grpc(probe["grpc"], self.rt.node_ip, timeout)
+                return lambda timeout: check_grpc(probe["grpc"], self.rt.node_ip, timeout)
             return lambda timeout: (False, f"probe handler {sorted(probe)} is not supported on simulated nodes")
 
         def on_change(kind: str, ok: bool, message: str) -> None:
@@ -501,13 +531,13 @@ class PodWorker:
             rec = self.records.get(live.name)
             return bool(rec and rec.started and rec.running)
 
-        for kind, key in ((probemod.STARTUP, "startupProbe"), (probemod.LIVENESS, "livenessProbe"),
-                          (probemod.READINESS, "readinessProbe")):
+        for kind, key in ((STARTUP, "startupProbe"), (LIVENESS, "livenessProbe"),
+                          (READINESS, "readinessProbe")):
             probe = container.get(key)
             if probe is None:
                 continue
-            gate = None if kind == probemod.STARTUP else started
-            live.probes.append(probemod.ProbeWorker(
+            gate = None if kind == STARTUP else started
+            live.probes.append(ProbeWorker(
                 kind, probe, make_check(probe), on_change, on_failure, gate, name=f"{self.name}-{live.name}",
                 prompt_after_gate=container.get("startupProbe") is not None).start())
 
@@ -524,16 +554,16 @@ class PodWorker:
             if what == "failure":
                 self._event("Warning", "Unhealthy", f"{kind} probe failed: {message}")
                 continue
-            if kind == probemod.STARTUP:
+            if kind == STARTUP:
                 if ok:
                     record.started = True
                     if not self._container(name).get("readinessProbe"):
                         record.ready = not record.init or record.sidecar
                 else:
                     self._request_kill(live, f"Container {name} failed startup probe, will be restarted")
-            elif kind == probemod.READINESS:
+            elif kind == READINESS:
                 record.ready = ok and record.started
-            elif kind == probemod.LIVENESS and not ok:
+            elif kind == LIVENESS and not ok:
                 self._request_kill(live, f"Container {name} failed liveness probe, will be restarted")
 
     def _keep(self) -> None:
@@ -606,7 +636,7 @@ class PodWorker:
                 self.live.pop(name, None)
             code, sig = exit_details(rc)
             record = self.records[name]
-            record.set_terminated(code, st.rfc3339(st.now_utc()), signal=sig)
+            record.set_terminated(code, rfc3339(now_utc()), signal=sig)
             record.ready = record.init and not record.sidecar and code == 0  # completed init containers
             ran = time.monotonic() - live.started_mono
             if ran > 2 * self.rt.options.backoff_max:
@@ -630,7 +660,7 @@ class PodWorker:
                 return
             delay = self._backoff(name)
             if delay > 0:
-                record.set_waiting(st.REASON_CRASH_LOOP,
+                record.set_waiting(REASON_CRASH_LOOP,
                                    f"back-off {delay:g}s restarting failed container={name} "
                                    f"pod={self.name}_{self.namespace}({self.uid})")
                 self._event("Warning", "BackOff", "Back-off restarting failed container "
@@ -772,7 +802,7 @@ class PodWorker:
         pod = self._pod()
         spec = pod.get("spec") or {}
         prev = (pod.get("status") or {}).get("conditions") or []
-        view = st.PodView(
+        view = PodView(
             host_ip=self.rt.node_ip, pod_ip=self.rt.node_ip, start_time=self.state.start_time,
             restart_policy=spec.get("restartPolicy", "Always"), sandbox_ready=self.sandbox_ready,
             initialized=self.initialized or not self._containers(True),
@@ -780,16 +810,16 @@ class PodWorker:
             previous_conditions=prev)
         init = [self.records[c["name"]] for c in self._containers(True)]
         main = [self.records[c["name"]] for c in self._containers(False)]
-        default = st.REASON_POD_INITIALIZING if init and not self.initialized else st.REASON_CREATING
+        default = REASON_POD_INITIALIZING if init and not self.initialized else REASON_CREATING
         for r in init + main:
-            if r.state == st.WAITING and not r.container_id and r.reason in (st.REASON_CREATING,
-                                                                              st.REASON_POD_INITIALIZING):
+            if r.state == WAITING and not r.container_id and r.reason in (REASON_CREATING,
+                                                                              REASON_POD_INITIALIZING):
                 r.reason = default
-        status = st.pod_status(view, init, main)
-        if self.stage == "done" and (pod.get("status") or {}).get("phase") in (st.SUCCEEDED, st.FAILED) \
+        status = pod_status(view, init, main)
+        if self.stage == "done" and (pod.get("status") or {}).get("phase") in (SUCCEEDED, FAILED) \
                 and not self.live and not any(r.container_id for r in self.records.values()):
             return  # finished before this agent started: keep the recorded status
-        key = st.comparable(status)
+        key = comparable(status)
         if not force and key == self._last_status:
             return
         try:
