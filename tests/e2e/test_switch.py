@@ -29,7 +29,7 @@ from cdriver.nvml.discover import channel_device_path
 from cdriver.roles.kubelet_plugin.cdi_edits import base_device_id
 from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME
 from cdriver.sim.world import scenario
-from cdriver.sim.world.peer import EXIT_NO_TARBALL, PeerSourceMissing, find_source_tarball
+from cdriver.sim.world.upstream_driver import EXIT_NO_TARBALL, PeerSourceMissing, find_source_tarball
 from cdriver.sim.world.world import (
     COMPONENT_LABELS,
     DRIVER_CDRIVER,

@@ -16,7 +16,7 @@ from cdriver.api.constants import LABEL_COMPUTE_DOMAIN
 from cdriver.checkpoint import read_boot_id
 from cdriver.kube.raw import RESOURCES, RawClient
 from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME
-from cdriver.sim.world.peer import EXIT_NO_TARBALL
+from cdriver.sim.world.upstream_driver import EXIT_NO_TARBALL
 from tests.integration import test_kubelet_plugin as kp
 from tests.integration.test_kubelet_plugin import (
     Kubelet,

@@ -40,7 +40,7 @@ from cdriver.roles.imex_daemon.failures import (
 )
 from cdriver.roles.startup import install_signal_handlers
 
-from . import clique, dnsnames, failures, legacy, readiness
+from . import clique, dnsnames, domain_status, failures, readiness
 from .inputs import Settings
 
 log = logging.getLogger(__name__)
@@ -315,7 +315,7 @@ class Daemon:
             return clique.CliqueStore(
                 self.raw, settings.pod_namespace, settings.clique_name, settings.cd_uid, settings.clique_id,
                 clique.pod_owner_reference(settings.pod_name, settings.pod_uid))
-        return legacy.DomainStatusStore(self.raw, settings.cd_namespace, settings.cd_name, settings.cd_uid)
+        return domain_status.DomainStatusStore(self.raw, settings.cd_namespace, settings.cd_name, settings.cd_uid)
 
     def start_watchers(self) -> None:
         settings = self.settings
@@ -417,8 +417,8 @@ class Daemon:
         try:
             self.reconcile()
         except Exception as exc:
-            expected = (ApiError, clique.RetriesExhausted, clique.IndexExhausted, legacy.DomainMissing, HostsError,
-                        imex_config.ImexConfigError, OSError)
+            expected = (ApiError, clique.RetriesExhausted, clique.IndexExhausted, domain_status.DomainMissing,
+                        HostsError, imex_config.ImexConfigError, OSError)
             if not isinstance(exc, expected):
                 log.exception("unexpected reconcile failure")
             self.failures += 1
@@ -493,16 +493,16 @@ class Daemon:
 
     def sync_ips(self, cd: dict, entries: list[dict]) -> None:
         """IP mode: nodes.cfg of this clique's IPs once numNodes have joined; restart on change."""
-        complete, seen, want = legacy.peers_complete(cd, entries)
+        complete, seen, want = domain_status.peers_complete(cd, entries)
         if not complete:
             line = f"numNodes: {want}, nodes seen: {seen}"
             if line != self.last_wait_log:
                 log.info("Waiting for all nodes of the ComputeDomain to join (%s)", line)
                 self.last_wait_log = line
             return
-        ips = legacy.peer_ips(entries, self.settings.clique_id)
+        ips = domain_status.peer_ips(entries, self.settings.clique_id)
         if ips != self.ip_peers:
-            imex_config.write_file_atomic(self.settings.paths.nodes_config, legacy.ip_nodes_config(ips))
+            imex_config.write_file_atomic(self.settings.paths.nodes_config, domain_status.ip_nodes_config(ips))
             log.info("Wrote %s: %s", self.settings.paths.nodes_config, ", ".join(ips) or "empty")
             self.ip_peers = ips
             if self.imex.active:
@@ -635,7 +635,7 @@ class Daemon:
             # is nothing to leave, and the object must not be created again.
             clique.update_with_retry(self.store, lambda e: clique.remove_entry(e, self.settings.node_name, key),
                                  sleep=sleep, what="leave", create_missing=False)
-        except (ApiError, clique.RetriesExhausted, legacy.DomainMissing) as exc:
+        except (ApiError, clique.RetriesExhausted, domain_status.DomainMissing) as exc:
             log.warning("could not remove node %s from %s: %s; the controller drops stale entries",
                         self.settings.node_name, self.store.description, exc)
             return

@@ -38,7 +38,7 @@ from cdriver.roles.kubelet_plugin import cdi_edits, claims
 from cdriver.roles.kubelet_plugin.claims import KIND_DAEMON, ClaimPlan
 from cdriver.roles.kubelet_plugin.discovery import DiscoveryError, fabric_mgmt_device
 from cdriver.roles.kubelet_plugin.errors import ClaimError, permanent, retryable
-from cdriver.roles.kubelet_plugin.host import check_host_imex
+from cdriver.roles.kubelet_plugin.host_imex import check_host_imex
 from cdriver.roles.kubelet_plugin.readiness import node_readiness
 from cdriver.roles.kubelet_plugin.state import PluginState, held_devices
 

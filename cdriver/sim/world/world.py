@@ -74,7 +74,7 @@ class WorldSettings:
     controller_metrics_port: int = 0  # 0: pick a free port
     #: how many of the topology's first nodes are real (kubelet + containerd + runc); the rest simulated
     real_nodes: int = 0
-    #: DRIVER_CDRIVER, or DRIVER_UPSTREAM (the peer build, see cdriver.sim.world.peer)
+    #: DRIVER_CDRIVER, or DRIVER_UPSTREAM (the peer build, see cdriver.sim.world.upstream_driver)
     driver: str = DRIVER_CDRIVER
     #: a user's values file: when given, the chart gets it plus only what the simulated cluster
     #: needs (imex_mode and feature_gates above are then the file's to say)
@@ -261,7 +261,7 @@ class SimWorld:
         self.helm = helm_binary()
         self.kubectl = getattr(binaries, "kubectl", None)
         if self.settings.driver == DRIVER_UPSTREAM:
-            from cdriver.sim.world.peer import peer_build
+            from cdriver.sim.world.upstream_driver import peer_build
 
             self.peer = peer_build()
 
@@ -362,7 +362,7 @@ class SimWorld:
     def chart_args(self, driver: str) -> list[str]:
         """The chart of `driver` and its values for this cluster (helm install/upgrade arguments)."""
         if driver == DRIVER_UPSTREAM:
-            from cdriver.sim.world.peer import peer_helm_values, peer_local_values
+            from cdriver.sim.world.upstream_driver import peer_helm_values, peer_local_values
 
             if self.peer is None:
                 raise WorldError("the upstream driver's chart is known only to a world started with driver=upstream")

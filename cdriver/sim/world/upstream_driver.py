@@ -1,4 +1,4 @@
-"""The upstream Go ComputeDomain driver as a peer on the simulated cluster.
+"""The upstream Go ComputeDomain driver, run on the simulated cluster in place of cdriver.
 
 `hack/peer/build.sh` builds upstream's compute-domain-controller, -kubelet-plugin and
 -daemon from its source tarball into the cache (``peer-<hash>/bin``, the extracted source in
