@@ -17,6 +17,7 @@ from pathlib import Path
 import click
 import yaml
 
+from cdriver.checkout import CRD_DIR
 from cdriver.errors import CdriverError
 from cdriver.kube.raw import RESOURCES, ApiError, RawClient
 
@@ -29,7 +30,7 @@ CRDS = RESOURCES["customresourcedefinitions"]
 
 def default_crd_dir() -> Path:
     """The chart's crds/ directory of the source tree this package runs from."""
-    return Path(__file__).resolve().parents[1] / "helm" / "cdriver" / "crds"
+    return CRD_DIR
 
 
 def load_crds(paths: Iterable[Path]) -> list[dict]:

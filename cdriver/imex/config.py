@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdriver.api import constants
+from cdriver.checkout import TEMPLATES_DIR
 from cdriver.errors import CdriverError
 from cdriver.imex.hosts import dns_name
 
@@ -73,9 +74,8 @@ class ImexConfigError(CdriverError):
 
 def default_template_path() -> Path:
     """Path of the IMEX config template shipped in the package."""
-    from importlib import resources
 
-    return Path(str(resources.files("cdriver") / "templates" / IMEX_CONFIG_TEMPLATE_NAME))
+    return TEMPLATES_DIR / IMEX_CONFIG_TEMPLATE_NAME
 
 
 def load_template(path: str | os.PathLike[str] | None = None) -> str:

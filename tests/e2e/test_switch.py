@@ -23,6 +23,7 @@ import pytest
 from cdriver.api import constants
 from cdriver.cdi.model import CDIError
 from cdriver.cdi.reader import CDIRegistry
+from cdriver.checkout import HACK_DIR
 from cdriver.checkpoint import CheckpointStore
 from cdriver.kube.raw import ApiError
 from cdriver.nvml.discover import channel_device_path
@@ -44,7 +45,7 @@ from tests.e2e.test_driver_managed import create_domain, is_char_device
 
 pytestmark = pytest.mark.e2e
 
-READER_BUILD = Path(__file__).resolve().parents[2] / "hack" / "peer-checkpoint" / "build.sh"
+READER_BUILD = HACK_DIR / "peer-checkpoint" / "build.sh"
 
 #: what a ComputeDomain-only user of the upstream driver keeps in their values file
 UPSTREAM_VALUES = """\

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from cdriver.api import constants
+from cdriver.checkout import PACKAGE_PARENT
 from cdriver.errors import CdriverError
 from cdriver.imex.config import IMEX_CTL_BINARY, IMEX_DAEMON_BINARY
 from cdriver.nvml.discover import FABRIC_MGMT_CAP_PATH
@@ -181,7 +182,7 @@ def render_wrapper(description: str, args: list[str], root_relative_args: list[s
     if ignore_signals:
         lines.append(f"trap '' {' '.join(ignore_signals)}")
     if command is None and not getattr(sys, "frozen", False):
-        package_parent = str(Path(__file__).resolve().parents[3])
+        package_parent = str(PACKAGE_PARENT)
         lines.append(f"PYTHONPATH={shlex.quote(package_parent)}${{PYTHONPATH:+:$PYTHONPATH}}")
         lines.append("export PYTHONPATH")
     command = command or cdriver_command()

@@ -23,6 +23,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+from cdriver.checkout import HACK_DIR
 from cdriver.errors import CdriverError
 from cdriver.sim.node.simulated.images import ImageContent
 
@@ -93,7 +94,7 @@ class PeerBuild:
 
 
 def build_script() -> Path:
-    return Path(__file__).resolve().parents[3] / "hack" / "peer" / "build.sh"
+    return HACK_DIR / "peer" / "build.sh"
 
 
 def parse_peer_line(text: str) -> Path | None:

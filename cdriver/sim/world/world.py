@@ -22,6 +22,7 @@ from typing import Any
 
 from cdriver.api import constants
 from cdriver.api.imex_mode import IMEX_MODE_DRIVER_MANAGED, IMEX_MODE_HOST_MANAGED
+from cdriver.checkout import CHART_DIR
 from cdriver.errors import CdriverError
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ class WorldError(CdriverError):
 
 def chart_dir() -> Path:
     """The chart in the source tree this package runs from."""
-    path = Path(__file__).resolve().parents[3] / "helm" / "cdriver"
+    path = CHART_DIR
     if not (path / "Chart.yaml").exists():
         raise WorldError(f"the Helm chart is not at {path}; run from a checkout of the cdriver repository")
     return path

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cdriver.checkout import PACKAGE_PARENT
 from cdriver.errors import CdriverError
 from cdriver.sim.node.simulated.logs import STDERR, STDOUT, LogWriter, PipeCopier
 from cdriver.sim.node.simulated.volumes import BindMount
@@ -92,7 +93,7 @@ def launcher_env() -> dict[str, str]:
     """The launcher's own environment (the container's is applied at exec)."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
     if not getattr(sys, "frozen", False):
-        package_parent = str(Path(__file__).resolve().parents[4])
+        package_parent = str(PACKAGE_PARENT)
         extra = os.environ.get("PYTHONPATH")
         env["PYTHONPATH"] = package_parent + (f":{extra}" if extra else "")
     return env
