@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdriver.api import constants
+from cdriver.atomic import atomic_write
 from cdriver.checkout import TEMPLATES_DIR
 from cdriver.errors import CdriverError
 from cdriver.imex.hosts import dns_name
@@ -392,38 +393,12 @@ def write_file_atomic(path: str | os.PathLike[str], text: str, mode: int = 0o644
     Readers see the old or the new file, never a partial one. Not for bind-mounted single
     files such as /etc/hosts (see `cdriver.imex.hosts.rewrite_hosts_file`).
     """
-    import tempfile
-
     target = Path(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     except OSError as e:
         raise ImexConfigError(f"cannot write {target}: {e.strerror or e}; check the directory") from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fchmod(f.fileno(), mode)
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        if isinstance(e, OSError):
-            raise ImexConfigError(
-                f"cannot write {target}: {e.strerror or e}; the previous file is unchanged"
-            ) from None
-        raise
-    try:
-        dir_fd = os.open(target.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
+        atomic_write(target, text, mode=mode)
+    except OSError as e:
+        raise ImexConfigError(f"cannot write {target}: {e.strerror or e}; the previous file is unchanged") from None

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from cdriver.atomic import atomic_write
 from cdriver.errors import CdriverError
 from cdriver.sim.controlplane import pki
 from cdriver.sim.controlplane.binaries import ControlPlaneBinaries, control_plane_binaries
@@ -305,14 +306,6 @@ def pick_ports() -> Ports:
     return Ports(*sorted(chosen))
 
 
-def _write_file(path: Path, text: str, mode: int = 0o644) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 # --- effects: processes and probes -------------------------------------------------------
 
 try:  # loaded here, not in the child: no dlopen between fork and exec
@@ -470,12 +463,12 @@ class LocalCluster:
         for component in (APISERVER, CONTROLLER_MANAGER, SCHEDULER):
             layout.cert_dir(component).mkdir(parents=True, exist_ok=True)
         pki.write_pki(layout.pki_dir)
-        _write_file(layout.scheduler_config, yaml.safe_dump(scheduler_config(layout)))
+        atomic_write(layout.scheduler_config, yaml.safe_dump(scheduler_config(layout)))
         started = time.monotonic()
         for attempt in range(3):
             self.ports = self.ports if (attempt == 0 and self.ports) else pick_ports()
-            _write_file(layout.kubeconfig,
-                        yaml.safe_dump(kubeconfig_dict(self.server, self.pki)), mode=0o600)
+            atomic_write(layout.kubeconfig,
+                         yaml.safe_dump(kubeconfig_dict(self.server, self.pki)), mode=0o600)
             try:
                 self._start_all(binaries)
                 break
@@ -517,7 +510,7 @@ class LocalCluster:
         if self.egress_proxy is None:
             return None
         path = self.layout.root / "egress-selector.yaml"
-        _write_file(path, yaml.safe_dump(egress_config(self.egress_proxy)))
+        atomic_write(path, yaml.safe_dump(egress_config(self.egress_proxy)))
         return path
 
     def _launch(self, component: str) -> None:
@@ -613,7 +606,7 @@ class LocalCluster:
             "pids": {name: p.popen.pid for name, p in self._procs.items() if p.popen},
             "kubectl": str(self.binaries.kubectl) if self.binaries else "",
         }
-        _write_file(self.layout.state, json.dumps(state, indent=2) + "\n")
+        atomic_write(self.layout.state, json.dumps(state, indent=2) + "\n")
 
     # -- faults and recovery ------------------------------------------------------------
     def kill(self, component: str, sig: int = signal.SIGKILL) -> None:

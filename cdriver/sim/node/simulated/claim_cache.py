@@ -10,12 +10,12 @@ file so a restarted node agent continues where it stopped.
 from __future__ import annotations
 
 import json
-import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cdriver.atomic import atomic_write
 from cdriver.dra.node_service import ClaimRef, PreparedDevice
 from cdriver.errors import CdriverError
 
@@ -76,9 +76,7 @@ class ClaimCache:
 
     def _save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text(json.dumps({"claims": [c.to_dict() for c in self._claims.values()]}, indent=1))
-        os.replace(tmp, self.path)
+        atomic_write(self.path, json.dumps({"claims": [c.to_dict() for c in self._claims.values()]}, indent=1))
 
     def reference(self, pod_uid: str, ref: ClaimRef, drivers: list[str]) -> bool:
         """Record that `pod_uid` uses the claim; True if the claim still needs NodePrepareResources."""

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cdriver.atomic import atomic_write
 from cdriver.errors import CdriverError
 from cdriver.sim.node.simulated.env import expand, field_value, object_data, resource_value
 from cdriver.sim.node.simulated.layout import NodeLayout, normalize_node_path
@@ -103,15 +103,7 @@ def downward_files(pod: dict[str, Any], items: list[dict[str, Any]], default_mod
 
 def _write_file(path: Path, data: bytes, mode: int) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            os.fchmod(f.fileno(), mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, data, mode=mode)
 
 
 def write_files(directory: Path, files: Files, previous: set[str]) -> set[str]:
