@@ -17,6 +17,7 @@ from pathlib import Path
 from cdriver.api import constants
 from cdriver.atomic import atomic_write
 from cdriver.checkout import TEMPLATES_DIR
+from cdriver.decoding import TooLarge, read_bounded, short
 from cdriver.errors import CdriverError
 from cdriver.imex.hosts import dns_name
 
@@ -213,12 +214,12 @@ def parse_config(text: str, source: str = "IMEX config") -> dict[str, str]:
         key = key.strip()
         if not sep:
             raise ImexConfigError(
-                f"{source}: line {number}: expected KEY=value, got {_clip(line)!r}; "
+                f"{source}: line {number}: expected KEY=value, got {short(line)}; "
                 "comment it out with '#' or add '='"
             )
         if not _KEY_RE.match(key):
             raise ImexConfigError(
-                f"{source}: line {number}: invalid key {_clip(key)!r}; keys are upper-case letters, "
+                f"{source}: line {number}: invalid key {short(key)}; keys are upper-case letters, "
                 "digits and '_' (e.g. SERVER_PORT)"
             )
         if key in values:
@@ -228,10 +229,6 @@ def parse_config(text: str, source: str = "IMEX config") -> dict[str, str]:
         values[key] = value.strip()
         first_line[key] = number
     return values
-
-
-def _clip(text: str, limit: int = 80) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _port(values: Mapping[str, str], key: str, default: int, source: str) -> int:
@@ -315,14 +312,13 @@ def read_config(path: str | os.PathLike[str]) -> ImexConfig:
 
 def _read_text(path: str | os.PathLike[str], what: str, fix: str) -> str:
     try:
-        with open(path, "rb") as f:
-            data = f.read(_MAX_CONFIG_BYTES + 1)
+        data = read_bounded(path, _MAX_CONFIG_BYTES)
     except OSError as e:
         raise ImexConfigError(f"cannot read {what} {path}: {e.strerror or e}; {fix}") from None
-    if len(data) > _MAX_CONFIG_BYTES:
+    except TooLarge:
         raise ImexConfigError(
             f"{what} {path} is larger than {_MAX_CONFIG_BYTES} bytes; is it the right file?"
-        )
+        ) from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
