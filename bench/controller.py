@@ -43,7 +43,9 @@ from report import print_rows  # bench/report.py (scripts run from bench/)
 from cdriver.api import constants
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.checkout import CRD_DIR, REPO_ROOT
-from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.kube.errors import ApiError
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES
 from cdriver.roles.controller import desired
 from cdriver.roles.controller.reconciler import parse_domain
 from cdriver.roles.controller.settings import ControllerSettings

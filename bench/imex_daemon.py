@@ -65,7 +65,7 @@ from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES
 from cdriver.checkout import CRD_DIR
 from cdriver.imex import config as imex_config
 from cdriver.imex.config import IMEX_CMD_PORT, IMEX_CTL_BINARY, IMEX_DAEMON_BINARY, IMEXD_TEMPLATE_NAME
-from cdriver.kube.raw import RESOURCES
+from cdriver.kube.resources import RESOURCES
 from cdriver.roles.imex_daemon.cli import ENV_IMEX_HOSTS_FILE, ENV_IMEXD_DIR
 from cdriver.sim.controlplane.binaries import control_plane_binaries
 from cdriver.sim.controlplane.cluster import LocalCluster

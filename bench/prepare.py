@@ -53,7 +53,9 @@ from cdriver.dra.gen.dra.v1 import api_pb2 as dra_pb2
 from cdriver.dra.gen.dra.v1 import api_pb2_grpc as dra_grpc
 from cdriver.dra.gen.pluginregistration.v1 import api_pb2 as reg_pb2
 from cdriver.dra.gen.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.kube.errors import ApiError
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES
 from cdriver.roles.kubelet_plugin.config import DRA_SOCKET_NAME, REGISTRATION_SOCKET_NAME
 
 CDS, CLIQUES, CLAIMS = COMPUTE_DOMAINS, COMPUTE_DOMAIN_CLIQUES, RESOURCES["resourceclaims"]

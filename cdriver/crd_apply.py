@@ -19,9 +19,10 @@ import yaml
 
 from cdriver.checkout import CRD_DIR
 from cdriver.errors import CdriverError
-from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.kube.errors import ApiError
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES
 
-#: Group every CRD this command applies must belong to.
 CRD_GROUP = "resource.nvidia.com"
 FIELD_MANAGER = "cdriver-crds"
 ESTABLISH_TIMEOUT = 30.0

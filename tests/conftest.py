@@ -117,7 +117,8 @@ def raw(cluster: Any) -> Any:
 @pytest.fixture
 def namespace(cluster: Any, raw: Any) -> Iterator[str]:
     """A fresh namespace; its pods are force-deleted and the namespace removed afterwards."""
-    from cdriver.kube.raw import RESOURCES, ApiError
+    from cdriver.kube.errors import ApiError
+    from cdriver.kube.resources import RESOURCES
 
     name = f"t-{uuid.uuid4().hex[:10]}"
     cluster.create_namespace(name)
@@ -139,7 +140,8 @@ def chart_crds(cluster: Any) -> None:
 
     import yaml
 
-    from cdriver.kube.raw import RESOURCES, ApiError
+    from cdriver.kube.errors import ApiError
+    from cdriver.kube.resources import RESOURCES
 
     raw = cluster.raw
     crd_res = RESOURCES["customresourcedefinitions"]
@@ -184,7 +186,8 @@ def chart_device_classes() -> list[dict]:
 @pytest.fixture
 def device_classes(cluster: Any) -> None:
     """The chart's DeviceClasses exist (created if a previous test removed them)."""
-    from cdriver.kube.raw import RESOURCES, ApiError
+    from cdriver.kube.errors import ApiError
+    from cdriver.kube.resources import RESOURCES
 
     for body in chart_device_classes():
         try:

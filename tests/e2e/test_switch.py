@@ -25,7 +25,7 @@ from cdriver.cdi.model import CDIError
 from cdriver.cdi.reader import CDIRegistry
 from cdriver.checkout import HACK_DIR
 from cdriver.checkpoint import CheckpointStore
-from cdriver.kube.raw import ApiError
+from cdriver.kube.errors import ApiError
 from cdriver.nvml.discover import channel_device_path
 from cdriver.roles.kubelet_plugin.cdi_edits import base_device_id
 from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME

@@ -24,7 +24,8 @@ from cdriver.api.constants import (
 )
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.checkout import CHART_DIR
-from cdriver.kube.raw import RESOURCES, ApiError
+from cdriver.kube.errors import ApiError
+from cdriver.kube.resources import RESOURCES
 from tests.reliability.figures import record
 
 pytestmark = [pytest.mark.integration, pytest.mark.reliability]

@@ -22,7 +22,9 @@ from cdriver import featuregates
 from cdriver.api import constants
 from cdriver.api.imex_mode import IMEX_MODE_HOST_MANAGED
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
-from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.kube.errors import ApiError
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES
 from cdriver.roles.controller.desired import DAEMON_POD_CLAIM_NAME
 from cdriver.roles.controller.main import Controller, ControllerConfig
 from cdriver.roles.controller.metrics import HttpServer

@@ -20,7 +20,8 @@ import yaml
 from cdriver.api import constants
 from cdriver.api.resources import COMPUTE_DOMAINS
 from cdriver.checkout import CHART_DIR
-from cdriver.kube.raw import RESOURCES, RawClient, Resource
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES, Resource
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration

@@ -46,7 +46,7 @@ def by_kind(docs: list[dict], kind: str) -> dict[str, dict]:
 
 def remove_device_classes(raw) -> None:
     """DeviceClasses have fixed cluster-wide names: remove ones other tests created without Helm."""
-    from cdriver.kube.raw import RESOURCES
+    from cdriver.kube.resources import RESOURCES
 
     for name in (constants.DEVICE_CLASS_DEFAULT_CHANNEL, constants.DEVICE_CLASS_DAEMON):
         if raw.get_or_none(RESOURCES["deviceclasses"], name):
@@ -124,7 +124,8 @@ def test_install_into_default_namespace_is_refused(helm: Path) -> None:
 
 def dry_run_render(helm: Path, raw, *args: str) -> None:
     """Create every rendered object with a server-side dry run (the API server validates it)."""
-    from cdriver.kube.raw import RESOURCES, ApiError
+    from cdriver.kube.errors import ApiError
+    from cdriver.kube.resources import RESOURCES
 
     try:
         raw.create(RESOURCES["namespaces"], {"metadata": {"name": NAMESPACE}})
@@ -146,7 +147,7 @@ def test_rendered_objects_pass_server_side_dry_run(helm: Path, raw, mode_args: l
 
 def test_install_upgrade_uninstall_leaves_no_orphans(helm: Path, cluster, raw) -> None:
     """helm install → upgrade → uninstall on the real API server: only the CRDs stay."""
-    from cdriver.kube.raw import RESOURCES
+    from cdriver.kube.resources import RESOURCES
 
     release, ns = "lifecycle", "helm-lifecycle"
     base = [str(helm), "--kubeconfig", str(cluster.kubeconfig), "--namespace", ns]

@@ -25,7 +25,9 @@ import yaml
 
 from cdriver.api import constants
 from cdriver.checkout import CHART_DIR
-from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.kube.errors import ApiError
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES
 from tests.integration.test_kubelet_plugin import (
     Kubelet,
     PluginProcess,

@@ -62,7 +62,9 @@ from cdriver.imex.config import (
     IMEXD_TEMPLATE_NAME,
     domain_template,
 )
-from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.kube.errors import ApiError
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES
 from cdriver.nvml.discover import IMEX_CHANNEL_COUNT
 from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME, DRA_SOCKET_NAME, REGISTRATION_SOCKET_NAME
 from tests.waiting import wait_for

@@ -15,7 +15,8 @@ import pytest
 from cdriver.api.constants import LABEL_COMPUTE_DOMAIN
 from cdriver.checkout import HACK_DIR
 from cdriver.checkpoint import read_boot_id
-from cdriver.kube.raw import RESOURCES, RawClient
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES
 from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME
 from cdriver.sim.world.upstream_driver import EXIT_NO_TARBALL
 from tests.integration import test_kubelet_plugin as kp

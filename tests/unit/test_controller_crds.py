@@ -12,7 +12,7 @@ from cdriver.api import constants
 from cdriver.api import resources as api_resources  # registers the CRDs in RESOURCES
 from cdriver.api.types import ComputeDomain, ComputeDomainClique, ValidationError
 from cdriver.checkout import CRD_DIR
-from cdriver.kube.raw import RESOURCES
+from cdriver.kube.resources import RESOURCES
 
 pytestmark = pytest.mark.unit
 

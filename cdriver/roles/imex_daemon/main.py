@@ -29,10 +29,12 @@ from cdriver.imex.config import IMEX_DAEMON_BINARY, IMEXD_DIR
 from cdriver.imex.hosts import HostsError
 from cdriver.imex.supervisor import ProcessSupervisor, SupervisorError
 from cdriver.kube.client import load_api_client
+from cdriver.kube.errors import ApiError
 from cdriver.kube.events import EventRecorder
 from cdriver.kube.informer import Informer
 from cdriver.kube.objects import meta_of
-from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES
 from cdriver.roles.imex_daemon.failures import (
     EVENT_REASON_IMEX_PORT_CONFLICT,
     EVENT_REASON_IMEX_RESTARTED,

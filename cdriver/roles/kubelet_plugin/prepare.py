@@ -30,9 +30,10 @@ from cdriver.checkpoint import CheckpointError, ClaimRecord, ClaimState
 from cdriver.dra.node_service import ClaimRef, PreparedDevice
 from cdriver.errors import CdriverError
 from cdriver.imex.config import IMEXD_TEMPLATE_NAME, domain_template, load_template
+from cdriver.kube.errors import ApiError
 from cdriver.kube.events import NORMAL, WARNING
 from cdriver.kube.objects import meta_of, name_of
-from cdriver.kube.raw import RESOURCES, ApiError
+from cdriver.kube.resources import RESOURCES
 from cdriver.nvml.discover import IMEX_CHANNEL_COUNT
 from cdriver.roles.kubelet_plugin import cdi_edits, claims
 from cdriver.roles.kubelet_plugin.claims import KIND_DAEMON, ClaimPlan

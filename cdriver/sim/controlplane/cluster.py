@@ -673,7 +673,7 @@ class LocalCluster:
     # -- API helpers -------------------------------------------------------------------
     def wait_for_default_service_account(self, namespace: str, timeout: float = 30.0) -> dict:
         """Wait until serviceaccount/default exists in `namespace` (pods need it) and return it."""
-        from cdriver.kube.raw import RESOURCES
+        from cdriver.kube.resources import RESOURCES
 
         deadline = time.monotonic() + timeout
         while True:
@@ -690,7 +690,7 @@ class LocalCluster:
     def create_namespace(self, name: str, labels: dict[str, str] | None = None,
                          timeout: float = 30.0) -> dict:
         """Create a namespace and wait for its default service account; returns the namespace."""
-        from cdriver.kube.raw import RESOURCES
+        from cdriver.kube.resources import RESOURCES
 
         ns = self.raw.create(RESOURCES["namespaces"], {
             "metadata": {"name": name, "labels": dict(labels or {})}})

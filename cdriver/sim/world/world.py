@@ -385,7 +385,7 @@ class SimWorld:
             raise WorldError(f"helm install failed:\n{out.stdout[-2000:]}{out.stderr[-3000:]}")
 
     def _wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
-        from cdriver.kube.raw import RESOURCES
+        from cdriver.kube.resources import RESOURCES
 
         deadline = time.monotonic() + timeout
         want = {n.name for n in self.nodes}
@@ -429,7 +429,7 @@ class SimWorld:
 
     def pod_log_tails(self, namespace: str = DRIVER_NAMESPACE, lines: int = 15) -> str:
         """The last lines of every container log in `namespace` (for failure messages)."""
-        from cdriver.kube.raw import RESOURCES
+        from cdriver.kube.resources import RESOURCES
 
         out = []
         for pod in self.raw.list(RESOURCES["pods"], namespace=namespace)["items"]:

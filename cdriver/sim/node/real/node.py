@@ -236,7 +236,7 @@ class RealNode:
         return self
 
     def wait_ready(self, raw: Any, timeout: float = READY_TIMEOUT) -> None:
-        from cdriver.kube.raw import RESOURCES
+        from cdriver.kube.resources import RESOURCES
 
         deadline = time.monotonic() + timeout
         state = "no Node object"

@@ -28,9 +28,11 @@ from typing import Any
 from urllib.parse import urlparse
 
 from cdriver.errors import CdriverError
+from cdriver.kube.errors import ApiError
 from cdriver.kube.events import EventRecorder
 from cdriver.kube.informer import Informer, uid_index
-from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES
 from cdriver.sim.node import registration as nodemod
 from cdriver.sim.node.addresses import AddressBlock, lease_block
 from cdriver.sim.node.simulated.claim_cache import ClaimCache

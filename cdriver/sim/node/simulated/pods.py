@@ -29,8 +29,9 @@ from typing import Any
 from cdriver.dra.client import DRAError
 from cdriver.dra.node_service import ClaimRef, PreparedDevice
 from cdriver.errors import CdriverError
+from cdriver.kube.errors import ApiError
 from cdriver.kube.objects import being_deleted, meta_of
-from cdriver.kube.raw import RESOURCES, ApiError
+from cdriver.kube.resources import RESOURCES
 from cdriver.sim.node.simulated.cdi_apply import container_cdi_ids, launch_edits
 from cdriver.sim.node.simulated.claims import (
     PodState,
