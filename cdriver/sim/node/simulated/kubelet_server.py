@@ -171,7 +171,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         worker = self._worker(namespace, pod)
         if worker is None:
             return
-        if container not in worker.records:
+        if container not in worker.containers.records:
             self._error(400, f"container {container} is not valid for pod {pod}")
             return
         previous = flag(query, "previous")
