@@ -21,7 +21,7 @@ from pathlib import Path
 
 from report import print_rows  # bench/report.py (scripts run from bench/)
 
-from cdriver.kube.raw import RESOURCES
+from cdriver.kube.resources import RESOURCES
 from cdriver.sim.controlplane.binaries import control_plane_binaries
 from cdriver.sim.controlplane.cluster import LocalCluster
 

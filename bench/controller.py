@@ -42,16 +42,17 @@ from report import print_rows  # bench/report.py (scripts run from bench/)
 
 from cdriver.api import constants
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
-from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.checkout import CRD_DIR, REPO_ROOT
+from cdriver.kube.errors import ApiError
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES
 from cdriver.roles.controller import desired
 from cdriver.roles.controller.reconciler import parse_domain
 from cdriver.roles.controller.settings import ControllerSettings
 from cdriver.sim.controlplane.binaries import control_plane_binaries
 from cdriver.sim.controlplane.cluster import LocalCluster
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results" / "controller.json"
-CRD_DIR = ROOT / "helm" / "cdriver" / "crds"
+RESULTS = REPO_ROOT / "bench" / "results" / "controller.json"
 CDS, RCTS, DS = COMPUTE_DOMAINS, RESOURCES["resourceclaimtemplates"], \
     RESOURCES["daemonsets"]
 MIN_WRITES_PER_DOMAIN = 5  # finalizer, 3 creates, status

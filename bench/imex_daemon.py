@@ -62,9 +62,10 @@ from cdriver.api.constants import (
     clique_object_name,
 )
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES
+from cdriver.checkout import CRD_DIR
 from cdriver.imex import config as imex_config
 from cdriver.imex.config import IMEX_CMD_PORT, IMEX_CTL_BINARY, IMEX_DAEMON_BINARY, IMEXD_TEMPLATE_NAME
-from cdriver.kube.raw import RESOURCES
+from cdriver.kube.resources import RESOURCES
 from cdriver.roles.imex_daemon.cli import ENV_IMEX_HOSTS_FILE, ENV_IMEXD_DIR
 from cdriver.sim.controlplane.binaries import control_plane_binaries
 from cdriver.sim.controlplane.cluster import LocalCluster
@@ -73,7 +74,6 @@ from cdriver.sim.imex.protocol import ENV_SIM_HOSTS_FILE
 from cdriver.sim.node.registration import register_node
 
 RESULTS = Path(__file__).resolve().parent / "results" / "imex_daemon.json"
-CRD_DIR = Path(__file__).resolve().parents[1] / "helm" / "cdriver" / "crds"
 PODS, CLIQUES, CRDS = RESOURCES["pods"], COMPUTE_DOMAIN_CLIQUES, RESOURCES["customresourcedefinitions"]
 CLIQUE = "00000000-0000-0000-0000-0000000000ab.0"
 NS = "bench-imex"

@@ -48,16 +48,18 @@ from cdriver.api.constants import (
     clique_object_name,
 )
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
+from cdriver.checkout import CRD_DIR
 from cdriver.dra.gen.dra.v1 import api_pb2 as dra_pb2
 from cdriver.dra.gen.dra.v1 import api_pb2_grpc as dra_grpc
 from cdriver.dra.gen.pluginregistration.v1 import api_pb2 as reg_pb2
 from cdriver.dra.gen.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.kube.errors import ApiError
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES
 from cdriver.roles.kubelet_plugin.config import DRA_SOCKET_NAME, REGISTRATION_SOCKET_NAME
 
 CDS, CLIQUES, CLAIMS = COMPUTE_DOMAINS, COMPUTE_DOMAIN_CLIQUES, RESOURCES["resourceclaims"]
 NODES = RESOURCES["nodes"]
-CRD_DIR = Path(__file__).resolve().parents[1] / "helm" / "cdriver" / "crds"
 CLUSTER_UUID = "00000000-0000-0000-0000-0000000000be"
 CLIQUE = f"{CLUSTER_UUID}.0"
 GOALS = {"prepare_p99_ms": 10.0, "readiness_to_success_ms": 200.0, "plugin_rss_mb": 60.0}

@@ -12,9 +12,8 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from cdriver.checkout import REPO_ROOT
 
 
 def time_command(argv: list[str], runs: int) -> list[float]:
@@ -30,9 +29,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=15)
     args = parser.parse_args()
-    exe = ROOT / "dist" / "cdriver"
+    exe = REPO_ROOT / "dist" / "cdriver"
     if not exe.exists():
-        subprocess.run(["make", "binary"], cwd=ROOT, check=True)
+        subprocess.run(["make", "binary"], cwd=REPO_ROOT, check=True)
     results = {}
     for label, argv in (("binary", [str(exe), "version"]),
                         ("python -m", [sys.executable, "-m", "cdriver", "version"])):

@@ -2,6 +2,8 @@
 
 A write goes to a hidden temp file in the target's directory (``.<name>.<random>.tmp``), is
 fsynced, renamed over the target, and the directory is fsynced so the rename survives a crash.
+`atomic_write` writes given bytes or text; `atomic_path` hands out the temp path for content
+another writer produces (a copy, a compiler's output) and replaces the target when it is done.
 A writer killed before the rename leaves the target untouched; its temp file is hidden (dot
 prefix, ``.tmp`` suffix) so directory scanners that pick ``*.json`` / ``*.yaml`` ignore it, and
 :func:`remove_stale_temp_files` clears such leftovers when the caller knows no writer is active.
@@ -12,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 TEMP_SUFFIX = ".tmp"
@@ -43,6 +46,34 @@ def atomic_write(path: str | os.PathLike[str], data: bytes | str, mode: int = 0o
         raise
     fsync_dir(target.parent)
     return target
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str], mode: int = 0o644) -> Iterator[Path]:
+    """Yield a temp path next to ``path``; when the block ends without error, give it ``mode``,
+    fsync it and rename it over ``path`` (then fsync the directory).
+
+    The block may replace the temp file (``cp``, a linker's ``-o``). On any error the temp
+    file is removed and the target stays unchanged.
+    """
+    target = Path(path)
+    fd, name = tempfile.mkstemp(dir=target.parent, prefix=_temp_prefix(target), suffix=TEMP_SUFFIX)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        os.chmod(tmp, mode)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(target.parent)
 
 
 def remove_file(path: str | os.PathLike[str]) -> bool:

@@ -17,10 +17,12 @@ from pathlib import Path
 import click
 import yaml
 
+from cdriver.checkout import CRD_DIR
 from cdriver.errors import CdriverError
-from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.kube.errors import ApiError
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES
 
-#: Group every CRD this command applies must belong to.
 CRD_GROUP = "resource.nvidia.com"
 FIELD_MANAGER = "cdriver-crds"
 ESTABLISH_TIMEOUT = 30.0
@@ -29,7 +31,7 @@ CRDS = RESOURCES["customresourcedefinitions"]
 
 def default_crd_dir() -> Path:
     """The chart's crds/ directory of the source tree this package runs from."""
-    return Path(__file__).resolve().parents[1] / "helm" / "cdriver" / "crds"
+    return CRD_DIR
 
 
 def load_crds(paths: Iterable[Path]) -> list[dict]:

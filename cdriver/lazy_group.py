@@ -22,17 +22,15 @@ def module_available(target: str) -> bool:
 
 
 class LazyGroup(click.Group):
-    """Subclasses set `lazy_commands` (name -> "module:attribute") and optional `aliases`."""
+    """Subclasses set `lazy_commands` (name -> "module:attribute")."""
 
     lazy_commands: ClassVar[dict[str, str]] = {}
-    aliases: ClassVar[dict[str, str]] = {}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         lazy = [name for name, target in self.lazy_commands.items() if module_available(target)]
         return sorted(set(super().list_commands(ctx)) | set(lazy))
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        cmd_name = self.aliases.get(cmd_name, cmd_name)
         cmd = super().get_command(ctx, cmd_name)
         if cmd is not None:
             return cmd

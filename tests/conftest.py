@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from cdriver.checkout import CHART_DIR, CRD_DIR
+
 CLUSTER_FIXTURES = {"cluster", "raw", "namespace"}
 _BUILD: dict[str, Any] = {}
 
@@ -115,7 +117,8 @@ def raw(cluster: Any) -> Any:
 @pytest.fixture
 def namespace(cluster: Any, raw: Any) -> Iterator[str]:
     """A fresh namespace; its pods are force-deleted and the namespace removed afterwards."""
-    from cdriver.kube.raw import RESOURCES, ApiError
+    from cdriver.kube.errors import ApiError
+    from cdriver.kube.resources import RESOURCES
 
     name = f"t-{uuid.uuid4().hex[:10]}"
     cluster.create_namespace(name)
@@ -134,15 +137,15 @@ def namespace(cluster: Any, raw: Any) -> Iterator[str]:
 def chart_crds(cluster: Any) -> None:
     """The chart's CRDs (ComputeDomain, ComputeDomainClique) installed and served."""
     import time
-    from pathlib import Path
 
     import yaml
 
-    from cdriver.kube.raw import RESOURCES, ApiError
+    from cdriver.kube.errors import ApiError
+    from cdriver.kube.resources import RESOURCES
 
     raw = cluster.raw
     crd_res = RESOURCES["customresourcedefinitions"]
-    crd_dir = Path(__file__).resolve().parents[1] / "helm" / "cdriver" / "crds"
+    crd_dir = CRD_DIR
     for path in sorted(crd_dir.glob("*.yaml")):
         body = yaml.safe_load(path.read_text())
         try:
@@ -168,13 +171,12 @@ def chart_crds(cluster: Any) -> None:
 def chart_device_classes() -> list[dict]:
     """The chart's DeviceClasses (driver-managed rendering), as the API objects."""
     import subprocess
-    from pathlib import Path
 
     import yaml
 
     from cdriver.sim.controlplane.binaries import helm_binary
 
-    chart = Path(__file__).resolve().parents[1] / "helm" / "cdriver"
+    chart = CHART_DIR
     out = subprocess.run([str(helm_binary(echo=False)), "template", "t", str(chart), "--namespace", "cdriver-system",
                           "--kube-version", "1.37.2", "-s", "templates/deviceclasses.yaml"],
                          capture_output=True, text=True, timeout=60, check=True)
@@ -184,7 +186,8 @@ def chart_device_classes() -> list[dict]:
 @pytest.fixture
 def device_classes(cluster: Any) -> None:
     """The chart's DeviceClasses exist (created if a previous test removed them)."""
-    from cdriver.kube.raw import RESOURCES, ApiError
+    from cdriver.kube.errors import ApiError
+    from cdriver.kube.resources import RESOURCES
 
     for body in chart_device_classes():
         try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cdriver import featuregates as fg
+from cdriver import featuregates
 from cdriver.errors import CdriverError
 
 IMEX_MODE_DRIVER_MANAGED = "driverManaged"
@@ -25,7 +25,7 @@ DEFAULT_MODE = IMEX_MODE_DRIVER_MANAGED
 DEFAULT_ISOLATION = IMEX_ISOLATION_DOMAIN
 
 #: Gates that mean nothing without driver-run daemons; forced off in host-managed mode.
-HOST_MANAGED_FORCED_OFF = (fg.IMEX_DAEMONS_WITH_DNS_NAMES, fg.COMPUTE_DOMAIN_CLIQUES)
+HOST_MANAGED_FORCED_OFF = (featuregates.IMEX_DAEMONS_WITH_DNS_NAMES, featuregates.COMPUTE_DOMAIN_CLIQUES)
 
 
 class ImexConfigError(CdriverError):
@@ -42,7 +42,7 @@ class ImexConfig:
 
     mode: str
     isolation: str
-    gates: fg.FeatureGates
+    gates: featuregates.FeatureGates
     #: Gates the user set explicitly that the mode overrode (worth a log line).
     overridden: tuple[str, ...] = field(default=())
 
@@ -60,8 +60,8 @@ def mode_problem(mode: str, host_gate_enabled: bool) -> str | None:
             return None
         return (
             f"imex mode {IMEX_MODE_HOST_MANAGED!r} (--imex-mode / IMEX_MODE) needs the "
-            f"{fg.HOST_MANAGED_IMEX_DAEMON} feature gate (alpha, off by default): add "
-            f"{fg.HOST_MANAGED_IMEX_DAEMON}=true to --feature-gates / FEATURE_GATES, or use "
+            f"{featuregates.HOST_MANAGED_IMEX_DAEMON} feature gate (alpha, off by default): add "
+            f"{featuregates.HOST_MANAGED_IMEX_DAEMON}=true to --feature-gates / FEATURE_GATES, or use "
             f"--imex-mode={IMEX_MODE_DRIVER_MANAGED}"
         )
     return (
@@ -86,7 +86,7 @@ def isolation_problem(isolation: str) -> str | None:
     )
 
 
-def effective_gates(mode: str, gates: fg.FeatureGates) -> tuple[fg.FeatureGates, tuple[str, ...]]:
+def effective_gates(mode: str, gates: featuregates.FeatureGates) -> tuple[featuregates.FeatureGates, tuple[str, ...]]:
     """Gates as the role will use them in ``mode``, plus explicit settings that were overridden."""
     if mode != IMEX_MODE_HOST_MANAGED:
         return gates, ()
@@ -96,7 +96,7 @@ def effective_gates(mode: str, gates: fg.FeatureGates) -> tuple[fg.FeatureGates,
 
 
 def resolve_imex_config(
-    mode: str, isolation: str, gates: fg.FeatureGates | str | None
+    mode: str, isolation: str, gates: featuregates.FeatureGates | str | None
 ) -> ImexConfig:
     """Validate mode, isolation and the effective gates together.
 
@@ -104,10 +104,10 @@ def resolve_imex_config(
     ``--feature-gates`` text. Raises `ImexConfigError` listing every problem (each with
     its fix) or `FeatureGateError` for an unparsable gate string.
     """
-    if not isinstance(gates, fg.FeatureGates):
-        gates = fg.FeatureGates.parse(gates or "", validate=False)
+    if not isinstance(gates, featuregates.FeatureGates):
+        gates = featuregates.FeatureGates.parse(gates or "", validate=False)
     problems = []
-    problem = mode_problem(mode, gates.enabled(fg.HOST_MANAGED_IMEX_DAEMON))
+    problem = mode_problem(mode, gates.enabled(featuregates.HOST_MANAGED_IMEX_DAEMON))
     if problem:
         problems.append(problem)
     problem = isolation_problem(isolation)

@@ -1,4 +1,4 @@
-"""The driver's custom resources, registered with `cdriver.kube.raw.RESOURCES` by plural.
+"""The driver's custom resources, registered with `cdriver.kube.resources.RESOURCES` by plural.
 
 Use `COMPUTE_DOMAINS` and `COMPUTE_DOMAIN_CLIQUES`; once this module is imported,
 `RESOURCES["computedomains"]` finds them too (e.g. for looking resources up by kind).
@@ -14,7 +14,7 @@ from cdriver.api.constants import (
     PLURAL_COMPUTE_DOMAINS,
     VERSION,
 )
-from cdriver.kube.raw import Resource, register_resource
+from cdriver.kube.resources import Resource, register_resource
 
 COMPUTE_DOMAINS = register_resource(Resource(GROUP, VERSION, PLURAL_COMPUTE_DOMAINS, True, KIND_COMPUTE_DOMAIN))
 COMPUTE_DOMAIN_CLIQUES = register_resource(

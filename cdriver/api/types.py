@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cdriver.api import constants
+from cdriver.decoding import is_integer, short, unknown_field, unknown_fields, wrong_type
 from cdriver.errors import CdriverError
 from cdriver.kube.objects import meta_of
 
@@ -32,18 +33,6 @@ class ValidationError(CdriverError):
 
 
 # --- strict decoding helpers ----------------------------------------------------------
-def _type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    return {bool: "boolean", int: "integer", float: "number", str: "string",
-            list: "list", dict: "object"}.get(type(value), type(value).__name__)
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 class _Reader:
     """Typed, strict access to one JSON object at a field path."""
 
@@ -51,14 +40,10 @@ class _Reader:
         self.where = where
         self.path = path
         if not isinstance(obj, dict):
-            self.fail("", f"expected an object, got {_type_name(obj)} {_short(obj)}")
-        unknown = sorted(str(k) for k in obj if k not in allowed)
+            self.fail("", wrong_type("an object", obj))
+        unknown = unknown_fields(obj, allowed)
         if unknown:
-            self.fail(
-                unknown[0],
-                f"unknown field (allowed here: {', '.join(allowed) or 'none'}); "
-                "remove it or fix its spelling",
-            )
+            self.fail(unknown[0], unknown_field(unknown[0], allowed))
         self.obj: dict = obj
 
     def full(self, key: str) -> str:
@@ -76,7 +61,7 @@ class _Reader:
             return default
         value = self.obj[key]
         if not isinstance(value, str):
-            self.fail(key, f"expected a string, got {_type_name(value)} {_short(value)}")
+            self.fail(key, wrong_type("a string", value))
         if required and not value:
             self.fail(key, "must not be empty")
         return value
@@ -86,8 +71,8 @@ class _Reader:
         if key not in self.obj or self.obj[key] is None:
             return default
         value = self.obj[key]
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(key, f"expected an integer, got {_type_name(value)} {_short(value)}")
+        if not is_integer(value):
+            self.fail(key, wrong_type("an integer", value))
         if minimum is not None and value < minimum:
             self.fail(key, f"must be >= {minimum}, got {value}")
         if maximum is not None and value > maximum:
@@ -101,7 +86,7 @@ class _Reader:
             self.fail(key, f"{len(value)} characters, more than the {MAX_OBJECT_NAME_LEN} a Kubernetes object "
                            "name may have; choose a shorter name")
         if not _DNS_SUBDOMAIN_RE.match(value):
-            self.fail(key, f"{_short(value)} is not a valid Kubernetes object name: use lowercase letters, "
+            self.fail(key, f"{short(value)} is not a valid Kubernetes object name: use lowercase letters, "
                            "digits, '-' and '.', starting and ending with a letter or digit")
         return value
 
@@ -110,7 +95,7 @@ class _Reader:
         if value == "":
             return default
         if value not in choices:
-            self.fail(key, f"must be one of {', '.join(choices)}, got {_short(value)}")
+            self.fail(key, f"must be one of {', '.join(choices)}, got {short(value)}")
         return value
 
     def obj_at(self, key: str, allowed: tuple[str, ...], required: bool = False) -> _Reader:
@@ -125,7 +110,7 @@ class _Reader:
             return []
         value = self.obj[key]
         if not isinstance(value, list):
-            self.fail(key, f"expected a list, got {_type_name(value)} {_short(value)}")
+            self.fail(key, wrong_type("a list", value))
         return value
 
     def meta(self) -> dict:
@@ -133,7 +118,7 @@ class _Reader:
         if value is None:
             return {}
         if not isinstance(value, dict):
-            self.fail("metadata", f"expected an object, got {_type_name(value)}")
+            self.fail("metadata", wrong_type("an object", value))
         return value
 
 
@@ -148,10 +133,10 @@ def _where(kind: str, obj: Any) -> str:
 def _check_type_meta(r: _Reader, kind: str) -> None:
     api_version = r.string("apiVersion")
     if api_version and api_version != constants.API_VERSION:
-        r.fail("apiVersion", f"must be {constants.API_VERSION}, got {_short(api_version)}")
+        r.fail("apiVersion", f"must be {constants.API_VERSION}, got {short(api_version)}")
     got_kind = r.string("kind")
     if got_kind and got_kind != kind:
-        r.fail("kind", f"must be {kind}, got {_short(got_kind)}")
+        r.fail("kind", f"must be {kind}, got {short(got_kind)}")
 
 
 # --- domainID ------------------------------------------------------------------------
@@ -163,24 +148,22 @@ def validate_domain_id(value: Any, field_name: str = "domainID") -> str:
     """
     fix = "use the ComputeDomain's metadata.uid (the controller writes it for you)"
     if not isinstance(value, str):
-        raise ValidationError(
-            f"field {field_name}: expected a string, got {_type_name(value)} {_short(value)}"
-        )
+        raise ValidationError(f"field {field_name}: {wrong_type('a string', value)}")
     if not value:
         raise ValidationError(f"field {field_name}: must not be empty; {fix}")
     if len(value) > MAX_DOMAIN_ID_LEN:
         raise ValidationError(
             f"field {field_name}: {len(value)} characters, at most {MAX_DOMAIN_ID_LEN} "
-            f"allowed (value starts {_short(value[:20])}); {fix}"
+            f"allowed (value starts {short(value[:20])}); {fix}"
         )
     if "/" in value or "\\" in value or ".." in value or "\0" in value:
         raise ValidationError(
-            f"field {field_name}: {_short(value)} is not a safe path component "
+            f"field {field_name}: {short(value)} is not a safe path component "
             f"(no '/', '\\', '..'); {fix}"
         )
     if not _LABEL_VALUE_RE.match(value):
         raise ValidationError(
-            f"field {field_name}: {_short(value)} is not a valid label value (letters, "
+            f"field {field_name}: {short(value)} is not a valid label value (letters, "
             f"digits, '-', '_', '.', starting and ending with a letter or digit); {fix}"
         )
     return value
@@ -410,14 +393,13 @@ def decode_opaque_config(params: Any) -> ChannelConfig | DaemonConfig:
     where = "opaque device config"
     if not isinstance(params, dict):
         raise ValidationError(
-            f"{where}: expected an object with apiVersion, kind and domainID, got "
-            f"{_type_name(params)} {_short(params)}"
+            f"{where}: {wrong_type('an object with apiVersion, kind and domainID', params)}"
         )
     kind = params.get("kind")
     kinds = (constants.KIND_CHANNEL_CONFIG, constants.KIND_DAEMON_CONFIG)
     if kind not in kinds:
         raise ValidationError(
-            f"{where}: field kind: must be one of {', '.join(kinds)}, got {_short(kind)}"
+            f"{where}: field kind: must be one of {', '.join(kinds)}, got {short(kind)}"
         )
     where = f"{kind}"
     if kind == constants.KIND_CHANNEL_CONFIG:
@@ -426,7 +408,7 @@ def decode_opaque_config(params: Any) -> ChannelConfig | DaemonConfig:
         r = _Reader(where, params, "", ("apiVersion", "kind", "domainID"))
     api_version = r.string("apiVersion", required=True)
     if api_version != constants.API_VERSION:
-        r.fail("apiVersion", f"must be {constants.API_VERSION}, got {_short(api_version)}")
+        r.fail("apiVersion", f"must be {constants.API_VERSION}, got {short(api_version)}")
     domain_id = r.string("domainID", required=True)
     try:
         validate_domain_id(domain_id)

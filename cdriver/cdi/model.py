@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from cdriver.decoding import is_integer, short, type_name, unknown_field, wrong_type
 from cdriver.errors import CdriverError
 
 CDI_DYNAMIC_DIR = "/var/run/cdi"
@@ -41,9 +42,9 @@ class CDIError(CdriverError):
 
 def _check_name(what: str, value: object, pattern: re.Pattern[str], rule: str) -> str:
     if not isinstance(value, str) or not value:
-        raise CDIError(f"CDI {what} must be a non-empty string, got {_short(value)}")
+        raise CDIError(f"CDI {what} must be a non-empty string, got {short(value)}")
     if len(value) > MAX_NAME_LENGTH:
-        raise CDIError(f"CDI {what} {_short(value)} is too long; the limit is {MAX_NAME_LENGTH} characters")
+        raise CDIError(f"CDI {what} {short(value)} is too long; the limit is {MAX_NAME_LENGTH} characters")
     if not pattern.fullmatch(value):
         raise CDIError(f"CDI {what} {value!r} is invalid: {rule}")
     return value
@@ -79,7 +80,7 @@ def validate_device_name(name: object) -> str:
 def parse_kind(kind: object) -> tuple[str, str]:
     """Split and validate ``vendor/class``."""
     if not isinstance(kind, str) or kind.count("/") != 1:
-        raise CDIError(f"CDI kind {_short(kind)} is invalid: expected '<vendor>/<class>', e.g. 'example.com/device'")
+        raise CDIError(f"CDI kind {short(kind)} is invalid: expected '<vendor>/<class>', e.g. 'example.com/device'")
     vendor, class_name = kind.split("/")
     return validate_vendor(vendor), validate_class(class_name)
 
@@ -94,7 +95,7 @@ def parse_qualified_name(device_id: object) -> tuple[str, str]:
     """Split ``vendor/class=name`` into (kind, name), validating each part."""
     if not isinstance(device_id, str) or device_id.count("=") != 1:
         raise CDIError(
-            f"CDI device ID {_short(device_id)} is invalid: expected '<vendor>/<class>=<name>', "
+            f"CDI device ID {short(device_id)} is invalid: expected '<vendor>/<class>=<name>', "
             "e.g. 'k8s.compute-domain.nvidia.com/claim=<uid>-channel-0'"
         )
     kind, name = device_id.split("=")
@@ -105,17 +106,6 @@ def parse_qualified_name(device_id: object) -> tuple[str, str]:
 # --- strict decoding helpers ------------------------------------------------------------
 
 
-def _short(value: object, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}...({len(text)} chars)"
-
-
-def _type_name(value: object) -> str:
-    return {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null"}.get(
-        type(value), type(value).__name__
-    )
-
-
 def _as_object(
     value: object,
     where: str,
@@ -124,12 +114,12 @@ def _as_object(
     unsupported: tuple[str, ...] = (),
 ) -> dict:
     if not isinstance(value, dict):
-        raise CDIError(f"{where}: expected an object, got {_type_name(value)}")
+        raise CDIError(f"{where}: {wrong_type('an object', value)}")
     for key in value:
         if key in unsupported:
             raise CDIError(f"{where}.{key}: valid CDI, but cdriver cannot apply {key}; remove it")
         if key not in allowed:
-            raise CDIError(f"{where}: unknown field {_short(key)}; allowed: {', '.join(allowed)}")
+            raise CDIError(f"{where}: {unknown_field(key, allowed)}")
     for key in required:
         if key not in value:
             raise CDIError(f"{where}: missing required field {key!r}")
@@ -138,15 +128,15 @@ def _as_object(
 
 def _string(value: object, where: str) -> str:
     if not isinstance(value, str):
-        raise CDIError(f"{where}: expected a string, got {_type_name(value)}")
+        raise CDIError(f"{where}: {wrong_type('a string', value)}")
     if "\x00" in value:
         raise CDIError(f"{where}: NUL character not allowed")
     return value
 
 
 def _int(value: object, where: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise CDIError(f"{where}: expected an integer, got {_type_name(value)}")
+    if not is_integer(value):
+        raise CDIError(f"{where}: {wrong_type('an integer', value)}")
     if not low <= value <= high:
         raise CDIError(f"{where}: {value} is out of range [{low}, {high}]")
     return value
@@ -154,13 +144,13 @@ def _int(value: object, where: str, low: int, high: int) -> int:
 
 def _string_list(value: object, where: str) -> list[str]:
     if not isinstance(value, list):
-        raise CDIError(f"{where}: expected a list of strings, got {_type_name(value)}")
+        raise CDIError(f"{where}: {wrong_type('a list of strings', value)}")
     return [_string(item, f"{where}[{i}]") for i, item in enumerate(value)]
 
 
 def _annotations(value: object, where: str) -> dict[str, str]:
     if not isinstance(value, dict):
-        raise CDIError(f"{where}: expected an object of strings, got {_type_name(value)}")
+        raise CDIError(f"{where}: {wrong_type('an object of strings', value)}")
     return {_string(k, f"{where} key"): _string(v, f"{where}[{k!r}]") for k, v in value.items()}
 
 
@@ -347,15 +337,15 @@ class ContainerEdits:
                 raise CDIError(f"{where}.env[{i}]: {entry!r} must look like KEY=VALUE with a non-empty KEY")
         for i, node in enumerate(self.device_nodes):
             if not isinstance(node, DeviceNode):
-                raise CDIError(f"{where}.deviceNodes[{i}]: expected a DeviceNode, got {_type_name(node)}")
+                raise CDIError(f"{where}.deviceNodes[{i}]: {wrong_type('a DeviceNode', node)}")
             node.validate(f"{where}.deviceNodes[{i}]")
         for i, mount in enumerate(self.mounts):
             if not isinstance(mount, Mount):
-                raise CDIError(f"{where}.mounts[{i}]: expected a Mount, got {_type_name(mount)}")
+                raise CDIError(f"{where}.mounts[{i}]: {wrong_type('a Mount', mount)}")
             mount.validate(f"{where}.mounts[{i}]")
         for i, hook in enumerate(self.hooks):
             if not isinstance(hook, Hook):
-                raise CDIError(f"{where}.hooks[{i}]: expected a Hook, got {_type_name(hook)}")
+                raise CDIError(f"{where}.hooks[{i}]: {wrong_type('a Hook', hook)}")
             hook.validate(f"{where}.hooks[{i}]")
 
     def to_dict(self) -> dict[str, Any]:
@@ -376,7 +366,7 @@ class ContainerEdits:
         nodes, mounts, hooks = data.get("deviceNodes", []), data.get("mounts", []), data.get("hooks", [])
         for key, value in (("deviceNodes", nodes), ("mounts", mounts), ("hooks", hooks)):
             if not isinstance(value, list):
-                raise CDIError(f"{where}.{key}: expected a list, got {_type_name(value)}")
+                raise CDIError(f"{where}.{key}: {wrong_type('a list', value)}")
         edits = cls(
             env=_string_list(data.get("env", []), f"{where}.env"),
             device_nodes=[DeviceNode.from_dict(n, f"{where}.deviceNodes[{i}]") for i, n in enumerate(nodes)],
@@ -463,7 +453,7 @@ class Spec:
         seen: set[str] = set()
         for device in self.devices:
             if not isinstance(device, Device):
-                raise CDIError(f"CDI spec {self.kind}: devices must be Device objects, got {_type_name(device)}")
+                raise CDIError(f"CDI spec {self.kind}: devices must be Device objects, got {type_name(device)}")
             validate_device_name(device.name)
             if device.name in seen:
                 raise CDIError(f"CDI spec {self.kind}: device name {device.name!r} appears twice; names must be unique")
@@ -514,7 +504,7 @@ class Spec:
             parse_kind(data["kind"])
             devices = data["devices"]
             if not isinstance(devices, list):
-                raise CDIError(f"devices: expected a list, got {_type_name(devices)}")
+                raise CDIError(f"devices: {wrong_type('a list', devices)}")
             edits = data.get("containerEdits")
             spec = cls(
                 kind=data["kind"],

@@ -20,39 +20,26 @@ import yaml
 
 from cdriver.cdi.model import CDIError, ContainerEdits, Device, Spec, merge_edits, parse_qualified_name
 from cdriver.cdi.writer import SPEC_EXTENSIONS
+from cdriver.decoding import DecodeError, TooLarge, read_bounded, strict_json_loads
 
 log = logging.getLogger(__name__)
 
 MAX_SPEC_FILE_BYTES = 16 * 1024 * 1024
 
 
-def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
-    out: dict = {}
-    for key, value in pairs:
-        if key in out:
-            raise CDIError(f"key {key!r} appears twice")
-        out[key] = value
-    return out
-
-
-def _reject_constant(name: str) -> None:
-    raise CDIError(f"{name} is not valid JSON")
-
-
 def load_spec_file(path: str | os.PathLike[str]) -> Spec:
     """Read and strictly decode one spec file; every error names the file."""
     path = Path(path)
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_SPEC_FILE_BYTES + 1)
+        data = read_bounded(path, MAX_SPEC_FILE_BYTES)
     except OSError as err:
         raise CDIError(f"{path}: cannot read: {err.strerror or err}") from None
-    if len(data) > MAX_SPEC_FILE_BYTES:
-        raise CDIError(f"{path}: larger than the {MAX_SPEC_FILE_BYTES}-byte limit for a CDI spec; not loaded")
+    except TooLarge:
+        raise CDIError(f"{path}: larger than the {MAX_SPEC_FILE_BYTES}-byte limit for a CDI spec; not loaded") from None
     try:
         text = data.decode("utf-8")
         if path.suffix == ".json":
-            obj = json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_reject_constant)
+            obj = strict_json_loads(text)
         else:
             obj = yaml.safe_load(text)
     except UnicodeDecodeError as err:
@@ -65,7 +52,7 @@ def load_spec_file(path: str | os.PathLike[str]) -> Spec:
         raise CDIError(f"{path}: invalid YAML ({getattr(err, 'problem', None) or err}{where})") from None
     except RecursionError:
         raise CDIError(f"{path}: nested too deeply to be a CDI spec") from None
-    except CDIError as err:
+    except DecodeError as err:
         raise CDIError(f"{path}: invalid JSON ({err})") from None
     if obj is None:
         raise CDIError(f"{path}: empty file; a CDI spec needs cdiVersion, kind and devices")

@@ -14,10 +14,11 @@ from cdriver.api import constants
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.diagnose.snapshot import COMPONENT_CONTROLLER, CRD_NAMES, ENV_IMEX_MODE, LABEL_COMPONENT
 from cdriver.errors import CdriverError
+from cdriver.kube.errors import ApiError
 from cdriver.kube.objects import name_of, namespace_of
-from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES
 
-#: snapshot kind -> API resource
 SOURCES = {
     "deviceclasses": RESOURCES["deviceclasses"],
     "deployments": RESOURCES["deployments"],

@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdriver.api import constants
+from cdriver.atomic import atomic_write
+from cdriver.checkout import TEMPLATES_DIR
+from cdriver.decoding import TooLarge, read_bounded, short
 from cdriver.errors import CdriverError
 from cdriver.imex.hosts import dns_name
 
@@ -73,9 +76,8 @@ class ImexConfigError(CdriverError):
 
 def default_template_path() -> Path:
     """Path of the IMEX config template shipped in the package."""
-    from importlib import resources
 
-    return Path(str(resources.files("cdriver") / "templates" / IMEX_CONFIG_TEMPLATE_NAME))
+    return TEMPLATES_DIR / IMEX_CONFIG_TEMPLATE_NAME
 
 
 def load_template(path: str | os.PathLike[str] | None = None) -> str:
@@ -212,12 +214,12 @@ def parse_config(text: str, source: str = "IMEX config") -> dict[str, str]:
         key = key.strip()
         if not sep:
             raise ImexConfigError(
-                f"{source}: line {number}: expected KEY=value, got {_clip(line)!r}; "
+                f"{source}: line {number}: expected KEY=value, got {short(line)}; "
                 "comment it out with '#' or add '='"
             )
         if not _KEY_RE.match(key):
             raise ImexConfigError(
-                f"{source}: line {number}: invalid key {_clip(key)!r}; keys are upper-case letters, "
+                f"{source}: line {number}: invalid key {short(key)}; keys are upper-case letters, "
                 "digits and '_' (e.g. SERVER_PORT)"
             )
         if key in values:
@@ -227,10 +229,6 @@ def parse_config(text: str, source: str = "IMEX config") -> dict[str, str]:
         values[key] = value.strip()
         first_line[key] = number
     return values
-
-
-def _clip(text: str, limit: int = 80) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _port(values: Mapping[str, str], key: str, default: int, source: str) -> int:
@@ -314,14 +312,13 @@ def read_config(path: str | os.PathLike[str]) -> ImexConfig:
 
 def _read_text(path: str | os.PathLike[str], what: str, fix: str) -> str:
     try:
-        with open(path, "rb") as f:
-            data = f.read(_MAX_CONFIG_BYTES + 1)
+        data = read_bounded(path, _MAX_CONFIG_BYTES)
     except OSError as e:
         raise ImexConfigError(f"cannot read {what} {path}: {e.strerror or e}; {fix}") from None
-    if len(data) > _MAX_CONFIG_BYTES:
+    except TooLarge:
         raise ImexConfigError(
             f"{what} {path} is larger than {_MAX_CONFIG_BYTES} bytes; is it the right file?"
-        )
+        ) from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -392,38 +389,12 @@ def write_file_atomic(path: str | os.PathLike[str], text: str, mode: int = 0o644
     Readers see the old or the new file, never a partial one. Not for bind-mounted single
     files such as /etc/hosts (see `cdriver.imex.hosts.rewrite_hosts_file`).
     """
-    import tempfile
-
     target = Path(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     except OSError as e:
         raise ImexConfigError(f"cannot write {target}: {e.strerror or e}; check the directory") from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fchmod(f.fileno(), mode)
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        if isinstance(e, OSError):
-            raise ImexConfigError(
-                f"cannot write {target}: {e.strerror or e}; the previous file is unchanged"
-            ) from None
-        raise
-    try:
-        dir_fd = os.open(target.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
+        atomic_write(target, text, mode=mode)
+    except OSError as e:
+        raise ImexConfigError(f"cannot write {target}: {e.strerror or e}; the previous file is unchanged") from None

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from cdriver.kube.config import (
     KubeConfigError,
     UnsupportedKubeconfig,
-    in_cluster,
     resolve_settings,
 )
 from cdriver.kube.connection import (
@@ -30,10 +29,6 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_POOL_MAXSIZE", "KubeConfigError", "load_api_client", "new_raw_client"]
 
 log = logging.getLogger(__name__)
-
-
-def _in_cluster() -> bool:
-    return in_cluster(os.environ)
 
 
 def load_api_client(

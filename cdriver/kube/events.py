@@ -8,8 +8,10 @@ import threading
 import time
 import uuid
 
+from cdriver.kube.errors import ApiError
 from cdriver.kube.objects import meta_of
-from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES
 
 log = logging.getLogger(__name__)
 

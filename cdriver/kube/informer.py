@@ -16,8 +16,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from cdriver.kube.objects import labels_of, meta_of, namespace_of, resource_version_of, uid_of
-from cdriver.kube.raw import ApiError, Resource, object_key
+from cdriver.kube.errors import ApiError
+from cdriver.kube.objects import labels_of, meta_of, namespace_of, object_key, resource_version_of, uid_of
+from cdriver.kube.resources import Resource
 
 log = logging.getLogger(__name__)
 

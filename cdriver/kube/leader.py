@@ -15,7 +15,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.kube.errors import ApiError
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES
 
 log = logging.getLogger(__name__)
 

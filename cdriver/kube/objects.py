@@ -60,3 +60,10 @@ def generation_of(obj: Body | None) -> int:
 def being_deleted(obj: Body | None) -> bool:
     """True once the object has a ``metadata.deletionTimestamp``."""
     return bool(meta_of(obj).get("deletionTimestamp"))
+
+
+def object_key(obj: dict) -> str:
+    """Cache key ``namespace/name`` (just ``name`` for cluster-scoped objects)."""
+    meta = meta_of(obj)
+    ns = meta.get("namespace")
+    return f"{ns}/{meta.get('name', '')}" if ns else str(meta.get("name", ""))

@@ -1,7 +1,9 @@
-"""Dict-in/dict-out access to any Kubernetes resource, including streaming watches.
+"""`RawClient`: dict-in/dict-out access to any Kubernetes resource, including streaming watches.
 
 Objects stay the JSON the API server sent: no generated models, so fields the client
-library does not know survive read-modify-write, and watching ResourceClaims works.
+library does not know survive read-modify-write, and watching ResourceClaims works. What it
+acts on is a `cdriver.kube.resources.Resource`; failures raise `cdriver.kube.errors.ApiError`;
+`watch` returns a `cdriver.kube.watch.WatchStream`.
 """
 
 from __future__ import annotations
@@ -9,17 +11,18 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 import urllib3
 
-from cdriver.errors import CdriverError
 from cdriver.kube import resource_versions
 from cdriver.kube.connection import as_connection
+from cdriver.kube.errors import ApiError
 from cdriver.kube.objects import meta_of
+from cdriver.kube.resources import Resource
+from cdriver.kube.watch import WatchStream
 
 log = logging.getLogger(__name__)
 
@@ -36,140 +39,6 @@ PATCH_CONTENT_TYPES = {
 }
 
 
-@dataclass(frozen=True)
-class Resource:
-    """One REST resource: group ("" = core), version, plural, and whether it is namespaced."""
-
-    group: str
-    version: str
-    plural: str
-    namespaced: bool
-    kind: str = ""
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    def path(
-        self, namespace: str | None = None, name: str | None = None,
-        subresource: str | None = None,
-    ) -> str:
-        """URL path of the collection, an object or an object's subresource."""
-        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        if self.namespaced and namespace:
-            base += f"/namespaces/{quote(namespace, safe='')}"
-        base += f"/{self.plural}"
-        if name is not None:
-            if not name:
-                raise ValueError(f"empty object name for {self.plural}")
-            base += f"/{quote(name, safe='')}"
-            if subresource:
-                base += f"/{subresource}"
-        return base
-
-
-def _r(group: str, version: str, plural: str, namespaced: bool, kind: str) -> Resource:
-    return Resource(group, version, plural, namespaced, kind)
-
-
-RESOURCES: dict[str, Resource] = {
-    r.plural: r
-    for r in (
-        _r("", "v1", "pods", True, "Pod"),
-        _r("", "v1", "nodes", False, "Node"),
-        _r("", "v1", "namespaces", False, "Namespace"),
-        _r("", "v1", "events", True, "Event"),
-        _r("", "v1", "serviceaccounts", True, "ServiceAccount"),
-        _r("", "v1", "configmaps", True, "ConfigMap"),
-        _r("", "v1", "secrets", True, "Secret"),
-        _r("", "v1", "services", True, "Service"),
-        _r("apps", "v1", "daemonsets", True, "DaemonSet"),
-        _r("apps", "v1", "deployments", True, "Deployment"),
-        _r("coordination.k8s.io", "v1", "leases", True, "Lease"),
-        _r("rbac.authorization.k8s.io", "v1", "roles", True, "Role"),
-        _r("rbac.authorization.k8s.io", "v1", "rolebindings", True, "RoleBinding"),
-        _r("rbac.authorization.k8s.io", "v1", "clusterroles", False, "ClusterRole"),
-        _r("rbac.authorization.k8s.io", "v1", "clusterrolebindings", False,
-           "ClusterRoleBinding"),
-        _r("scheduling.k8s.io", "v1", "priorityclasses", False, "PriorityClass"),
-        _r("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies", False,
-           "ValidatingAdmissionPolicy"),
-        _r("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings", False,
-           "ValidatingAdmissionPolicyBinding"),
-        _r("resource.k8s.io", "v1", "resourceclaims", True, "ResourceClaim"),
-        _r("resource.k8s.io", "v1", "resourceclaimtemplates", True, "ResourceClaimTemplate"),
-        _r("resource.k8s.io", "v1", "resourceslices", False, "ResourceSlice"),
-        _r("resource.k8s.io", "v1", "deviceclasses", False, "DeviceClass"),
-        _r("apiextensions.k8s.io", "v1", "customresourcedefinitions", False,
-           "CustomResourceDefinition"),
-    )
-}
-
-
-def register_resource(resource: Resource) -> Resource:
-    """Make a custom resource known by its plural in `RESOURCES`; returns it.
-
-    `cdriver.api.resources` registers the driver's CRDs this way. Registering another
-    definition under a plural that is already known raises ValueError.
-    """
-    known = RESOURCES.setdefault(resource.plural, resource)
-    if known != resource:
-        raise ValueError(f"resource {resource.plural!r} is already registered as {known}; "
-                         f"refusing to replace it with {resource}")
-    return resource
-
-
-class ApiError(CdriverError):
-    """An API request failed. ``status`` is the HTTP code (0: no response was received)."""
-
-    def __init__(self, status: int, reason: str, message: str, body: Any = None) -> None:
-        self.status = status
-        self.reason = reason
-        self.message = message
-        self.body = body
-        super().__init__(f"API error {status} {reason}: {message}")
-
-    @property
-    def not_found(self) -> bool:
-        return self.status == 404
-
-    @property
-    def already_exists(self) -> bool:
-        return self.status == 409 and self.reason == "AlreadyExists"
-
-    @property
-    def conflict(self) -> bool:
-        """An optimistic-concurrency conflict (stale resourceVersion / failed precondition)."""
-        return self.status == 409 and self.reason != "AlreadyExists"
-
-    @property
-    def gone(self) -> bool:
-        """The requested resourceVersion is too old (relist needed)."""
-        return self.status == 410 or self.reason in ("Expired", "Gone")
-
-    @property
-    def invalid(self) -> bool:
-        return self.status == 422
-
-    @property
-    def forbidden(self) -> bool:
-        return self.status == 403
-
-    @property
-    def unavailable(self) -> bool:
-        """No usable response: connection refused/reset, timeout, or 5xx / 429."""
-        return self.status == 0 or self.status == 429 or self.status >= 500
-
-    @classmethod
-    def from_status(cls, status_obj: dict, http_status: int = 0) -> ApiError:
-        """Build from a metav1.Status dict (a response body or a watch ERROR event)."""
-        code = status_obj.get("code") or http_status
-        return cls(
-            int(code), str(status_obj.get("reason") or ""),
-            str(status_obj.get("message") or ""), status_obj,
-        )
-
-
 def _query(**params: Any) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, value in params.items():
@@ -179,115 +48,6 @@ def _query(**params: Any) -> dict[str, str]:
             value = "true" if value else "false"
         out[key] = str(value)
     return out
-
-
-class WatchStream:
-    """An iterator of ``(event_type, obj)`` from one watch request.
-
-    Event types: ADDED, MODIFIED, DELETED, BOOKMARK. A server-side ERROR event raises
-    `ApiError` (``.gone`` for an expired resourceVersion). `close()` may be called from
-    another thread and ends the iteration promptly.
-    """
-
-    def __init__(self, response: urllib3.BaseHTTPResponse,
-                 convert: Callable[[dict], dict] | None = None) -> None:
-        """``convert``: applied to each event's object (e.g. from the served API version)."""
-        self._response = response
-        self._convert = convert
-        self._closed = threading.Event()
-        self._lock = threading.Lock()
-        self._reading = False
-        self._finished = False
-
-    def close(self) -> None:
-        """End the watch; safe to call from any thread, any number of times."""
-        with self._lock:
-            if self._closed.is_set():
-                return
-            self._closed.set()
-            reading = self._reading
-        try:
-            shutdown = getattr(self._response, "shutdown", None)
-            if shutdown is not None:
-                shutdown()  # unblocks a read in progress in another thread
-        except Exception:  # pragma: no cover - best effort
-            log.debug("watch shutdown failed", exc_info=True)
-        if not reading:
-            self._discard()
-
-    def _discard(self) -> None:
-        """Drop the connection (it may hold unread data) and hand its pool slot back."""
-        with self._lock:
-            if self._finished:
-                return
-            self._finished = True
-        for step in ("close", "release_conn"):
-            try:
-                fn = getattr(self._response, step, None)
-                if fn is not None:
-                    fn()
-            except Exception:  # pragma: no cover - best effort
-                log.debug("watch %s failed", step, exc_info=True)
-
-    @property
-    def closed(self) -> bool:
-        return self._closed.is_set()
-
-    def __enter__(self) -> WatchStream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __iter__(self) -> Iterator[tuple[str, dict]]:
-        with self._lock:
-            if self._closed.is_set() or self._reading:
-                return
-            self._reading = True
-        buffer = b""
-        try:
-            for chunk in self._response.stream(65536, decode_content=True):
-                if self._closed.is_set():
-                    return
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    event = self._decode(line)
-                    if event is not None:
-                        yield self._converted(event)
-            if buffer.strip() and not self._closed.is_set():
-                event = self._decode(buffer)
-                if event is not None:
-                    yield self._converted(event)
-        except (urllib3.exceptions.ReadTimeoutError, urllib3.exceptions.ProtocolError,
-                OSError, ValueError) as exc:
-            # A read error after close() is the expected way a stopped watch ends; a silent
-            # or dropped connection ends the watch too: the caller re-watches.
-            if not self._closed.is_set():
-                log.debug("watch stream ended: %s", exc)
-        finally:
-            with self._lock:
-                self._reading = False
-                self._closed.set()
-            self._discard()
-
-    def _converted(self, event: tuple[str, dict]) -> tuple[str, dict]:
-        return event if self._convert is None else (event[0], self._convert(event[1]))
-
-    @staticmethod
-    def _decode(line: bytes) -> tuple[str, dict] | None:
-        line = line.strip()
-        if not line:
-            return None
-        try:
-            event = json.loads(line)
-        except ValueError as exc:
-            raise ApiError(0, "BadWatchEvent", f"undecodable watch line: {exc}") from exc
-        etype = event.get("type", "")
-        obj = event.get("object") or {}
-        if etype == "ERROR":
-            raise ApiError.from_status(obj, 500)
-        return etype, obj
 
 
 class RawClient:
@@ -653,10 +413,3 @@ class RawClient:
         if not opts:
             return None
         return {"apiVersion": "v1", "kind": "DeleteOptions", **opts}
-
-
-def object_key(obj: dict) -> str:
-    """Cache key ``namespace/name`` (just ``name`` for cluster-scoped objects)."""
-    meta = meta_of(obj)
-    ns = meta.get("namespace")
-    return f"{ns}/{meta.get('name', '')}" if ns else str(meta.get("name", ""))

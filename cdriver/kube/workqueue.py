@@ -89,13 +89,10 @@ class WorkQueue:
         return min(self.max_delay, delay)
 
     # -- state -----------------------------------------------------------------------
-    def len(self) -> int:
+    def __len__(self) -> int:
         """Keys waiting to be processed (not counting delayed ones)."""
         with self._cond:
             return len(self._queue)
-
-    def __len__(self) -> int:
-        return self.len()
 
     def pending(self) -> int:
         """Keys queued, delayed or being processed."""

@@ -63,7 +63,6 @@ FABRIC_STATE_IN_PROGRESS = 2
 FABRIC_STATE_COMPLETED = 3
 FABRIC_STATE_NAMES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
 HEALTH_SUMMARY_UNHEALTHY = 2
-HEALTH_SUMMARY_NAMES = {0: "not_supported", 1: "healthy", 2: "unhealthy", 3: "limited_capacity"}
 
 _CHAR_HEADER = "Character devices:"
 _BLOCK_HEADER = "Block devices:"

@@ -31,14 +31,12 @@ LAZY_COMMANDS: dict[str, str] = {
     "down": "cdriver.sim.world.cli:down",
     "demo": "cdriver.sim.world.cli:demo",
 }
-ALIASES = {"render-node": "driver-root"}
 
 
 class SimGroup(LazyGroup):
-    """Imports subcommands on first use; resolves aliases."""
+    """Imports subcommands on first use."""
 
     lazy_commands = LAZY_COMMANDS
-    aliases = ALIASES
 
 
 @click.group(cls=SimGroup, context_settings={"help_option_names": ["-h", "--help"]})

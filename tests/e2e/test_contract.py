@@ -24,7 +24,7 @@ from cdriver.imex.hosts import HOSTS_BLOCK_HEADER
 from cdriver.nvml.discover import IMEX_CHANNELS_DEV_DIR, channel_device_path
 from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME, DOMAINS_DIR_NAME
 from cdriver.sim.world import scenario
-from cdriver.sim.world.peer import PeerSourceMissing, find_source_tarball
+from cdriver.sim.world.upstream_driver import PeerSourceMissing, find_source_tarball
 from cdriver.sim.world.world import DRIVER_CDRIVER, DRIVER_NAMESPACE, DRIVER_UPSTREAM, SimWorld
 from tests.e2e.conftest import exec_in, start_world, text
 from tests.e2e.test_driver_managed import clique_nodes, cliques, create_domain, delete_all, is_char_device

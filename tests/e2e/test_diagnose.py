@@ -20,7 +20,7 @@ import yaml
 
 from cdriver.api import constants
 from cdriver.diagnose import names
-from cdriver.kube.raw import RESOURCES
+from cdriver.kube.resources import RESOURCES
 from cdriver.sim.world import scenario
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
 from tests.conftest import chart_device_classes

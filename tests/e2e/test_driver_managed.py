@@ -81,7 +81,8 @@ def test_daemon_claim_from_another_namespace_is_refused_and_the_victims_daemon_s
         world: SimWorld, e2e_namespace: str) -> None:
     """A hand-written daemon claim naming another namespace's domain is refused at admission
     with the fix in the message; the victim's workload and its IMEX daemon start as usual."""
-    from cdriver.kube.raw import RESOURCES, ApiError
+    from cdriver.kube.errors import ApiError
+    from cdriver.kube.resources import RESOURCES
 
     ns, raw = e2e_namespace, world.raw
     clique = cliques(world)[0]

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from cdriver.api import constants
-from cdriver.kube.raw import RESOURCES
+from cdriver.kube.resources import RESOURCES
 from cdriver.nvml.discover import channel_device_path
 from cdriver.sim.world import scenario
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld

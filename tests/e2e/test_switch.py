@@ -23,13 +23,14 @@ import pytest
 from cdriver.api import constants
 from cdriver.cdi.model import CDIError
 from cdriver.cdi.reader import CDIRegistry
+from cdriver.checkout import HACK_DIR
 from cdriver.checkpoint import CheckpointStore
-from cdriver.kube.raw import ApiError
+from cdriver.kube.errors import ApiError
 from cdriver.nvml.discover import channel_device_path
 from cdriver.roles.kubelet_plugin.cdi_edits import base_device_id
 from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME
 from cdriver.sim.world import scenario
-from cdriver.sim.world.peer import EXIT_NO_TARBALL, PeerSourceMissing, find_source_tarball
+from cdriver.sim.world.upstream_driver import EXIT_NO_TARBALL, PeerSourceMissing, find_source_tarball
 from cdriver.sim.world.world import (
     COMPONENT_LABELS,
     DRIVER_CDRIVER,
@@ -45,7 +46,7 @@ from tests.upstream_inputs import skip_without_upstream
 
 pytestmark = pytest.mark.e2e
 
-READER_BUILD = Path(__file__).resolve().parents[2] / "hack" / "peer-checkpoint" / "build.sh"
+READER_BUILD = HACK_DIR / "peer-checkpoint" / "build.sh"
 
 #: what a ComputeDomain-only user of the upstream driver keeps in their values file
 UPSTREAM_VALUES = """\

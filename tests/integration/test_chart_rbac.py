@@ -23,12 +23,13 @@ from cdriver.api.constants import (
     KIND_COMPUTE_DOMAIN_CLIQUE,
 )
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
-from cdriver.kube.raw import RESOURCES, ApiError
+from cdriver.checkout import CHART_DIR
+from cdriver.kube.errors import ApiError
+from cdriver.kube.resources import RESOURCES
 from tests.reliability.figures import record
 
 pytestmark = [pytest.mark.integration, pytest.mark.reliability]
 
-CHART = Path(__file__).resolve().parents[2] / "helm" / "cdriver"
 NS = "rbac-proof"
 RELEASE = "proof"
 ACCOUNTS = {
@@ -115,7 +116,7 @@ def tokens(cluster, raw, chart_crds, tmp_path_factory) -> Iterator[dict[str, Pat
     """Apply the chart's RBAC objects; return a token kubeconfig per role."""
     from cdriver.sim.controlplane.binaries import helm_binary
 
-    out = subprocess.run([str(helm_binary(echo=False)), "template", RELEASE, str(CHART), "--namespace", NS,
+    out = subprocess.run([str(helm_binary(echo=False)), "template", RELEASE, str(CHART_DIR), "--namespace", NS,
                           "--kube-version", "1.37.2", "-s", "templates/rbac-controller.yaml",
                           "-s", "templates/rbac-kubeletplugin.yaml", "-s", "templates/rbac-daemon.yaml",
                           "-s", "templates/admission-policies.yaml"],

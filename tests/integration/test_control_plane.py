@@ -16,7 +16,9 @@ import psutil
 import pytest
 from kubernetes import client as k8s_client
 
-from cdriver.kube.raw import RESOURCES, ApiError, RawClient, Resource
+from cdriver.kube.errors import ApiError
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES, Resource
 from cdriver.sim.controlplane import cluster as cluster_mod
 from cdriver.sim.controlplane.binaries import ControlPlaneBinaries
 from cdriver.sim.node.registration import NOT_READY_TAINT, blocking_taints, node_object, register_test_node

@@ -18,11 +18,13 @@ from typing import Any
 
 import pytest
 
-from cdriver import featuregates as fg
+from cdriver import featuregates
 from cdriver.api import constants
 from cdriver.api.imex_mode import IMEX_MODE_HOST_MANAGED
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
-from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.kube.errors import ApiError
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES
 from cdriver.roles.controller.desired import DAEMON_POD_CLAIM_NAME
 from cdriver.roles.controller.main import Controller, ControllerConfig
 from cdriver.roles.controller.metrics import HttpServer
@@ -131,10 +133,10 @@ def nodes(raw: RawClient) -> Iterator[Callable[..., str]]:
 
 
 def settings_for(driver_ns: str, **kw) -> ControllerSettings:
-    gates = kw.pop("gates", fg.FeatureGates())
+    gates = kw.pop("gates", featuregates.FeatureGates())
     base = dict(namespace=driver_ns, daemon_image="cdriver:test",
                 feature_gates_env=gates.to_env(),
-                cliques_enabled=gates.enabled(fg.COMPUTE_DOMAIN_CLIQUES))
+                cliques_enabled=gates.enabled(featuregates.COMPUTE_DOMAIN_CLIQUES))
     base.update(kw)
     return ControllerSettings(**base)
 

@@ -19,13 +19,14 @@ import yaml
 
 from cdriver.api import constants
 from cdriver.api.resources import COMPUTE_DOMAINS
-from cdriver.kube.raw import RESOURCES, RawClient, Resource
+from cdriver.checkout import CHART_DIR
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES, Resource
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
-CHART = Path(__file__).resolve().parents[2] / "helm" / "cdriver"
-CRD_DIR = CHART / "crds"
+CRD_DIR = CHART_DIR / "crds"
 CRDS = RESOURCES["customresourcedefinitions"]
 CD_CRD = "computedomains.resource.nvidia.com"
 CDRIVER_ONLY_STATUS = ("readyNodes", "conditions")
@@ -97,7 +98,7 @@ def test_chart_hook_applies_exactly_the_charts_crds() -> None:
     from cdriver.sim.controlplane.binaries import helm_binary
 
     def render(*args: str) -> list[dict]:
-        out = subprocess.run([str(helm_binary(echo=False)), "template", "rel", str(CHART), "-n", "cdriver-system",
+        out = subprocess.run([str(helm_binary(echo=False)), "template", "rel", str(CHART_DIR), "-n", "cdriver-system",
                               *args], capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         return [d for d in yaml.safe_load_all(out.stdout) if d]
@@ -142,7 +143,7 @@ def test_upgrade_hook_job_replaces_older_crds_on_a_node(cluster: Any, raw: RawCl
 
     remove_device_classes(raw)
     install_older_crd(raw)
-    helm_run("install", release, str(CHART), "--create-namespace", *values)
+    helm_run("install", release, str(CHART_DIR), "--create-namespace", *values)
     base = tempfile.mkdtemp(prefix="crh-")
     (node,) = start_nodes(raw, 1, base, prefix=pool, labels={"crd-hook": pool}, options=NodeOptions.fast(),
                           pki_dir=cluster.pki.dir)
@@ -151,7 +152,7 @@ def test_upgrade_hook_job_replaces_older_crds_on_a_node(cluster: Any, raw: RawCl
     watcher = threading.Thread(target=lambda: job_events.extend(watch), daemon=True)
     watcher.start()
     try:
-        helm_run("upgrade", release, str(CHART), *values, "--set", "crds.upgradeJob.enabled=true",
+        helm_run("upgrade", release, str(CHART_DIR), *values, "--set", "crds.upgradeJob.enabled=true",
                  "--set-json", f'crds.upgradeJob.nodeSelector={{"crd-hook": "{pool}"}}', "--timeout", "120s")
 
         # The Job completed (on the node), then Helm deleted it: hook-succeeded.

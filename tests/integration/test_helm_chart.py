@@ -10,12 +10,12 @@ import yaml
 
 from cdriver.api import constants
 from cdriver.api.imex_mode import IMEX_MODE_DRIVER_MANAGED, IMEX_MODE_HOST_MANAGED
+from cdriver.checkout import CHART_DIR
 from cdriver.dra.registration import KUBELET_PLUGINS_DIR, KUBELET_REGISTRY_DIR
 from cdriver.imex.ctl import DEFAULT_HOST_IMEX_SOCKET
 
 pytestmark = pytest.mark.integration
 
-CHART = Path(__file__).resolve().parents[2] / "helm" / "cdriver"
 NAMESPACE = "cdriver-system"
 KUBE_VERSION = "1.37.2"
 HOST_MODE = ["--set", "imex.mode=hostManaged", "--set", "featureGates.HostManagedIMEXDaemon=true"]
@@ -29,7 +29,7 @@ def helm() -> Path:
 
 
 def render(helm: Path, *args: str, namespace: str = NAMESPACE) -> subprocess.CompletedProcess:
-    return subprocess.run([str(helm), "template", "rel", str(CHART), "--namespace", namespace,
+    return subprocess.run([str(helm), "template", "rel", str(CHART_DIR), "--namespace", namespace,
                            "--kube-version", KUBE_VERSION, *args],
                           capture_output=True, text=True, timeout=60)
 
@@ -46,7 +46,7 @@ def by_kind(docs: list[dict], kind: str) -> dict[str, dict]:
 
 def remove_device_classes(raw) -> None:
     """DeviceClasses have fixed cluster-wide names: remove ones other tests created without Helm."""
-    from cdriver.kube.raw import RESOURCES
+    from cdriver.kube.resources import RESOURCES
 
     for name in (constants.DEVICE_CLASS_DEFAULT_CHANNEL, constants.DEVICE_CLASS_DAEMON):
         if raw.get_or_none(RESOURCES["deviceclasses"], name):
@@ -54,7 +54,7 @@ def remove_device_classes(raw) -> None:
 
 
 def test_helm_lint_is_clean(helm: Path) -> None:
-    out = subprocess.run([str(helm), "lint", str(CHART), "--namespace", NAMESPACE], capture_output=True,
+    out = subprocess.run([str(helm), "lint", str(CHART_DIR), "--namespace", NAMESPACE], capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "0 chart(s) failed" in out.stdout
@@ -124,7 +124,8 @@ def test_install_into_default_namespace_is_refused(helm: Path) -> None:
 
 def dry_run_render(helm: Path, raw, *args: str) -> None:
     """Create every rendered object with a server-side dry run (the API server validates it)."""
-    from cdriver.kube.raw import RESOURCES, ApiError
+    from cdriver.kube.errors import ApiError
+    from cdriver.kube.resources import RESOURCES
 
     try:
         raw.create(RESOURCES["namespaces"], {"metadata": {"name": NAMESPACE}})
@@ -146,7 +147,7 @@ def test_rendered_objects_pass_server_side_dry_run(helm: Path, raw, mode_args: l
 
 def test_install_upgrade_uninstall_leaves_no_orphans(helm: Path, cluster, raw) -> None:
     """helm install → upgrade → uninstall on the real API server: only the CRDs stay."""
-    from cdriver.kube.raw import RESOURCES
+    from cdriver.kube.resources import RESOURCES
 
     release, ns = "lifecycle", "helm-lifecycle"
     base = [str(helm), "--kubeconfig", str(cluster.kubeconfig), "--namespace", ns]
@@ -168,7 +169,7 @@ def test_install_upgrade_uninstall_leaves_no_orphans(helm: Path, cluster, raw) -
         return found
 
     remove_device_classes(raw)
-    helm_run("install", release, str(CHART), "--create-namespace")
+    helm_run("install", release, str(CHART_DIR), "--create-namespace")
     installed = owned()
     assert installed["deployments"] == [f"{release}-cdriver-controller"]
     assert installed["daemonsets"] == [f"{release}-cdriver-kubelet-plugin"]
@@ -176,7 +177,7 @@ def test_install_upgrade_uninstall_leaves_no_orphans(helm: Path, cluster, raw) -
     crd_names = {"computedomains.resource.nvidia.com", "computedomaincliques.resource.nvidia.com"}
 
     # Upgrading to host-managed mode removes the daemon-only objects.
-    helm_run("upgrade", release, str(CHART), *HOST_MODE)
+    helm_run("upgrade", release, str(CHART_DIR), *HOST_MODE)
     upgraded = owned()
     assert upgraded["deviceclasses"] == [constants.DEVICE_CLASS_DEFAULT_CHANNEL]
     assert constants.DAEMON_SERVICE_ACCOUNT not in upgraded["serviceaccounts"]

@@ -10,7 +10,8 @@ import pytest
 
 from cdriver.api.constants import DEVICE_CLASS_DEFAULT_CHANNEL
 from cdriver.api.imex_mode import IMEX_MODE_HOST_MANAGED
-from tests.integration.test_helm_chart import CHART, NAMESPACE, by_kind, dry_run_render, objects, render
+from cdriver.checkout import CHART_DIR
+from tests.integration.test_helm_chart import NAMESPACE, by_kind, dry_run_render, objects, render
 
 pytestmark = pytest.mark.integration
 
@@ -115,7 +116,7 @@ def test_health_port_zero_turns_probes_off(helm: Path) -> None:
 
 
 def test_plain_helm_template_needs_no_kube_version(helm: Path) -> None:
-    out = subprocess.run([str(helm), "template", "rel", str(CHART), "--namespace", NAMESPACE],
+    out = subprocess.run([str(helm), "template", "rel", str(CHART_DIR), "--namespace", NAMESPACE],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
 

@@ -31,7 +31,9 @@ from cdriver.imex import ctl as imex_ctl
 from cdriver.imex import hosts as imex_hosts
 from cdriver.imex.config import IMEX_CTL_BINARY, IMEXD_TEMPLATE_NAME
 from cdriver.imex.hosts import DNS_NAME_PREFIX, HOSTS_BLOCK_HEADER, dns_name
-from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.kube.errors import ApiError
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES
 from cdriver.roles.imex_daemon.cli import ENV_IMEX_HOSTS_FILE, ENV_IMEXD_DIR, IMEX_CHECK_NOOP_MESSAGE
 from cdriver.roles.imex_daemon.failures import (
     EVENT_REASON_IMEX_PORT_CONFLICT,

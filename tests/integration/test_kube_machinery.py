@@ -8,10 +8,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from cdriver.kube.errors import ApiError
 from cdriver.kube.events import MAX_MESSAGE_LEN, EventRecorder
 from cdriver.kube.informer import Informer, label_index
 from cdriver.kube.leader import LeaderElector
-from cdriver.kube.raw import RESOURCES, ApiError, RawClient, Resource
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES, Resource
 from cdriver.kube.workqueue import WorkQueue
 from tests.waiting import wait_for
 

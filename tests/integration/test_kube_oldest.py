@@ -24,7 +24,10 @@ import pytest
 import yaml
 
 from cdriver.api import constants
-from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.checkout import CHART_DIR
+from cdriver.kube.errors import ApiError
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES
 from tests.integration.test_kubelet_plugin import (
     Kubelet,
     PluginProcess,
@@ -38,7 +41,6 @@ from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
-CHART = Path(__file__).resolve().parents[2] / "helm" / "cdriver"
 BETA = "/apis/resource.k8s.io/v1beta1"
 ONLY_V1BETA1 = ("v1beta1",)
 BOTH_BETAS = ("v1beta1", "v1beta2")
@@ -92,7 +94,7 @@ def helm(cluster: Any, *args: str) -> str:
 @pytest.fixture(scope="module")
 def release_ns(old_cluster: Any) -> str:
     """The chart installed with `helm install` against the 1.33 API server."""
-    helm(old_cluster, "install", RELEASE, str(CHART), "--create-namespace")
+    helm(old_cluster, "install", RELEASE, str(CHART_DIR), "--create-namespace")
     return RELEASE_NS
 
 
@@ -247,7 +249,7 @@ def test_controller_and_plugin_work_against_1_33(old_cluster: Any, release_ns: s
 def test_chart_upgrade_speaks_v1beta2_and_its_policy_reads_v1beta2_claims(
         old_cluster: Any, release_ns: str, workload_ns: str) -> None:
     raw = serve(old_cluster, BOTH_BETAS)
-    helm(old_cluster, "upgrade", RELEASE, str(CHART))
+    helm(old_cluster, "upgrade", RELEASE, str(CHART_DIR))
     manifest = [d for d in yaml.safe_load_all(helm(old_cluster, "get", "manifest", RELEASE)) if d]
     assert {d["metadata"]["name"]: d["apiVersion"] for d in manifest if d["kind"] == "DeviceClass"} == {
         name: "resource.k8s.io/v1beta2"

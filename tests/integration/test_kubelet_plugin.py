@@ -48,6 +48,7 @@ from cdriver.api.constants import (
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.api.types import ComputeDomain
 from cdriver.cdi.reader import CDIRegistry
+from cdriver.checkout import TEMPLATES_DIR
 from cdriver.checkpoint import CheckpointStore
 from cdriver.dra.gen.dra.v1 import api_pb2 as dra_pb2
 from cdriver.dra.gen.dra.v1 import api_pb2_grpc as dra_grpc
@@ -61,7 +62,9 @@ from cdriver.imex.config import (
     IMEXD_TEMPLATE_NAME,
     domain_template,
 )
-from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.kube.errors import ApiError
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES
 from cdriver.nvml.discover import IMEX_CHANNEL_COUNT
 from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME, DRA_SOCKET_NAME, REGISTRATION_SOCKET_NAME
 from tests.waiting import wait_for
@@ -711,7 +714,7 @@ def test_daemon_claim_while_channel_claim_waits(plugin_factory: Callable[..., Pl
     domain_dir = plugin.plugin_dir / "domains" / uid_of(cd)
     # the packaged template, in the form both cdriver's and the upstream driver's daemon render
     assert (domain_dir / IMEXD_TEMPLATE_NAME).read_text() == domain_template(
-        (Path(__file__).resolve().parents[2] / "cdriver" / "templates" / IMEX_CONFIG_TEMPLATE_NAME).read_text())
+        (TEMPLATES_DIR / IMEX_CONFIG_TEMPLATE_NAME).read_text())
     edits = CDIRegistry([str(plugin.cdi_root)]).resolve(list(res.devices[0].cdi_device_ids))
     env = dict(e.split("=", 1) for e in edits.env)
     assert env[ENV_CLIQUE_ID] == f"{CLUSTER_UUID}.3"

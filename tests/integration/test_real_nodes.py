@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cdriver.kube.raw import RESOURCES
+from cdriver.kube.resources import RESOURCES
 from cdriver.sim.controlplane.binaries import control_plane_binaries
 from cdriver.sim.controlplane.cluster import LocalCluster
 from cdriver.sim.node.real import cgroups

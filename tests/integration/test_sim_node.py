@@ -25,7 +25,9 @@ import pytest
 from cdriver.cdi.model import ContainerEdits, Device, DeviceNode, Spec
 from cdriver.cdi.writer import remove_spec, write_spec
 from cdriver.dra import node_service, registration, sockets
-from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.kube.errors import ApiError
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES
 from cdriver.sim.controlplane import pki
 from cdriver.sim.node.simulated.agent import NodeAgent, start_nodes
 from cdriver.sim.node.simulated.runtime import NodeOptions

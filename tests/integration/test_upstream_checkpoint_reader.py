@@ -13,10 +13,12 @@ from typing import Any
 import pytest
 
 from cdriver.api.constants import LABEL_COMPUTE_DOMAIN
+from cdriver.checkout import HACK_DIR
 from cdriver.checkpoint import read_boot_id
-from cdriver.kube.raw import RESOURCES, RawClient
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES
 from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME
-from cdriver.sim.world.peer import EXIT_NO_TARBALL
+from cdriver.sim.world.upstream_driver import EXIT_NO_TARBALL
 from tests.integration import test_kubelet_plugin as kp
 from tests.integration.test_kubelet_plugin import (
     Kubelet,
@@ -34,7 +36,7 @@ pytestmark = pytest.mark.integration
 
 # The plugin test's fixtures: a registered node with a simulated driver root, plugin processes.
 crds, driver_ns, node, plugin_factory = kp.crds, kp.driver_ns, kp.node, kp.plugin_factory
-BUILD = Path(__file__).resolve().parents[2] / "hack" / "peer-checkpoint" / "build.sh"
+BUILD = HACK_DIR / "peer-checkpoint" / "build.sh"
 
 
 @pytest.fixture(scope="module")

@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import json
 import subprocess
-from pathlib import Path
 
 import pytest
 
 import cdriver
+from cdriver.checkout import REPO_ROOT
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_make_binary_builds_a_working_cdriver() -> None:
-    build = subprocess.run(["make", "binary"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    build = subprocess.run(["make", "binary"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
-    exe = ROOT / "dist" / "cdriver"
+    exe = REPO_ROOT / "dist" / "cdriver"
     assert exe.exists()
     out = subprocess.run([str(exe), "version", "--json"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -31,5 +30,5 @@ def test_make_binary_builds_a_working_cdriver() -> None:
     for role in ("controller", "kubelet-plugin", "imex-daemon", "sim"):
         assert role in helptext
     # The IMEX config template travels with the binary.
-    tmpl = list((ROOT / "dist" / "cdriver-bundle").rglob("imexd.tmpl.cfg"))
+    tmpl = list((REPO_ROOT / "dist" / "cdriver-bundle").rglob("imexd.tmpl.cfg"))
     assert tmpl, "IMEX config template missing from the bundle"

@@ -23,7 +23,7 @@ from cdriver.cdi.writer import claim_spec_name, list_specs
 from cdriver.checkpoint import decode
 from cdriver.diagnose.collect import SOURCES, CollectError, Collector
 from cdriver.imex.config import IMEX_DAEMON_BINARY
-from cdriver.kube.raw import ApiError
+from cdriver.kube.errors import ApiError
 from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME, PLUGIN_DOMAINS_DIR_NAME
 from cdriver.sim.controlplane.cluster import APISERVER, ETCD, ClusterError
 from cdriver.sim.node.simulated.layout import NodeLayout

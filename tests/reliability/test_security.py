@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from cdriver.api import constants
-from cdriver.kube.raw import RESOURCES, ApiError
+from cdriver.kube.errors import ApiError
+from cdriver.kube.resources import RESOURCES
 from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME, DRA_SOCKET_NAME, REGISTRATION_SOCKET_NAME
 from cdriver.sim.world import scenario
 from tests.reliability import cluster as rc

@@ -96,3 +96,26 @@ def test_remove_file_is_idempotent(tmp_path: Path) -> None:
     assert atomic.remove_file(target) is True
     assert atomic.remove_file(target) is False
     assert atomic.remove_file(tmp_path / "no-dir" / "f") is False
+
+
+def test_atomic_path_replaces_the_target_with_what_the_block_wrote(tmp_path: Path) -> None:
+    target = tmp_path / "libfoo.so"
+    target.write_text("old")
+    with atomic.atomic_path(target, mode=0o755) as tmp:
+        assert tmp.parent == tmp_path and tmp.name.startswith(".libfoo.so.") and tmp.name.endswith(".tmp")
+        assert target.read_text() == "old"
+        tmp.unlink()  # a writer that creates its output anew (cp, a linker's -o)
+        tmp.write_text("new")
+    assert target.read_text() == "new"
+    assert target.stat().st_mode & 0o777 == 0o755
+    assert os.listdir(tmp_path) == ["libfoo.so"]
+
+
+def test_atomic_path_failing_block_keeps_old_file_and_leaves_no_temp(tmp_path: Path) -> None:
+    target = tmp_path / "archive.tar"
+    target.write_text("old")
+    with pytest.raises(RuntimeError, match="build failed"), atomic.atomic_path(target) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("build failed")
+    assert target.read_text() == "old"
+    assert os.listdir(tmp_path) == ["archive.tar"]

@@ -84,7 +84,7 @@ def test_unknown_and_malformed_ids(tmp_path: Path) -> None:
     "file_name, content, fragment",
     [
         ("trunc.json", '{"cdiVersion": "0.5.0", "kind": "a/b", "devi', "invalid JSON"),
-        ("dup.json", '{"kind": "a/b", "kind": "a/c"}', "key 'kind' appears twice"),
+        ("dup.json", '{"kind": "a/b", "kind": "a/c"}', "duplicate key 'kind'"),
         ("nan.json", '{"x": NaN}', "NaN is not valid JSON"),
         ("deep.json", "[" * 100000 + "]" * 100000, "nested too deeply"),
         (

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import re
-from pathlib import Path
 
 import pytest
 import yaml
@@ -12,11 +11,11 @@ import yaml
 from cdriver.api import constants
 from cdriver.api import resources as api_resources  # registers the CRDs in RESOURCES
 from cdriver.api.types import ComputeDomain, ComputeDomainClique, ValidationError
-from cdriver.kube.raw import RESOURCES
+from cdriver.checkout import CRD_DIR
+from cdriver.kube.resources import RESOURCES
 
 pytestmark = pytest.mark.unit
 
-CRD_DIR = Path(__file__).resolve().parents[2] / "helm" / "cdriver" / "crds"
 
 
 def load(plural: str) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdriver import featuregates as fg
+from cdriver import featuregates
 from cdriver.api import constants
 from cdriver.api.types import decode_opaque_config
 from cdriver.featuregates import ENV_FEATURE_GATES
@@ -32,7 +32,7 @@ def domain(mode: str | None = None, template: str = "imex-channel-0", ns: str = 
 
 def settings(**kw) -> ControllerSettings:
     base = dict(namespace="driver-ns", daemon_image="registry.local/cdriver:1.2",
-                feature_gates_env=fg.FeatureGates().to_env())
+                feature_gates_env=featuregates.FeatureGates().to_env())
     base.update(kw)
     return ControllerSettings(**base)
 
@@ -91,7 +91,7 @@ def _env(container: dict) -> dict:
 
 
 def test_daemon_set_targets_labelled_nodes_and_runs_the_daemon():
-    gates = fg.FeatureGates.parse("ComputeDomainCliques=false,IMEXDaemonsWithDNSNames=false")
+    gates = featuregates.FeatureGates.parse("ComputeDomainCliques=false,IMEXDaemonsWithDNSNames=false")
     s = settings(feature_gates_env=gates.to_env(), max_nodes_per_imex_domain=9,
                  daemon_log_verbosity=5, image_pull_secrets=("pull-a", "pull-b"))
     ds = desired.daemon_set(domain(), s, "legacy-template-name")

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from cdriver.diagnose.cli import command
 from cdriver.diagnose.collect import CollectError, Collector
-from cdriver.kube.raw import ApiError
+from cdriver.kube.errors import ApiError
 
 pytestmark = pytest.mark.unit
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from cdriver.checkout import HACK_DIR
 from cdriver.dra.gen.dra.v1 import api_pb2 as v1
 from cdriver.dra.gen.dra.v1beta1 import api_pb2 as v1beta1
 from cdriver.dra.gen.grpc_health.v1 import health_pb2
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.unit
 
 def _load_codegen():
     """The development-only generator in hack/ (not part of the installed package)."""
-    path = Path(__file__).resolve().parents[2] / "hack" / "codegen.py"
+    path = HACK_DIR / "codegen.py"
     spec = importlib.util.spec_from_file_location("cdriver_hack_codegen", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

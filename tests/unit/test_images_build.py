@@ -11,11 +11,11 @@ import pytest
 from filelock import FileLock
 
 import cdriver
+from cdriver.checkout import REPO_ROOT
 from cdriver.sim.images import build, containerfile
 
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_refs_are_local_and_the_driver_tag_is_the_chart_default() -> None:
@@ -50,7 +50,7 @@ def test_files_under_skips_byte_code(tmp_path: Path) -> None:
 
 
 def test_driver_inputs_cover_what_the_image_is_made_from() -> None:
-    files = {p.relative_to(ROOT).as_posix() for p in build.files_under(ROOT, build.DRIVER_INPUTS)}
+    files = {p.relative_to(REPO_ROOT).as_posix() for p in build.files_under(REPO_ROOT, build.DRIVER_INPUTS)}
     for needed in ("Containerfile", "pyproject.toml", "packaging/build.sh", "packaging/cdriver.spec",
                    "cdriver/cli.py", "cdriver/templates/imexd.tmpl.cfg"):
         assert needed in files
@@ -79,7 +79,7 @@ def test_bundle_is_packaged_once_for_every_copy_and_the_image(tmp_path: Path,
 
 def test_bundle_inputs_are_the_build_stage_sources() -> None:
     assert set(build.BUNDLE_INPUTS) <= set(build.DRIVER_INPUTS)
-    files = {p.relative_to(ROOT).as_posix() for p in build.files_under(ROOT, build.BUNDLE_INPUTS)}
+    files = {p.relative_to(REPO_ROOT).as_posix() for p in build.files_under(REPO_ROOT, build.BUNDLE_INPUTS)}
     assert {"pyproject.toml", "packaging/cdriver.spec", "cdriver/cli.py"} <= files
 
 
@@ -165,7 +165,7 @@ def test_a_cache_hit_marks_the_build_used(tmp_path: Path) -> None:
 
 
 def test_mmdebstrap_command_follows_the_recipe() -> None:
-    recipe = containerfile.load(ROOT / "Containerfile")
+    recipe = containerfile.load(REPO_ROOT / "Containerfile")
     argv = build.mmdebstrap_command(recipe)
     assert argv[0] == "mmdebstrap" and argv[-2:] == ["bookworm", "-"]
     assert "--variant=minbase" in argv
@@ -181,19 +181,19 @@ def test_app_entries_take_dist_from_the_build_and_files_from_the_tree(tmp_path: 
     dist = tmp_path / "dist"
     (dist / "cdriver-bundle").mkdir(parents=True)
     (dist / "cdriver-bundle" / "cdriver").write_bytes(b"exe")
-    recipe = containerfile.load(ROOT / "Containerfile")
-    entries = {e.path: e for e in build.app_entries(recipe, ROOT, dist)}
+    recipe = containerfile.load(REPO_ROOT / "Containerfile")
+    entries = {e.path: e for e in build.app_entries(recipe, REPO_ROOT, dist)}
     assert entries["/opt/cdriver/cdriver"].source == dist / "cdriver-bundle" / "cdriver"
     assert entries["/templates/compute-domain-daemon-config.tmpl.cfg"].source == \
-        ROOT / "cdriver" / "templates" / "imexd.tmpl.cfg"
+        REPO_ROOT / "cdriver" / "templates" / "imexd.tmpl.cfg"
     assert entries["/usr/bin/cdriver"].kind == "symlink"
     assert entries["/usr/bin/cdriver"].target == "/opt/cdriver/cdriver"
 
 
 def test_app_entries_name_a_missing_build_output(tmp_path: Path) -> None:
-    recipe = containerfile.load(ROOT / "Containerfile")
+    recipe = containerfile.load(REPO_ROOT / "Containerfile")
     with pytest.raises(build.ImageBuildError, match="cdriver-bundle does not exist after the build"):
-        build.app_entries(recipe, ROOT, tmp_path / "empty-dist")
+        build.app_entries(recipe, REPO_ROOT, tmp_path / "empty-dist")
 
 
 def test_busybox_entries_link_every_applet_to_the_binary(tmp_path: Path) -> None:

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from cdriver.checkout import REPO_ROOT
 from cdriver.sim.images import containerfile
 from cdriver.sim.images.containerfile import Copy, Symlink
 
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parents[2]
 
 TWO_STAGES = """\
 # comment
@@ -33,7 +31,7 @@ CMD ["--help"]
 
 
 def test_the_repository_containerfile_is_realisable() -> None:
-    recipe = containerfile.load(ROOT / "Containerfile")
+    recipe = containerfile.load(REPO_ROOT / "Containerfile")
     assert (recipe.suite, recipe.slim) == ("bookworm", True)
     assert recipe.packages == ["ca-certificates", "util-linux"]
     assert recipe.entrypoint == ["cdriver"]

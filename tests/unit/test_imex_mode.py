@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from cdriver import featuregates as fg
+from cdriver import featuregates
 from cdriver.api.imex_mode import ImexConfigError, resolve_imex_config
 from cdriver.featuregates import FeatureGateError, FeatureGates
 
@@ -82,10 +82,10 @@ def test_host_mode_forces_daemon_gates_off_and_reports_overrides() -> None:
         "HostManagedIMEXDaemon=true,IMEXDaemonsWithDNSNames=true",
     )
     assert config.host_managed
-    assert not config.gates.enabled(fg.IMEX_DAEMONS_WITH_DNS_NAMES)
-    assert not config.gates.enabled(fg.COMPUTE_DOMAIN_CLIQUES)
-    assert config.gates.enabled(fg.CRASH_ON_NVLINK_FABRIC_ERRORS)
-    assert config.overridden == (fg.IMEX_DAEMONS_WITH_DNS_NAMES,)
+    assert not config.gates.enabled(featuregates.IMEX_DAEMONS_WITH_DNS_NAMES)
+    assert not config.gates.enabled(featuregates.COMPUTE_DOMAIN_CLIQUES)
+    assert config.gates.enabled(featuregates.CRASH_ON_NVLINK_FABRIC_ERRORS)
+    assert config.overridden == (featuregates.IMEX_DAEMONS_WITH_DNS_NAMES,)
     assert "IMEXDaemonsWithDNSNames=false," in config.gates.to_env()
 
 
@@ -93,7 +93,7 @@ def test_driver_mode_keeps_gates_as_given() -> None:
     gates = FeatureGates.parse("CrashOnNVLinkFabricErrors=false", validate=False)
     config = resolve_imex_config("driverManaged", "", gates)
     assert config.gates == gates
-    assert config.gates.enabled(fg.COMPUTE_DOMAIN_CLIQUES)
+    assert config.gates.enabled(featuregates.COMPUTE_DOMAIN_CLIQUES)
     assert config.overridden == ()
 
 

@@ -278,7 +278,8 @@ print(sorted(m for m in sys.modules if m.split(".")[0] == "kubernetes"))
 def test_unreachable_server_is_an_unavailable_api_error(tmp_path: Path) -> None:
     import socket
 
-    from cdriver.kube.raw import RESOURCES, ApiError
+    from cdriver.kube.errors import ApiError
+    from cdriver.kube.resources import RESOURCES
 
     with socket.socket() as sock:  # a port that was free a moment ago: nothing listens
         sock.bind(("127.0.0.1", 0))

@@ -18,7 +18,8 @@ import yaml
 from cdriver.kube.client import load_api_client
 from cdriver.kube.config import in_cluster_settings
 from cdriver.kube.connection import ApiConnection
-from cdriver.kube.raw import ApiError, RawClient
+from cdriver.kube.errors import ApiError
+from cdriver.kube.raw import RawClient
 from cdriver.sim.controlplane import pki
 
 pytestmark = pytest.mark.unit

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cdriver.kube.informer import Informer, label_index, namespace_index, uid_index
-from cdriver.kube.raw import RESOURCES
+from cdriver.kube.resources import RESOURCES
 
 pytestmark = pytest.mark.unit
 

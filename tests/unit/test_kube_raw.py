@@ -9,7 +9,11 @@ from collections.abc import Iterator
 import pytest
 
 import cdriver.api.resources  # noqa: F401 - registers the driver's CRDs in RESOURCES
-from cdriver.kube.raw import RESOURCES, ApiError, RawClient, Resource, WatchStream, object_key
+from cdriver.kube.errors import ApiError
+from cdriver.kube.objects import object_key
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES, Resource
+from cdriver.kube.watch import WatchStream
 
 pytestmark = pytest.mark.unit
 

@@ -22,7 +22,7 @@ def test_keys_added_before_start_are_deduplicated() -> None:
     for _ in range(5):
         queue.add("a")
         queue.add("b")
-    assert queue.len() == 2
+    assert len(queue) == 2
     queue.start()
     assert queue.wait_idle(10)
     queue.stop()
@@ -136,5 +136,5 @@ def test_stop_ends_workers_and_ignores_new_keys() -> None:
     queue.stop()
     assert all(not t.is_alive() for t in queue._threads)
     queue.add("late")
-    assert queue.len() == 0
+    assert len(queue) == 0
     assert calls == []

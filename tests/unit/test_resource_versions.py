@@ -118,7 +118,7 @@ class FakeServer:
 
     def request(self, method: str, path: str, query: object = None, body: object = None,
                 content_type: object = None, timeout: object = None) -> object:
-        from cdriver.kube.raw import ApiError
+        from cdriver.kube.errors import ApiError
 
         self.calls.append((method, path, body))
         if path == "/apis/resource.k8s.io":
@@ -143,7 +143,7 @@ def fake_client(server: FakeServer) -> object:
 
 
 def test_client_speaks_the_served_version_and_converts_both_ways() -> None:
-    from cdriver.kube.raw import RESOURCES
+    from cdriver.kube.resources import RESOURCES
 
     server = FakeServer(["v1beta1"])
     client = fake_client(server)
@@ -160,7 +160,8 @@ def test_client_speaks_the_served_version_and_converts_both_ways() -> None:
 
 
 def test_client_without_dra_says_how_to_turn_it_on() -> None:
-    from cdriver.kube.raw import RESOURCES, ApiError
+    from cdriver.kube.errors import ApiError
+    from cdriver.kube.resources import RESOURCES
 
     with pytest.raises(ApiError) as err:
         fake_client(FakeServer([])).list(RESOURCES["resourceclaims"], "ns")

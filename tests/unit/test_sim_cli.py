@@ -76,7 +76,7 @@ def test_check_fabric_nvml_failure_exits_1(tmp_path: Path) -> None:
 def test_driver_root_command(tmp_path: Path) -> None:
     topo = tmp_path / "t.yaml"
     topo.write_text(demo_topology_path().read_text())
-    result = CliRunner().invoke(cli, ["sim", "render-node", "--root", str(tmp_path / "r"), "--topology", str(topo),
+    result = CliRunner().invoke(cli, ["sim", "driver-root", "--root", str(tmp_path / "r"), "--topology", str(topo),
                                       "--channels", "2", "--json"], env={"NODE_NAME": "worker-2"})
     assert result.exit_code == 0, result.output
     info = json.loads(result.output)

@@ -79,7 +79,7 @@ class FlakyApi:
         self.deletes = 0
 
     def delete(self, *args: object, **kwargs: object) -> None:
-        from cdriver.kube.raw import ApiError
+        from cdriver.kube.errors import ApiError
 
         self.deletes += 1
         if self.deletes <= self.failures:

@@ -81,18 +81,18 @@ def test_version_defaults_to_one() -> None:
         (lambda d: d["domains"][0].update(uuid="0000-ab"), r"is not a UUID; write 32 hex digits"),
         (lambda d: d["domains"][0].update(uuid=12), r"domains\[0\]\.uuid: expected a UUID string"),
         (lambda d: d["domains"][0]["cliques"][0].update(id="1"),
-         r"cliques\[0\]\.id: expected an integer clique ID 0\.\.4294967295, got a string '1'"),
+         r"cliques\[0\]\.id: expected an integer clique ID 0\.\.4294967295, got string '1'"),
         (lambda d: d["domains"][0]["cliques"][0].update(id=1.5), r"expected an integer clique ID"),
         (lambda d: d["domains"][0]["cliques"][0].update(id=True), r"expected an integer clique ID"),
         (lambda d: d["domains"][0]["cliques"][0].update(id=-1), r"-1 is out of range"),
         (lambda d: d["domains"][0]["cliques"][0].update(id=2**32), r"is out of range"),
-        (lambda d: d["domains"][0].update(extra=1), r"domains\[0\]: unknown key\(s\) extra; allowed keys are "
+        (lambda d: d["domains"][0].update(extra=1), r"domains\[0\]: unknown field 'extra' \(allowed: "
                                                     r"cliques, name, uuid"),
-        (lambda d: d["domains"][0]["cliques"][0].update(node=["x"]), r"unknown key\(s\) node"),
-        (lambda d: d.update(domain=[]), r"unknown key\(s\) domain"),
+        (lambda d: d["domains"][0]["cliques"][0].update(node=["x"]), r"unknown field 'node'"),
+        (lambda d: d.update(domain=[]), r"unknown field 'domain'"),
         (lambda d: d.update(version=2), r"version: unsupported value 2"),
         (lambda d: d.update(version="1"), r"version: expected an integer"),
-        (lambda d: d.update(domains={}), r"domains: expected a list of domains, got a mapping"),
+        (lambda d: d.update(domains={}), r"domains: expected a list of domains, got object"),
         (lambda d: d.update(domains=[]), r"domains: empty"),
         (lambda d: d["domains"][0]["cliques"][0].update(nodes="n1"), r"nodes: expected a list of node names"),
         (lambda d: d["domains"][0]["cliques"][0].update(nodes=[]), r"nodes: empty"),
@@ -123,7 +123,7 @@ def test_invalid_documents_are_rejected_naming_the_field(mutate, message: str) -
         ('{"version": 1, "domains": [}', r"t\.yaml:1:\d+: not valid JSON"),
         ('{"version": 1, "version": 1}', r"duplicate key 'version'"),
         ("", r"the document is empty"),
-        ("- 1\n- 2\n", r"expected a mapping with keys version and domains, got a list"),
+        ("- 1\n- 2\n", r"expected an object with keys version and domains, got list"),
     ],
 )
 def test_syntax_errors_name_file_and_line(text: str, message: str) -> None:

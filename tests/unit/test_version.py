@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import importlib.metadata
-from pathlib import Path
 
 import pytest
 import yaml
 
 import cdriver
+from cdriver.checkout import CHART_DIR
 
 pytestmark = pytest.mark.unit
 
-CHART = Path(__file__).resolve().parents[2] / "helm" / "cdriver" / "Chart.yaml"
+CHART = CHART_DIR / "Chart.yaml"
 
 
 def test_chart_and_package_metadata_carry_the_package_version() -> None:

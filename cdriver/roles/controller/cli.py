@@ -126,7 +126,7 @@ def command(ctx: click.Context, **opts: Any) -> None:
 
 
 def _build(opts: dict, root: dict) -> tuple[Runner, HttpServer | None]:
-    from cdriver import featuregates as fg
+    from cdriver import featuregates
     from cdriver.kube.raw import RawClient
     from cdriver.roles.controller.main import ControllerConfig, LeaderConfig, Runner
     from cdriver.roles.controller.metrics import ControllerMetrics, HttpServer
@@ -142,7 +142,7 @@ def _build(opts: dict, root: dict) -> tuple[Runner, HttpServer | None]:
         daemon_log_verbosity=int(root.get("verbosity", 0) if verbosity is None else verbosity),
         max_nodes_per_imex_domain=opts["max_nodes_per_imex_domain"],
         feature_gates_env=imex.gates.to_env(),
-        cliques_enabled=imex.gates.enabled(fg.COMPUTE_DOMAIN_CLIQUES),
+        cliques_enabled=imex.gates.enabled(featuregates.COMPUTE_DOMAIN_CLIQUES),
         host_managed=imex.host_managed,
         daemon_priority_class=opts["daemon_priority_class"],
         daemon_cpu=opts["daemon_cpu"],

@@ -11,13 +11,13 @@ import functools
 import json
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 import jinja2
 import yaml
 
 from cdriver.api import constants
+from cdriver.checkout import TEMPLATES_DIR
 from cdriver.featuregates import ENV_FEATURE_GATES
 from cdriver.kube.objects import being_deleted, finalizers_of, labels_of
 from cdriver.roles.controller.settings import ControllerSettings
@@ -29,7 +29,7 @@ CHANNEL_REQUEST_NAME = "channel"
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available
 
-TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "templates" / "controller"
+TEMPLATE_DIR = TEMPLATES_DIR / "controller"
 WORKLOAD_TEMPLATE = "workload-claim-template.yaml.j2"
 DAEMON_CLAIM_TEMPLATE = "daemon-claim-template.yaml.j2"
 DAEMONSET_TEMPLATE = "daemonset.yaml.j2"

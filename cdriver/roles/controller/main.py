@@ -12,7 +12,9 @@ from cdriver.api.imex_mode import IMEX_MODE_DRIVER_MANAGED, IMEX_MODE_HOST_MANAG
 from cdriver.kube.events import EventRecorder
 from cdriver.kube.informer import Informer, uid_index
 from cdriver.kube.leader import LeaderElector
-from cdriver.kube.raw import RawClient, Resource, object_key
+from cdriver.kube.objects import object_key
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import Resource
 from cdriver.kube.workqueue import RequeueAfter, WorkQueue
 from cdriver.roles.controller import reconciler
 from cdriver.roles.controller.desired import domain_uid_of
@@ -60,7 +62,7 @@ class Controller:
         self.reconciler = reconciler.Reconciler(raw, self.caches, self.settings, self.recorder,
                                                 self.metrics, self.overlay, config.timing)
         self.queue = WorkQueue(self._handle, workers=config.workers, name="controller")
-        self.metrics.bind(self.domain_counts, self.queue.len)
+        self.metrics.bind(self.domain_counts, lambda: len(self.queue))
         self._sweep_lock = threading.Lock()
         self._sweep_pending = False
         self._stop = threading.Event()

@@ -14,10 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cdriver.api import constants
-from cdriver.kube.objects import labels_of, meta_of
-from cdriver.kube.raw import object_key
+from cdriver.kube.objects import labels_of, meta_of, object_key
 
-#: Entries older than this are dropped: the informer has long caught up (or relisted).
 DEFAULT_TTL = 120.0
 
 

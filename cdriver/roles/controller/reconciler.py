@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from cdriver.api import constants
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.api.types import ComputeDomain, ValidationError
+from cdriver.kube.errors import ApiError
 from cdriver.kube.events import EventRecorder
 from cdriver.kube.informer import Informer
-from cdriver.kube.objects import being_deleted, finalizers_of, generation_of, meta_of, name_of, uid_of
-from cdriver.kube.raw import RESOURCES, ApiError, RawClient, Resource, object_key
+from cdriver.kube.objects import being_deleted, finalizers_of, generation_of, meta_of, name_of, object_key, uid_of
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES, Resource
 from cdriver.kube.workqueue import RequeueAfter
 from cdriver.roles.controller import deletion
 from cdriver.roles.controller.cleanup import objects_of, orphan_domains
@@ -71,7 +73,6 @@ INDEX_DOMAIN_TARGET = "domain-target"
 
 EVENT_INVALID = "InvalidComputeDomain"
 EVENT_ALLOCATION_MODE_FORCED = "AllocationModeForced"
-EVENT_CLEANUP_FAILED = "CleanupFailed"
 #: Condition reason and Event reason of a deletion that waits for workload pods.
 REASON_DELETION_WAITS = "DeletionWaitsForWorkloads"
 REASON_CONFLICT = "{kind}Conflict"

@@ -12,7 +12,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from cdriver.kube.objects import meta_of
-from cdriver.kube.raw import RawClient, Resource, WatchStream
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import Resource
+from cdriver.kube.watch import WatchStream
 
 Trim = Callable[[dict], dict]
 

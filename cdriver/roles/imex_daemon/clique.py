@@ -276,7 +276,7 @@ class CliqueStore(LatestObject):
 
     def ensure(self) -> dict:
         """The clique, created (with labels and our owner reference) if it does not exist."""
-        from cdriver.kube.raw import ApiError
+        from cdriver.kube.errors import ApiError
 
         obj = self.current() or self.refresh()
         if obj is not None:
@@ -331,7 +331,7 @@ def update_with_retry(store: MembershipStore, mutate: Mutation, *, attempts: int
     Returns the object as stored; raises RetriesExhausted after `attempts` conflicts. With
     `create_missing` False (leaving), an object that is gone needs no write: returns None.
     """
-    from cdriver.kube.raw import ApiError
+    from cdriver.kube.errors import ApiError
 
     obj = store.current()
     if obj is None:

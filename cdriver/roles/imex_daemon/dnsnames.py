@@ -19,11 +19,6 @@ from .clique import entry_index
 log = logging.getLogger(__name__)
 
 
-def static_names(max_nodes: int) -> list[str]:
-    """The peer names of a clique of at most `max_nodes` members, in index order."""
-    return [dns_name(i) for i in range(max_nodes)]
-
-
 def static_nodes_config(max_nodes: int) -> str:
     """nodes.cfg body for DNS-name mode (one name per line)."""
     return imex_config.dns_nodes_config(max_nodes)

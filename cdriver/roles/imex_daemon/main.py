@@ -17,7 +17,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import IO
 
 from cdriver.api import constants
@@ -29,10 +28,12 @@ from cdriver.imex.config import IMEX_DAEMON_BINARY, IMEXD_DIR
 from cdriver.imex.hosts import HostsError
 from cdriver.imex.supervisor import ProcessSupervisor, SupervisorError
 from cdriver.kube.client import load_api_client
+from cdriver.kube.errors import ApiError
 from cdriver.kube.events import EventRecorder
 from cdriver.kube.informer import Informer
 from cdriver.kube.objects import meta_of
-from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES
 from cdriver.roles.imex_daemon.failures import (
     EVENT_REASON_IMEX_PORT_CONFLICT,
     EVENT_REASON_IMEX_RESTARTED,
@@ -40,7 +41,21 @@ from cdriver.roles.imex_daemon.failures import (
 )
 from cdriver.roles.startup import install_signal_handlers
 
-from . import clique, dnsnames, failures, legacy, readiness
+from . import clique, dnsnames, domain_status, failures, readiness
+from .daemon_state import (
+    Action,
+    DaemonState,
+    Event,
+    ImexExited,
+    ImexReady,
+    MembersChanged,
+    MembersDeleted,
+    PodChanged,
+    PodDeleted,
+    Started,
+    Stop,
+    next_actions,
+)
 from .inputs import Settings
 
 log = logging.getLogger(__name__)
@@ -48,64 +63,6 @@ log = logging.getLogger(__name__)
 COMPONENT = "compute-domain-daemon"
 RESYNC_SECONDS = 240.0
 REMOVE_DEADLINE = 10.0
-
-
-# --- events: everything the loop reacts to, posted from other threads -------------------------
-
-@dataclass(frozen=True)
-class Started:
-    """The watchers run: reconcile once even before the first watch event."""
-
-
-@dataclass(frozen=True)
-class MembersChanged:
-    """The membership object (clique, or ComputeDomain in legacy mode) was added or updated."""
-
-    obj: dict
-
-
-@dataclass(frozen=True)
-class MembersDeleted:
-    """The membership object was deleted."""
-
-    obj: dict
-
-
-@dataclass(frozen=True)
-class PodChanged:
-    """This daemon's own Pod was added or updated."""
-
-    pod: dict
-
-
-@dataclass(frozen=True)
-class PodDeleted:
-    """This daemon's own Pod was deleted."""
-
-    pod: dict
-
-
-@dataclass(frozen=True)
-class ImexReady:
-    """nvidia-imex process ``pid`` answered READY to the self-probe."""
-
-    pid: int
-
-
-@dataclass(frozen=True)
-class ImexExited:
-    """nvidia-imex exited with ``returncode``; ``expected`` when the daemon stopped it."""
-
-    returncode: int
-    expected: bool
-
-
-@dataclass(frozen=True)
-class Stop:
-    """SIGTERM or SIGINT: leave the loop and shut down."""
-
-
-Event = Started | MembersChanged | MembersDeleted | PodChanged | PodDeleted | ImexReady | ImexExited | Stop
 
 
 class DaemonError(CdriverError):
@@ -198,7 +155,7 @@ class Daemon:
         self.echo = echo if echo is not None else sys.stderr
         self.initial_backoff = initial_backoff
         self.probe_timeout = probe_timeout
-        self.pod: dict | None = None
+        self.state = DaemonState()
         self.store: clique.MembershipStore = self._membership_store()
         self.recorder = EventRecorder(raw, COMPONENT, host=settings.node_name)
         self.imex = ProcessSupervisor(
@@ -212,21 +169,6 @@ class Daemon:
         self.watchers: list[Informer] = []
         self.ports: list[int] = []
         self.cmd_endpoint: tuple[str, int] | None = None  # where `nvidia-imex-ctl -q` connects
-        self.mapping: dict[str, str] | None = None  # DNS mode: last applied name -> IP
-        self.ip_peers: list[str] | None = None  # IP mode: last applied peer list
-        self.ready_pid: int | None = None  # child that answered READY since its start
-        self.blocked: str | None = None  # port conflict message
-        self.domain_ended = False  # the ComputeDomain is being deleted: never join again
-        self.start_error: str | None = None
-        self.recheck_at = 0.0
-        self.retry_at: float | None = None
-        self.failures = 0
-        self.last_error = ""
-        self.last_problems: list[str] = []
-        self.last_wait_log = ""
-        self.reloads = 0
-        self.reload_pending = False  # peers changed while nvidia-imex was still starting
-        self.trimmed = False
 
     # --- inputs from other threads ----------------------------------------------------
 
@@ -315,7 +257,7 @@ class Daemon:
             return clique.CliqueStore(
                 self.raw, settings.pod_namespace, settings.clique_name, settings.cd_uid, settings.clique_id,
                 clique.pod_owner_reference(settings.pod_name, settings.pod_uid))
-        return legacy.DomainStatusStore(self.raw, settings.cd_namespace, settings.cd_name, settings.cd_uid)
+        return domain_status.DomainStatusStore(self.raw, settings.cd_namespace, settings.cd_name, settings.cd_uid)
 
     def start_watchers(self) -> None:
         settings = self.settings
@@ -349,14 +291,14 @@ class Daemon:
     # --- the loop -----------------------------------------------------------------------
 
     def _timeout(self) -> float | None:
-        deadlines = [t for t in (self.retry_at, self.recheck_at if self._waiting_recheck() else None)
+        deadlines = [t for t in (self.state.retry_at, self.state.recheck_at if self._waiting_recheck() else None)
                      if t is not None]
         if not deadlines:
             return None
         return max(0.0, min(deadlines) - time.monotonic())
 
     def _waiting_recheck(self) -> bool:
-        return bool(self.blocked or self.start_error) and not self.imex.active
+        return bool(self.state.blocked or self.state.start_error) and not self.imex.active
 
     def _next_events(self) -> list[Event]:
         """Wait for one event (or the next retry/recheck deadline), then take all queued ones."""
@@ -381,57 +323,50 @@ class Daemon:
                 except Exception:  # a bug must not take the node out of its domain
                     log.exception("handling %s failed", type(event).__name__)
             now = time.monotonic()
-            if events or (self.retry_at is not None and now >= self.retry_at) or \
-                    (self._waiting_recheck() and now >= self.recheck_at):
+            if events or (self.state.retry_at is not None and now >= self.state.retry_at) or \
+                    (self._waiting_recheck() and now >= self.state.recheck_at):
                 self.reconcile_safely()
 
     def apply(self, event: Event) -> None:
-        """Record what an event says; `reconcile` acts on it."""
-        match event:
-            case MembersChanged(obj=obj):
-                self.store.observe(obj)
-            case MembersDeleted():
-                self.store.forget()
-                if self.domain_ending():
-                    self.domain_ended = True
-                    log.info("%s was deleted with its ComputeDomain; not joining again", self.store.description)
-                else:
-                    log.info("%s was deleted; joining again", self.store.description)
-            case PodChanged(pod=pod):
-                self.pod = pod
-            case PodDeleted():
-                self.pod = None
-            case ImexReady(pid=pid):
-                if pid == self.imex.pid and self.ready_pid != pid:
-                    self.ready_pid = pid
-                    log.info("nvidia-imex (pid %d) answers READY", pid)
-                    if self.reload_pending:
-                        self.reload_pending = False
-                        self._reload()
-            case ImexExited(returncode=returncode, expected=expected):
-                self.on_imex_exit(returncode, expected)
-            case Started() | Stop():
-                pass
+        """Record what an event says (`next_actions`) and run its effects; `reconcile` acts on it."""
+        self.state, steps = next_actions(self.state, event, self.imex.pid)
+        for step in steps:
+            match step.action:
+                case Action.OBSERVE_MEMBERS:
+                    self.store.observe(step.obj)
+                case Action.FORGET_MEMBERS:
+                    self.store.forget()
+                    if self.domain_ending():
+                        self.state.domain_ended = True
+                        log.info("%s was deleted with its ComputeDomain; not joining again", self.store.description)
+                    else:
+                        log.info("%s was deleted; joining again", self.store.description)
+                case Action.LOG_READY:
+                    log.info("nvidia-imex (pid %d) answers READY", step.pid)
+                case Action.RELOAD:
+                    self._reload()
+                case Action.REPORT_EXIT:
+                    self.report_exit(step.returncode, step.was_ready)
 
     def reconcile_safely(self) -> None:
         try:
             self.reconcile()
         except Exception as exc:
-            expected = (ApiError, clique.RetriesExhausted, clique.IndexExhausted, legacy.DomainMissing, HostsError,
-                        imex_config.ImexConfigError, OSError)
+            expected = (ApiError, clique.RetriesExhausted, clique.IndexExhausted, domain_status.DomainMissing,
+                        HostsError, imex_config.ImexConfigError, OSError)
             if not isinstance(exc, expected):
                 log.exception("unexpected reconcile failure")
-            self.failures += 1
-            delay = clique.backoff_delay(self.failures, base=0.05, cap=6.0)
-            self.retry_at = time.monotonic() + delay
+            self.state.failures += 1
+            delay = clique.backoff_delay(self.state.failures, base=0.05, cap=6.0)
+            self.state.retry_at = time.monotonic() + delay
             message = str(exc)
-            level = logging.WARNING if message != self.last_error else logging.INFO
-            log.log(level, "reconcile failed (attempt %d, retrying in %.2fs): %s", self.failures, delay, message)
-            self.last_error = message
+            level = logging.WARNING if message != self.state.last_error else logging.INFO
+            log.log(level, "reconcile failed (attempt %d, retrying in %.2fs): %s", self.state.failures, delay, message)
+            self.state.last_error = message
             return
-        self.failures = 0
-        self.retry_at = None
-        self.last_error = ""
+        self.state.failures = 0
+        self.state.retry_at = None
+        self.state.last_error = ""
 
     def domain_ending(self) -> bool:
         """True when this daemon's ComputeDomain is gone, replaced, or being deleted."""
@@ -446,7 +381,7 @@ class Daemon:
         return cd is None or meta.get("uid") != self.settings.cd_uid or bool(meta.get("deletionTimestamp"))
 
     def reconcile(self) -> None:
-        if self.domain_ended:
+        if self.state.domain_ended:
             return
         key = self.store.key
         obj = clique.update_with_retry(
@@ -466,49 +401,49 @@ class Daemon:
     def sync_names(self, entries: list[dict]) -> None:
         """DNS-name mode: hosts block for this clique's members; SIGUSR1 on change."""
         mapping, problems = dnsnames.dns_mapping(entries, self.settings.clique_id, self.settings.max_nodes)
-        if problems != self.last_problems:
+        if problems != self.state.last_problems:
             for problem in problems:
                 log.warning("clique %s: %s; that member gets no name", self.settings.clique_name, problem)
-            self.last_problems = problems
-        if mapping != self.mapping:
+            self.state.last_problems = problems
+        if mapping != self.state.mapping:
             dnsnames.update_hosts_file(self.settings.paths.hosts_file, mapping)
             log.info("Peer names in %s: %s", self.settings.paths.hosts_file, dnsnames.describe_mapping(mapping))
-            self.mapping = mapping
+            self.state.mapping = mapping
             if self.imex_ready():
                 self._reload()
             elif self.imex.active:
                 # Still starting: it may have read the hosts file already, and a signal
                 # before its handler is installed would kill it. Signal once it is READY.
-                self.reload_pending = True
+                self.state.reload_pending = True
         if self.settings.pod_ip in mapping.values() and not self.imex.active:
             self.start_imex()
 
     def _reload(self) -> None:
         try:
             self.imex.reload()
-            self.reloads += 1
+            self.state.reloads += 1
             log.info("Sent SIGUSR1 to nvidia-imex (pid %s) to re-resolve its peers", self.imex.pid)
         except SupervisorError as exc:
             log.info("peer change not signalled (%s); the next start reads the new names", exc)
 
     def sync_ips(self, cd: dict, entries: list[dict]) -> None:
         """IP mode: nodes.cfg of this clique's IPs once numNodes have joined; restart on change."""
-        complete, seen, want = legacy.peers_complete(cd, entries)
+        complete, seen, want = domain_status.peers_complete(cd, entries)
         if not complete:
             line = f"numNodes: {want}, nodes seen: {seen}"
-            if line != self.last_wait_log:
+            if line != self.state.last_wait_log:
                 log.info("Waiting for all nodes of the ComputeDomain to join (%s)", line)
-                self.last_wait_log = line
+                self.state.last_wait_log = line
             return
-        ips = legacy.peer_ips(entries, self.settings.clique_id)
-        if ips != self.ip_peers:
-            imex_config.write_file_atomic(self.settings.paths.nodes_config, legacy.ip_nodes_config(ips))
+        ips = domain_status.peer_ips(entries, self.settings.clique_id)
+        if ips != self.state.ip_peers:
+            imex_config.write_file_atomic(self.settings.paths.nodes_config, domain_status.ip_nodes_config(ips))
             log.info("Wrote %s: %s", self.settings.paths.nodes_config, ", ".join(ips) or "empty")
-            self.ip_peers = ips
+            self.state.ip_peers = ips
             if self.imex.active:
                 log.info("Restarting nvidia-imex for the new peer list")
                 self.imex.restart(self.settings.stop_grace)
-                self.ready_pid = None
+                self.state.ready_pid = None
                 self.prober.arm()
         if self.settings.pod_ip in ips and not self.imex.active:
             self.start_imex()
@@ -518,7 +453,7 @@ class Daemon:
     def start_imex(self) -> None:
         """Start nvidia-imex unless another process holds its port (then say who and how to fix)."""
         now = time.monotonic()
-        if (self.blocked or self.start_error) and now < self.recheck_at:
+        if (self.state.blocked or self.state.start_error) and now < self.state.recheck_at:
             return
         holder = failures.find_port_holder(self.settings.pod_ip, self.ports)
         if holder is not None:
@@ -529,42 +464,38 @@ class Daemon:
             self.imex.start()
         except SupervisorError as exc:
             message = f"{exc}"
-            if message != self.start_error:
+            if message != self.state.start_error:
                 log.error("%s", message)
                 self.recorder.warning(self.pod_ref, EVENT_REASON_IMEX_START_FAILED, message)
-            self.start_error = message
-            self.recheck_at = now + self.settings.recheck_seconds
+            self.state.start_error = message
+            self.state.recheck_at = now + self.settings.recheck_seconds
             return
-        self.start_error = None
-        self.ready_pid = None
-        self.reload_pending = False
+        self.state.start_error = None
+        self.state.ready_pid = None
+        self.state.reload_pending = False
         self.prober.arm()
 
     def block(self, message: str) -> None:
         """Hold nvidia-imex back while its port is taken; tell the user and the probe."""
-        if message != self.blocked:
+        if message != self.state.blocked:
             log.error("%s", message)
             self.recorder.warning(self.pod_ref, EVENT_REASON_IMEX_PORT_CONFLICT,
                                   failures.truncate_event_message(message))
             failures.write_state(self.settings.paths.state, failures.PHASE_PORT_CONFLICT, message)
-        self.blocked = message
-        self.recheck_at = time.monotonic() + self.settings.recheck_seconds
+        self.state.blocked = message
+        self.state.recheck_at = time.monotonic() + self.settings.recheck_seconds
         if self.imex.active:
             self.imex.stop(self.settings.stop_grace)
-        self.ready_pid = None
+        self.state.ready_pid = None
 
     def unblock(self) -> None:
-        if self.blocked:
+        if self.state.blocked:
             log.info("IMEX ports on %s are free now; starting nvidia-imex", self.settings.pod_ip)
             failures.clear_state(self.settings.paths.state)
-            self.blocked = None
+            self.state.blocked = None
 
-    def on_imex_exit(self, rc: int, expected: bool) -> None:
-        self.reload_pending = False  # the next process reads the current hosts file
-        if expected:
-            return
-        was_ready = self.ready_pid is not None
-        self.ready_pid = None
+    def report_exit(self, rc: int, was_ready: bool) -> None:
+        """nvidia-imex exited unexpectedly: a port conflict blocks it, else say why, then probe anew."""
         lines = self.imex.last_output_lines(10)
         restarts = self.imex.restart_count
         if not was_ready:
@@ -584,26 +515,27 @@ class Daemon:
     # --- readiness ----------------------------------------------------------------------------
 
     def imex_ready(self) -> bool:
-        return self.ready_pid is not None and self.ready_pid == self.imex.pid
+        return self.state.ready_pid is not None and self.state.ready_pid == self.imex.pid
 
     def sync_status(self) -> None:
         key = self.store.key
         mine = clique.find_entry(self.store.entries(self.store.current()), self.settings.node_name, key)
         if mine is None:
             return
-        want = readiness.desired_status(readiness.pod_is_ready(self.pod), self.imex_ready(), bool(self.blocked))
+        want = readiness.desired_status(readiness.pod_is_ready(self.state.pod), self.imex_ready(),
+                                        bool(self.state.blocked))
         if clique.entry_status(mine) == want:
             return
         # While stopping (often because the domain is being deleted), never recreate the object.
         node_name = self.settings.node_name
         out = clique.update_with_retry(self.store, lambda e: clique.set_entry_status(e, node_name, want, key),
                                        sleep=self.stopping.wait, what="status update",
-                                       create_missing=not (self.stopping.is_set() or self.domain_ended))
+                                       create_missing=not (self.stopping.is_set() or self.state.domain_ended))
         if out is None:
             return
         log.info("Entry of node %s in %s is now %s", self.settings.node_name, self.store.description, want)
-        if want == constants.STATUS_READY and not self.trimmed:
-            self.trimmed = True
+        if want == constants.STATUS_READY and not self.state.trimmed:
+            self.state.trimmed = True
             release_memory()  # start-up is over: drop its garbage once
 
     # --- shutdown -------------------------------------------------------------------------------
@@ -635,7 +567,7 @@ class Daemon:
             # is nothing to leave, and the object must not be created again.
             clique.update_with_retry(self.store, lambda e: clique.remove_entry(e, self.settings.node_name, key),
                                  sleep=sleep, what="leave", create_missing=False)
-        except (ApiError, clique.RetriesExhausted, legacy.DomainMissing) as exc:
+        except (ApiError, clique.RetriesExhausted, domain_status.DomainMissing) as exc:
             log.warning("could not remove node %s from %s: %s; the controller drops stale entries",
                         self.settings.node_name, self.store.description, exc)
             return

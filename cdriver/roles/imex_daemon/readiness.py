@@ -53,7 +53,7 @@ class PodWatcher:
     def __init__(self, raw: Any, namespace: str, name: str, on_change: Callable[[dict], None],
                  resync_seconds: float = 240) -> None:
         from cdriver.kube.informer import Informer
-        from cdriver.kube.raw import RESOURCES
+        from cdriver.kube.resources import RESOURCES
 
         self.key = f"{namespace}/{name}"
         self.informer = Informer(raw, RESOURCES["pods"], namespace=namespace,

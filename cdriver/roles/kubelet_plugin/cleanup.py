@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 
 from cdriver.checkpoint import ClaimState
 from cdriver.dra.node_service import ClaimRef
+from cdriver.kube.errors import ApiError
 from cdriver.kube.objects import meta_of, uid_of
-from cdriver.kube.raw import RESOURCES, ApiError
+from cdriver.kube.resources import RESOURCES
 from cdriver.roles.kubelet_plugin.errors import ClaimError
 from cdriver.roles.kubelet_plugin.periodic import Periodic
 from cdriver.roles.kubelet_plugin.state import PluginState

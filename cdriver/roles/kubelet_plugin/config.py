@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cdriver import featuregates as fg
+from cdriver import featuregates
 from cdriver.api import constants
 from cdriver.api.imex_mode import IMEX_ISOLATION_DOMAIN, IMEX_MODE_DRIVER_MANAGED, IMEX_MODE_HOST_MANAGED
 from cdriver.cdi.model import CDI_STATIC_DIR
@@ -20,7 +20,6 @@ PLUGIN_DOMAINS_DIR_NAME = "domains"  # <plugin data dir>/domains/<cd uid>/: daem
 DEFAULT_PREPARE_TIMEOUT = 30.0  # below kubelet's 45 s per-call deadline
 DEFAULT_CLEANUP_INTERVAL = 600.0
 DEFAULT_HOST_PROBE_INTERVAL = 1.0
-DEFAULT_SLICE_RETRY = 5.0
 DOMAINS_DIR_NAME = PLUGIN_DOMAINS_DIR_NAME
 
 
@@ -50,7 +49,7 @@ class PluginConfig:
     cleanup_interval: float = DEFAULT_CLEANUP_INTERVAL
     host_probe_interval: float = DEFAULT_HOST_PROBE_INTERVAL
     grpc_workers: int = 16
-    gates: fg.FeatureGates = field(default_factory=fg.FeatureGates)
+    gates: featuregates.FeatureGates = field(default_factory=featuregates.FeatureGates)
 
     @property
     def host_managed(self) -> bool:
@@ -91,4 +90,4 @@ class PluginConfig:
 
     @property
     def use_cliques(self) -> bool:
-        return self.gates.enabled(fg.COMPUTE_DOMAIN_CLIQUES)
+        return self.gates.enabled(featuregates.COMPUTE_DOMAIN_CLIQUES)

@@ -13,7 +13,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from cdriver import featuregates as fg
+from cdriver import featuregates
 from cdriver.cdi.model import DeviceNode
 from cdriver.errors import CdriverError
 from cdriver.nvml.fabric_manager import has_local_fabric
@@ -55,8 +55,9 @@ def check_driver_version(version: str, minimum: str = MIN_DRIVER_VERSION_DNS_NAM
     if too_old:
         raise DiscoveryError(
             f"NVIDIA driver version {version or '(unknown)'} is older than {minimum}, which "
-            f"{fg.IMEX_DAEMONS_WITH_DNS_NAMES} needs: upgrade the driver, or set "
-            f"--feature-gates {fg.IMEX_DAEMONS_WITH_DNS_NAMES}=false,{fg.COMPUTE_DOMAIN_CLIQUES}=false"
+            f"{featuregates.IMEX_DAEMONS_WITH_DNS_NAMES} needs: upgrade the driver, or set "
+            f"--feature-gates {featuregates.IMEX_DAEMONS_WITH_DNS_NAMES}=false,"
+            f"{featuregates.COMPUTE_DOMAIN_CLIQUES}=false"
         )
 
 
@@ -145,8 +146,8 @@ def read_clique_id(config: PluginConfig, strict: bool | None = None) -> str:
 
     root = config.read_root
     if strict is None:
-        strict = config.gates.enabled(fg.CRASH_ON_NVLINK_FABRIC_ERRORS)
-    tolerate = config.gates.enabled(fg.FABRIC_MANAGER_PARTITIONING) and has_local_fabric(root)
+        strict = config.gates.enabled(featuregates.CRASH_ON_NVLINK_FABRIC_ERRORS)
+    tolerate = config.gates.enabled(featuregates.FABRIC_MANAGER_PARTITIONING) and has_local_fabric(root)
     return nvml.clique_id(str(root), strict=strict, tolerate_pending=tolerate)
 
 
@@ -160,7 +161,7 @@ def discover(config: PluginConfig) -> NodeDiscovery:
     if clique_id and not config.host_managed:
         check_fabric_mgmt(config, clique_id)
     version = ""
-    if config.gates.enabled(fg.IMEX_DAEMONS_WITH_DNS_NAMES) and not config.host_managed:
+    if config.gates.enabled(featuregates.IMEX_DAEMONS_WITH_DNS_NAMES) and not config.host_managed:
         version = nvml.driver_version(str(root))
         check_driver_version(version)
     log.info(

@@ -23,10 +23,12 @@ from cdriver.dra import health, node_service, registration, sockets
 from cdriver.errors import CdriverError
 from cdriver.httpserve import HttpServer
 from cdriver.kube.client import load_api_client
+from cdriver.kube.errors import ApiError
 from cdriver.kube.events import EventRecorder
 from cdriver.kube.informer import Informer, uid_index
 from cdriver.kube.objects import uid_of
-from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES
 from cdriver.roles.kubelet_plugin import cdi_edits
 from cdriver.roles.kubelet_plugin.cleanup import Sweeper
 from cdriver.roles.kubelet_plugin.clique_refresh import CliqueRefresher

@@ -13,8 +13,10 @@ import threading
 from collections.abc import Callable
 
 from cdriver.api.constants import LABEL_COMPUTE_DOMAIN
+from cdriver.kube.errors import ApiError
 from cdriver.kube.objects import labels_of, resource_version_of
-from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES
 from cdriver.roles.kubelet_plugin.errors import retryable
 
 log = logging.getLogger(__name__)

@@ -30,15 +30,16 @@ from cdriver.checkpoint import CheckpointError, ClaimDevice, ClaimRecord, ClaimS
 from cdriver.dra.node_service import ClaimRef, PreparedDevice
 from cdriver.errors import CdriverError
 from cdriver.imex.config import IMEXD_TEMPLATE_NAME, domain_template, load_template
+from cdriver.kube.errors import ApiError
 from cdriver.kube.events import NORMAL, WARNING
 from cdriver.kube.objects import meta_of, name_of
-from cdriver.kube.raw import RESOURCES, ApiError
+from cdriver.kube.resources import RESOURCES
 from cdriver.nvml.discover import IMEX_CHANNEL_COUNT
 from cdriver.roles.kubelet_plugin import cdi_edits, claims
 from cdriver.roles.kubelet_plugin.claims import KIND_DAEMON, ClaimPlan
 from cdriver.roles.kubelet_plugin.discovery import DiscoveryError, fabric_mgmt_device
 from cdriver.roles.kubelet_plugin.errors import ClaimError, permanent, retryable
-from cdriver.roles.kubelet_plugin.host import check_host_imex
+from cdriver.roles.kubelet_plugin.host_imex import check_host_imex
 from cdriver.roles.kubelet_plugin.readiness import node_readiness
 from cdriver.roles.kubelet_plugin.state import PluginState, held_devices
 

@@ -22,7 +22,7 @@ from cdriver.checkpoint import ClaimRecord, ClaimState
 from cdriver.errors import CdriverError
 from cdriver.kube.events import WARNING
 from cdriver.kube.objects import meta_of
-from cdriver.kube.raw import RESOURCES
+from cdriver.kube.resources import RESOURCES
 from cdriver.roles.kubelet_plugin import claims as claim_plans
 from cdriver.roles.kubelet_plugin.prepare import prepared_devices, record_devices
 from cdriver.roles.kubelet_plugin.state import PluginState

@@ -14,9 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cdriver.api.constants import DRIVER_NAME
+from cdriver.kube.errors import ApiError
 from cdriver.kube.informer import Informer
 from cdriver.kube.objects import meta_of, name_of, owner_references_of
-from cdriver.kube.raw import RESOURCES, ApiError, RawClient
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES
 from cdriver.roles.kubelet_plugin.devices import DeviceRef, slice_device
 
 log = logging.getLogger(__name__)

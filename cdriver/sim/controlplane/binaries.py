@@ -27,6 +27,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+from cdriver.checkout import HACK_DIR
 from cdriver.errors import CdriverError
 
 #: The build.sh component of the default Kubernetes minor, and of the oldest one tested.
@@ -88,7 +89,7 @@ def default_build_script() -> Path:
     override = os.environ.get(ENV_BUILD_SCRIPT)
     if override:
         return Path(override)
-    return Path(__file__).resolve().parents[3] / "hack" / "kube" / "build.sh"
+    return HACK_DIR / "kube" / "build.sh"
 
 
 def check_bin_dir(component: str, directory: Path, origin: str) -> Path:

@@ -37,13 +37,17 @@ import urllib.request
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from cdriver.atomic import atomic_write
 from cdriver.errors import CdriverError
 from cdriver.sim.controlplane import pki
 from cdriver.sim.controlplane.binaries import ControlPlaneBinaries, control_plane_binaries
+
+if TYPE_CHECKING:
+    from cdriver.kube.connection import Connection
 
 log = logging.getLogger(__name__)
 
@@ -302,14 +306,6 @@ def pick_ports() -> Ports:
     return Ports(*sorted(chosen))
 
 
-def _write_file(path: Path, text: str, mode: int = 0o644) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 # --- effects: processes and probes -------------------------------------------------------
 
 try:  # loaded here, not in the child: no dlopen between fork and exec
@@ -423,8 +419,8 @@ class LocalCluster:
             self._raw = RawClient(self.api_client())
         return self._raw
 
-    def api_client(self) -> Any:
-        """A new `kubernetes.client.ApiClient` for the admin kubeconfig."""
+    def api_client(self) -> Connection:
+        """A new connection to the API server (`cdriver.kube.connection`) for the admin kubeconfig."""
         from cdriver.kube.client import load_api_client
 
         return load_api_client(str(self.kubeconfig))
@@ -467,12 +463,12 @@ class LocalCluster:
         for component in (APISERVER, CONTROLLER_MANAGER, SCHEDULER):
             layout.cert_dir(component).mkdir(parents=True, exist_ok=True)
         pki.write_pki(layout.pki_dir)
-        _write_file(layout.scheduler_config, yaml.safe_dump(scheduler_config(layout)))
+        atomic_write(layout.scheduler_config, yaml.safe_dump(scheduler_config(layout)))
         started = time.monotonic()
         for attempt in range(3):
             self.ports = self.ports if (attempt == 0 and self.ports) else pick_ports()
-            _write_file(layout.kubeconfig,
-                        yaml.safe_dump(kubeconfig_dict(self.server, self.pki)), mode=0o600)
+            atomic_write(layout.kubeconfig,
+                         yaml.safe_dump(kubeconfig_dict(self.server, self.pki)), mode=0o600)
             try:
                 self._start_all(binaries)
                 break
@@ -514,7 +510,7 @@ class LocalCluster:
         if self.egress_proxy is None:
             return None
         path = self.layout.root / "egress-selector.yaml"
-        _write_file(path, yaml.safe_dump(egress_config(self.egress_proxy)))
+        atomic_write(path, yaml.safe_dump(egress_config(self.egress_proxy)))
         return path
 
     def _launch(self, component: str) -> None:
@@ -610,7 +606,7 @@ class LocalCluster:
             "pids": {name: p.popen.pid for name, p in self._procs.items() if p.popen},
             "kubectl": str(self.binaries.kubectl) if self.binaries else "",
         }
-        _write_file(self.layout.state, json.dumps(state, indent=2) + "\n")
+        atomic_write(self.layout.state, json.dumps(state, indent=2) + "\n")
 
     # -- faults and recovery ------------------------------------------------------------
     def kill(self, component: str, sig: int = signal.SIGKILL) -> None:
@@ -677,7 +673,7 @@ class LocalCluster:
     # -- API helpers -------------------------------------------------------------------
     def wait_for_default_service_account(self, namespace: str, timeout: float = 30.0) -> dict:
         """Wait until serviceaccount/default exists in `namespace` (pods need it) and return it."""
-        from cdriver.kube.raw import RESOURCES
+        from cdriver.kube.resources import RESOURCES
 
         deadline = time.monotonic() + timeout
         while True:
@@ -694,7 +690,7 @@ class LocalCluster:
     def create_namespace(self, name: str, labels: dict[str, str] | None = None,
                          timeout: float = 30.0) -> dict:
         """Create a namespace and wait for its default service account; returns the namespace."""
-        from cdriver.kube.raw import RESOURCES
+        from cdriver.kube.resources import RESOURCES
 
         ns = self.raw.create(RESOURCES["namespaces"], {
             "metadata": {"name": name, "labels": dict(labels or {})}})

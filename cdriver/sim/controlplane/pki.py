@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +20,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from cdriver.atomic import atomic_write
 
 #: Subject alternative names of the kube-apiserver serving certificate.
 APISERVER_DNS_NAMES = (
@@ -194,11 +195,7 @@ def issue_cert(
 
 def _write(path: Path, data: bytes, private: bool) -> None:
     """Write atomically; private keys get mode 0600."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    atomic_write(path, data, mode=0o600 if private else 0o644)
 
 
 def _write_pair(pair: KeyPair, cert_path: Path, key_path: Path) -> None:

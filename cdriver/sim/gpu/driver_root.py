@@ -29,12 +29,13 @@ import os
 import shlex
 import shutil
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cdriver.api import constants
+from cdriver.atomic import atomic_path, atomic_write
+from cdriver.checkout import PACKAGE_PARENT
 from cdriver.errors import CdriverError
 from cdriver.imex.config import IMEX_CTL_BINARY, IMEX_DAEMON_BINARY
 from cdriver.nvml.discover import FABRIC_MGMT_CAP_PATH
@@ -181,7 +182,7 @@ def render_wrapper(description: str, args: list[str], root_relative_args: list[s
     if ignore_signals:
         lines.append(f"trap '' {' '.join(ignore_signals)}")
     if command is None and not getattr(sys, "frozen", False):
-        package_parent = str(Path(__file__).resolve().parents[3])
+        package_parent = str(PACKAGE_PARENT)
         lines.append(f"PYTHONPATH={shlex.quote(package_parent)}${{PYTHONPATH:+:$PYTHONPATH}}")
         lines.append("export PYTHONPATH")
     command = command or cdriver_command()
@@ -200,30 +201,15 @@ def render_wrapper(description: str, args: list[str], root_relative_args: list[s
 
 def _write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, text, mode=mode)
 
 
 def _install_library(built: Path, lib_dir: Path) -> Path:
     """Copy the cached library into the driver root (a copy, not a link: see module notes)."""
     target = lib_dir / LIBRARY_NAME
     if not (target.is_file() and not target.is_symlink() and filecmp.cmp(built, target, shallow=False)):
-        fd, tmp = tempfile.mkstemp(prefix=f".{LIBRARY_NAME}.", suffix=".tmp", dir=lib_dir)
-        os.close(fd)
-        try:
+        with atomic_path(target, mode=0o755) as tmp:
             shutil.copy2(built, tmp)
-            os.chmod(tmp, 0o755)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
     link = lib_dir / "libnvidia-ml.so"
     if not (link.is_symlink() and os.readlink(link) == LIBRARY_NAME):
         link.unlink(missing_ok=True)

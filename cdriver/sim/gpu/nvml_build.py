@@ -11,11 +11,11 @@ import hashlib
 import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from cdriver.atomic import atomic_path
 from cdriver.errors import CdriverError
 
 LIBRARY_NAME = "libnvidia-ml.so.1"
@@ -88,11 +88,8 @@ def _build(cc: str, target: Path) -> None:
         raise NvmlBuildError(f"C compiler {cc!r} not found; the simulated NVML library is built on first use. "
                              "Install gcc (e.g. `apt-get install gcc`) or set CC to a C compiler.")
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{LIBRARY_NAME}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    argv = [cc, *CFLAGS, "-o", str(tmp), *(str(SOURCE_DIR / s) for s in SOURCES), *LIBS]
-    try:
+    with atomic_path(target, mode=0o755) as tmp:
+        argv = [cc, *CFLAGS, "-o", str(tmp), *(str(SOURCE_DIR / s) for s in SOURCES), *LIBS]
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -101,7 +98,3 @@ def _build(cc: str, target: Path) -> None:
         if proc.returncode != 0:
             raise NvmlBuildError(f"building the simulated NVML library failed (exit {proc.returncode}): "
                                  f"{' '.join(argv)}\n{proc.stderr.strip()}")
-        tmp.chmod(0o755)
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)

@@ -25,6 +25,15 @@ from typing import Any
 
 import yaml
 
+from cdriver.decoding import (
+    DecodeError,
+    is_integer,
+    strict_json_loads,
+    strict_yaml_load,
+    unknown_field,
+    unknown_fields,
+    wrong_type,
+)
 from cdriver.errors import CdriverError
 
 ENV_SIM_TOPOLOGY = "CDRIVER_SIM_TOPOLOGY"  # topology document of the simulation
@@ -136,29 +145,22 @@ def canonical_uuid(value: str) -> str | None:
     return None
 
 
-def _type_name(value: Any) -> str:
-    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
-            float: "a number", type(None): "empty"}.get(type(value), type(value).__name__)
-
-
 def _check_keys(where: str, value: Mapping[str, Any], allowed: set[str]) -> None:
-    unknown = sorted(str(k) for k in value if k not in allowed)
+    unknown = unknown_fields(value, allowed)
     if unknown:
-        raise TopologyError(
-            f"{where}: unknown key(s) {', '.join(unknown)}; allowed keys are {', '.join(sorted(allowed))}"
-        )
+        raise TopologyError(f"{where}: {unknown_field(unknown[0], sorted(allowed))}")
 
 
 def _require(where: str, value: Any, kind: type, expected: str) -> Any:
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise TopologyError(f"{where}: expected {expected}, got {_type_name(value)} {value!r}")
+    if not isinstance(value, kind) or (kind is int and not is_integer(value)):
+        raise TopologyError(f"{where}: {wrong_type(expected, value)}")
     return value
 
 
 def parse_topology(data: Any, source: str = "<topology>") -> Topology:
     """Validate plain data (as loaded from YAML/JSON) into a Topology; raises TopologyError."""
     if not isinstance(data, Mapping):
-        raise TopologyError(f"{source}: expected a mapping with keys version and domains, got {_type_name(data)}")
+        raise TopologyError(f"{source}: {wrong_type('an object with keys version and domains', data)}")
     _check_keys(source, data, _TOP_KEYS)
     version = data.get("version", TOPOLOGY_VERSION)
     _require(f"{source}: version", version, int, "an integer")
@@ -173,7 +175,7 @@ def parse_topology(data: Any, source: str = "<topology>") -> Topology:
     domains: list[Domain] = []
     for d_index, d_raw in enumerate(domains_raw):
         where = f"{source}: domains[{d_index}]"
-        _require(where, d_raw, Mapping, "a mapping with keys name, uuid, cliques")
+        _require(where, d_raw, Mapping, "an object with keys name, uuid, cliques")
         _check_keys(where, d_raw, _DOMAIN_KEYS)
         name = d_raw.get("name", "")
         if name is None:
@@ -202,16 +204,14 @@ def parse_topology(data: Any, source: str = "<topology>") -> Topology:
         seen_ids: set[int] = set()
         for c_index, c_raw in enumerate(cliques_raw):
             c_where = f"{where}.cliques[{c_index}]"
-            _require(c_where, c_raw, Mapping, "a mapping with keys id, nodes")
+            _require(c_where, c_raw, Mapping, "an object with keys id, nodes")
             _check_keys(c_where, c_raw, _CLIQUE_KEYS)
             if "id" not in c_raw:
                 raise TopologyError(f"{c_where}: missing key id (an integer clique ID)")
             clique_id = c_raw["id"]
-            if isinstance(clique_id, bool) or not isinstance(clique_id, int):
-                raise TopologyError(
-                    f"{c_where}.id: expected an integer clique ID 0..{MAX_CLIQUE_ID}, "
-                    f"got {_type_name(clique_id)} {clique_id!r}"
-                )
+            if not is_integer(clique_id):
+                expected = f"an integer clique ID 0..{MAX_CLIQUE_ID}"
+                raise TopologyError(f"{c_where}.id: {wrong_type(expected, clique_id)}")
             if not 0 <= clique_id <= MAX_CLIQUE_ID:
                 raise TopologyError(f"{c_where}.id: {clique_id} is out of range 0..{MAX_CLIQUE_ID}")
             if clique_id in seen_ids:
@@ -242,39 +242,12 @@ def parse_topology(data: Any, source: str = "<topology>") -> Topology:
     return Topology(version, tuple(domains), source)
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate mapping keys instead of keeping the last one."""
-
-
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            mark = key_node.start_mark
-            raise TopologyError(f"{loader.name}:{mark.line + 1}: duplicate key {key!r}; keep only one")
-        seen.add(key)
-    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
-def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise TopologyError(f"duplicate key {key!r}; keep only one")
-        out[key] = value
-    return out
-
-
 def _loads_json(text: str, source: str) -> Any:
     try:
-        return json.loads(text, object_pairs_hook=_reject_duplicates)
+        return strict_json_loads(text)
     except json.JSONDecodeError as exc:
         raise TopologyError(f"{source}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
-    except TopologyError as exc:
+    except DecodeError as exc:
         raise TopologyError(f"{source}: {exc}") from None
 
 
@@ -283,12 +256,9 @@ def loads_topology(text: str, source: str = "<topology>") -> Topology:
     if text.lstrip().startswith(("{", "[")):
         return parse_topology(_loads_json(text, source), source)
     try:
-        loader = _StrictLoader(text)
-        loader.name = source
-        try:
-            data = loader.get_single_data()
-        finally:
-            loader.dispose()
+        data = strict_yaml_load(text)
+    except DecodeError as exc:
+        raise TopologyError(f"{source}:{exc.line}: {exc}") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source

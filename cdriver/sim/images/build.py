@@ -35,6 +35,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 import cdriver
+from cdriver.checkout import REPO_ROOT
 from cdriver.errors import CdriverError
 from cdriver.sim.images import containerfile, oci
 
@@ -100,7 +101,7 @@ def cache_root() -> Path:
 
 def source_root() -> Path:
     """The source tree this package runs from (the images need its Containerfile and packaging/)."""
-    root = Path(__file__).resolve().parents[3]
+    root = REPO_ROOT
     if not (root / "Containerfile").is_file() or not (root / "packaging" / "build.sh").is_file():
         raise ImageBuildError(f"{root} is not a cdriver source tree (no Containerfile or packaging/build.sh): "
                               "build images from a checkout with `make images`")

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
+from cdriver.atomic import atomic_path
 from cdriver.errors import CdriverError
 
 MEDIA_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -328,27 +329,21 @@ def write_archive(path: Path, ref: str, config: ImageConfig, layers: list[Layer]
     manifest_blob = canonical_json(manifest_document(config_desc, [lay.descriptor for lay in layers]))
     manifest_desc = Descriptor(MEDIA_MANIFEST, sha256_digest(manifest_blob), len(manifest_blob))
     index_blob = json.dumps(index_document(manifest_desc, ref, architecture), indent=2).encode() + b"\n"
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
-            _add_bytes(tar, "oci-layout", canonical_json({"imageLayoutVersion": LAYOUT_VERSION}))
-            _add_bytes(tar, "index.json", index_blob)
-            for d in ("blobs", "blobs/sha256"):
-                tar.addfile(_tarinfo(d, "dir", 0o755))
-            written = set()
-            for desc, blob in ((manifest_desc, manifest_blob), (config_desc, config_blob)):
-                _add_bytes(tar, _blob_name(desc.digest), blob)
-                written.add(desc.digest)
-            for lay in layers:
-                if lay.descriptor.digest in written:
-                    continue
-                written.add(lay.descriptor.digest)
-                with open(lay.path, "rb") as f:
-                    tar.addfile(_tarinfo(_blob_name(lay.descriptor.digest), "file", 0o644, lay.descriptor.size), f)
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp, tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
+        _add_bytes(tar, "oci-layout", canonical_json({"imageLayoutVersion": LAYOUT_VERSION}))
+        _add_bytes(tar, "index.json", index_blob)
+        for d in ("blobs", "blobs/sha256"):
+            tar.addfile(_tarinfo(d, "dir", 0o755))
+        written = set()
+        for desc, blob in ((manifest_desc, manifest_blob), (config_desc, config_blob)):
+            _add_bytes(tar, _blob_name(desc.digest), blob)
+            written.add(desc.digest)
+        for lay in layers:
+            if lay.descriptor.digest in written:
+                continue
+            written.add(lay.descriptor.digest)
+            with open(lay.path, "rb") as f:
+                tar.addfile(_tarinfo(_blob_name(lay.descriptor.digest), "file", 0o644, lay.descriptor.size), f)
     return manifest_desc
 
 

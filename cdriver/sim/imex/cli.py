@@ -26,6 +26,7 @@ import click
 import psutil
 
 from cdriver.api import constants
+from cdriver.checkout import PACKAGE_PARENT
 from cdriver.errors import CdriverError
 from cdriver.imex.config import IMEX_CMD_PORT, IMEX_DAEMON_BINARY, IMEX_SERVER_PORT
 from cdriver.imex.ctl import DEFAULT_HOST_IMEX_SOCKET, IMEX_READY_OUTPUT
@@ -148,7 +149,7 @@ def _runner_argv(root: Path, ip: str, peers: tuple[str, ...], socket_path: str, 
 def _runner_env() -> dict[str, str]:
     env = dict(os.environ)
     if not getattr(sys, "frozen", False):
-        package_parent = str(Path(__file__).resolve().parents[3])
+        package_parent = str(PACKAGE_PARENT)
         env["PYTHONPATH"] = package_parent + (f":{env['PYTHONPATH']}" if env.get("PYTHONPATH") else "")
     return env
 

@@ -148,7 +148,7 @@ class NodeHeartbeat:
 
     def renew(self) -> None:
         """One renewal (merge patch of spec.renewTime)."""
-        from cdriver.kube.raw import RESOURCES
+        from cdriver.kube.resources import RESOURCES
 
         self.raw.patch(RESOURCES["leases"], self.node_name,
                        {"spec": {"renewTime": micro_time(_now())}}, NODE_LEASE_NAMESPACE)
@@ -187,7 +187,8 @@ class RegisteredNode:
 
     def delete(self) -> None:
         """Stop the heartbeat and delete the Node (its Lease is garbage-collected)."""
-        from cdriver.kube.raw import RESOURCES, ApiError
+        from cdriver.kube.errors import ApiError
+        from cdriver.kube.resources import RESOURCES
 
         self.stop()
         try:
@@ -205,7 +206,7 @@ class RegisteredNode:
 
 def wait_schedulable(raw: Any, name: str, timeout: float = 30.0) -> dict[str, Any]:
     """Wait until the Node is Ready and carries no NoSchedule/NoExecute taint."""
-    from cdriver.kube.raw import RESOURCES
+    from cdriver.kube.resources import RESOURCES
 
     deadline = time.monotonic() + timeout
     node: dict[str, Any] = {}
@@ -233,7 +234,8 @@ def register_node(
 ) -> RegisteredNode:
     """Create a Ready Node and its Lease, start the heartbeat, and (by default) wait until
     node-lifecycle-controller has cleared the not-ready taint."""
-    from cdriver.kube.raw import RESOURCES, ApiError
+    from cdriver.kube.errors import ApiError
+    from cdriver.kube.resources import RESOURCES
 
     body = node_object(name, labels, internal_ip=internal_ip, capacity=capacity)
     created = raw.create(RESOURCES["nodes"], body)

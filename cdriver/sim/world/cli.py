@@ -19,6 +19,7 @@ from pathlib import Path
 import click
 
 from cdriver.api.imex_mode import IMEX_MODE_DRIVER_MANAGED, IMEX_MODE_HOST_MANAGED
+from cdriver.atomic import atomic_write
 from cdriver.sim.controlplane.pidfile import process_alive, read_pid, stop_process
 
 UP_TIMEOUT = 1800.0  # includes a first, cold build of the control plane
@@ -135,9 +136,7 @@ def up(base_dir: Path | None, nodes: int, real_nodes: int, topology: Path | None
         state = {"kubeconfig": str(world.kubeconfig), "server": world.cluster.server,
                  "kubectl": str(world.kubectl), "helm": str(world.helm), "pid": os.getpid(),
                  "nodes": [{"name": n.name, "ip": n.ip, "clique": n.clique, "real": n.real} for n in world.nodes]}
-        tmp = state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=2))
-        tmp.replace(state_file)
+        atomic_write(state_file, json.dumps(state, indent=2))
         click.echo("simulated cluster is up", err=True)
         while not stopping["flag"]:
             time.sleep(1.0)

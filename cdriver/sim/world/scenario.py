@@ -15,7 +15,8 @@ from typing import Any
 from cdriver.api import constants
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.errors import CdriverError
-from cdriver.kube.raw import RESOURCES, ApiError
+from cdriver.kube.errors import ApiError
+from cdriver.kube.resources import RESOURCES
 from cdriver.sim.images.build import image_ref
 
 PODS = RESOURCES["pods"]

@@ -22,6 +22,7 @@ from typing import Any
 
 from cdriver.api import constants
 from cdriver.api.imex_mode import IMEX_MODE_DRIVER_MANAGED, IMEX_MODE_HOST_MANAGED
+from cdriver.checkout import CHART_DIR
 from cdriver.errors import CdriverError
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ class WorldError(CdriverError):
 
 def chart_dir() -> Path:
     """The chart in the source tree this package runs from."""
-    path = Path(__file__).resolve().parents[3] / "helm" / "cdriver"
+    path = CHART_DIR
     if not (path / "Chart.yaml").exists():
         raise WorldError(f"the Helm chart is not at {path}; run from a checkout of the cdriver repository")
     return path
@@ -74,7 +75,7 @@ class WorldSettings:
     controller_metrics_port: int = 0  # 0: pick a free port
     #: how many of the topology's first nodes are real (kubelet + containerd + runc); the rest simulated
     real_nodes: int = 0
-    #: DRIVER_CDRIVER, or DRIVER_UPSTREAM (the peer build, see cdriver.sim.world.peer)
+    #: DRIVER_CDRIVER, or DRIVER_UPSTREAM (the peer build, see cdriver.sim.world.upstream_driver)
     driver: str = DRIVER_CDRIVER
     #: a user's values file: when given, the chart gets it plus only what the simulated cluster
     #: needs (imex_mode and feature_gates above are then the file's to say)
@@ -261,7 +262,7 @@ class SimWorld:
         self.helm = helm_binary()
         self.kubectl = getattr(binaries, "kubectl", None)
         if self.settings.driver == DRIVER_UPSTREAM:
-            from cdriver.sim.world.peer import peer_build
+            from cdriver.sim.world.upstream_driver import peer_build
 
             self.peer = peer_build()
 
@@ -362,7 +363,7 @@ class SimWorld:
     def chart_args(self, driver: str) -> list[str]:
         """The chart of `driver` and its values for this cluster (helm install/upgrade arguments)."""
         if driver == DRIVER_UPSTREAM:
-            from cdriver.sim.world.peer import peer_helm_values, peer_local_values
+            from cdriver.sim.world.upstream_driver import peer_helm_values, peer_local_values
 
             if self.peer is None:
                 raise WorldError("the upstream driver's chart is known only to a world started with driver=upstream")
@@ -384,7 +385,7 @@ class SimWorld:
             raise WorldError(f"helm install failed:\n{out.stdout[-2000:]}{out.stderr[-3000:]}")
 
     def _wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
-        from cdriver.kube.raw import RESOURCES
+        from cdriver.kube.resources import RESOURCES
 
         deadline = time.monotonic() + timeout
         want = {n.name for n in self.nodes}
@@ -428,7 +429,7 @@ class SimWorld:
 
     def pod_log_tails(self, namespace: str = DRIVER_NAMESPACE, lines: int = 15) -> str:
         """The last lines of every container log in `namespace` (for failure messages)."""
-        from cdriver.kube.raw import RESOURCES
+        from cdriver.kube.resources import RESOURCES
 
         out = []
         for pod in self.raw.list(RESOURCES["pods"], namespace=namespace)["items"]:

@@ -236,7 +236,7 @@ class RealNode:
         return self
 
     def wait_ready(self, raw: Any, timeout: float = READY_TIMEOUT) -> None:
-        from cdriver.kube.raw import RESOURCES
+        from cdriver.kube.resources import RESOURCES
 
         deadline = time.monotonic() + timeout
         state = "no Node object"
@@ -302,7 +302,3 @@ def _tail(path: Path, lines: int = 25) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return f"({path} not readable)"
-
-
-def remove_root(root: Path) -> None:
-    shutil.rmtree(root, ignore_errors=True)

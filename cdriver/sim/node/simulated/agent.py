@@ -28,10 +28,12 @@ from typing import Any
 from urllib.parse import urlparse
 
 from cdriver.errors import CdriverError
+from cdriver.kube.errors import ApiError
 from cdriver.kube.events import EventRecorder
 from cdriver.kube.informer import Informer, uid_index
-from cdriver.kube.raw import RESOURCES, ApiError, RawClient
-from cdriver.sim.node import registration as nodemod
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES
+from cdriver.sim.node import registration
 from cdriver.sim.node.addresses import AddressBlock, lease_block
 from cdriver.sim.node.simulated.claim_cache import ClaimCache
 from cdriver.sim.node.simulated.claims import PodState, unprepare_pod_claims
@@ -189,7 +191,7 @@ class NodeAgent:
             raise NodeError(f"node {self.name}: the pod list did not load within 30 s; is the API server up?")
         self._end_kept(lambda uid: not self.informer or not self.informer.by_index("uid", uid))
         if wait:
-            nodemod.wait_schedulable(self.raw, self.name, self.options.wait_schedulable)
+            registration.wait_schedulable(self.raw, self.name, self.options.wait_schedulable)
 
     def stop(self, delete_node: bool = False, keep_containers: bool = False) -> None:
         """Stop the pods (claims stay prepared), the plugin watcher and the heartbeat; with
@@ -286,7 +288,7 @@ class NodeAgent:
     # -- Node object and heartbeat ---------------------------------------------------------------
     def node_object(self) -> dict[str, Any]:
         port = self.kubelet_server.port if self.kubelet_server is not None else self.kubelet_port
-        body = nodemod.node_object(self.name, self.labels, internal_ip=self.ip, capacity=self.capacity,
+        body = registration.node_object(self.name, self.labels, internal_ip=self.ip, capacity=self.capacity,
                                    kubelet_port=port)
         body["status"]["nodeInfo"]["containerRuntimeVersion"] = "cdriver-sim://1"
         if self.kubelet_server is not None:
@@ -314,16 +316,15 @@ class NodeAgent:
 
     def _renew_lease(self, create: bool = False) -> None:
         try:
-            self.raw.patch(LEASES, self.name, {"spec": {"renewTime": nodemod.micro_time(dt.datetime.now(dt.UTC)),
-                                                        "holderIdentity": self.name,
-                                                        "leaseDurationSeconds": nodemod.LEASE_DURATION_SECONDS}},
-                           nodemod.NODE_LEASE_NAMESPACE)
+            spec = {"renewTime": registration.micro_time(dt.datetime.now(dt.UTC)), "holderIdentity": self.name,
+                    "leaseDurationSeconds": registration.LEASE_DURATION_SECONDS}
+            self.raw.patch(LEASES, self.name, {"spec": spec}, registration.NODE_LEASE_NAMESPACE)
         except ApiError as exc:
             if not exc.not_found:
                 raise
             node = {"metadata": {"name": self.name, "uid": self.node_uid}}
             try:
-                self.raw.create(LEASES, nodemod.lease_object(node), nodemod.NODE_LEASE_NAMESPACE)
+                self.raw.create(LEASES, registration.lease_object(node), registration.NODE_LEASE_NAMESPACE)
             except ApiError as again:
                 if not again.already_exists:
                     raise

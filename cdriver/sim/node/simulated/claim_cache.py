@@ -10,12 +10,12 @@ file so a restarted node agent continues where it stopped.
 from __future__ import annotations
 
 import json
-import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cdriver.atomic import atomic_write
 from cdriver.dra.node_service import ClaimRef, PreparedDevice
 from cdriver.errors import CdriverError
 
@@ -76,9 +76,7 @@ class ClaimCache:
 
     def _save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text(json.dumps({"claims": [c.to_dict() for c in self._claims.values()]}, indent=1))
-        os.replace(tmp, self.path)
+        atomic_write(self.path, json.dumps({"claims": [c.to_dict() for c in self._claims.values()]}, indent=1))
 
     def reference(self, pod_uid: str, ref: ClaimRef, drivers: list[str]) -> bool:
         """Record that `pod_uid` uses the claim; True if the claim still needs NodePrepareResources."""
@@ -115,10 +113,6 @@ class ClaimCache:
     def get(self, namespace: str, name: str) -> ClaimInfo | None:
         with self._lock:
             return self._claims.get((namespace, name))
-
-    def claims_of_pod(self, pod_uid: str) -> list[ClaimInfo]:
-        with self._lock:
-            return [c for c in self._claims.values() if pod_uid in c.pod_uids]
 
     def pod_uids(self) -> set[str]:
         """Every pod that references a claim."""

@@ -4,11 +4,11 @@ file, and unpreparing a pod's claims through the node's claim record."""
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cdriver.atomic import atomic_write
 from cdriver.dra.client import DRAError
 from cdriver.dra.node_service import ClaimRef
 from cdriver.sim.node.simulated.runtime import NodeRuntime
@@ -56,10 +56,8 @@ class PodState:
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps({"namespace": self.namespace, "name": self.name, "startTime": self.start_time,
-                                   "restarts": self.restarts, "started": sorted(self.started)}, indent=1))
-        os.replace(tmp, path)
+        atomic_write(path, json.dumps({"namespace": self.namespace, "name": self.name, "startTime": self.start_time,
+                                       "restarts": self.restarts, "started": sorted(self.started)}, indent=1))
 
     @classmethod
     def load(cls, path: Path) -> PodState:

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cdriver.atomic import atomic_write
+from cdriver.checkout import PACKAGE_PARENT
 from cdriver.errors import CdriverError
 from cdriver.sim.node.simulated.logs import STDERR, STDOUT, LogWriter, PipeCopier
 from cdriver.sim.node.simulated.volumes import BindMount
@@ -92,7 +94,7 @@ def launcher_env() -> dict[str, str]:
     """The launcher's own environment (the container's is applied at exec)."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
     if not getattr(sys, "frozen", False):
-        package_parent = str(Path(__file__).resolve().parents[4])
+        package_parent = str(PACKAGE_PARENT)
         extra = os.environ.get("PYTHONPATH")
         env["PYTHONPATH"] = package_parent + (f":{extra}" if extra else "")
     return env
@@ -137,9 +139,7 @@ class ContainerProcess:
         """Launch and wait until the command was exec'd; raises StartError with the reason."""
         self.spec_path.parent.mkdir(parents=True, exist_ok=True)
         Path(self.spec.staging).mkdir(parents=True, exist_ok=True)
-        tmp = self.spec_path.with_name(f".{self.spec_path.name}.tmp")
-        tmp.write_text(json.dumps(self.spec.to_dict(os.getpid())))
-        os.replace(tmp, self.spec_path)
+        atomic_write(self.spec_path, json.dumps(self.spec.to_dict(os.getpid())))
         self.writer = LogWriter(self.log_path)
         status_r, status_w = os.pipe()
         out_r, out_w = os.pipe()

@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlparse
 
-from cdriver.sim.node.simulated import logs as logmod
 from cdriver.sim.node.simulated.container import nsenter_argv
+from cdriver.sim.node.simulated.logs import Entry, iter_entries, render
 from cdriver.sim.node.simulated.websocket import WebSocketConn, accept_key, choose_protocol
 
 STDIN, STDOUT, STDERR, ERROR, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
@@ -84,7 +84,7 @@ def flag(query: dict[str, list[str]], *names: str) -> bool:
     return False
 
 
-def filter_since(entries: list[logmod.Entry], since: dt.datetime | None) -> list[logmod.Entry]:
+def filter_since(entries: list[Entry], since: dt.datetime | None) -> list[Entry]:
     if since is None:
         return entries
     out = []
@@ -171,7 +171,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         worker = self._worker(namespace, pod)
         if worker is None:
             return
-        if container not in worker.records:
+        if container not in worker.containers.records:
             self._error(400, f"container {container} is not valid for pod {pod}")
             return
         previous = flag(query, "previous")
@@ -210,8 +210,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             raw = f.read()
             complete = raw[: raw.rfind(b"\n") + 1]
             pending = raw[len(complete):]
-            entries = filter_since(list(logmod.iter_entries(iter(complete.splitlines(keepends=True)))), since)
-            if not emit(logmod.render(entries, tail_lines, timestamps)) or not follow:
+            entries = filter_since(list(iter_entries(iter(complete.splitlines(keepends=True)))), since)
+            if not emit(render(entries, tail_lines, timestamps)) or not follow:
                 return
             while True:
                 chunk = f.read()
@@ -219,8 +219,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                     pending += chunk
                     cut = pending.rfind(b"\n") + 1
                     lines, pending = pending[:cut], pending[cut:]
-                    if lines and not emit(logmod.render(
-                            list(logmod.iter_entries(iter(lines.splitlines(keepends=True)))), None, timestamps)):
+                    if lines and not emit(render(
+                            list(iter_entries(iter(lines.splitlines(keepends=True)))), None, timestamps)):
                         return
                     continue
                 if not self.server.log_active(worker, container, path):

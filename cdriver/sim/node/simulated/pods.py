@@ -1,6 +1,6 @@
 """The pod worker: one thread per pod bound to the node, driving it like kubelet does.
 
-Stages: ``setup`` (volumes, /etc/hosts, NodePrepareResources for the pod's claims; failures
+Stages (`PodStage`): ``setup`` (volumes, /etc/hosts, NodePrepareResources for the pod's claims; failures
 keep the containers waiting in ContainerCreating, record an Event and are retried with
 backoff) → ``init`` (init containers in order; sidecars, i.e. init containers with
 ``restartPolicy: Always``, keep running) → ``run`` (containers with probes and the restart
@@ -12,29 +12,27 @@ Restart counts and prepared claims are kept in ``pods/<uid>/state.json`` so a re
 node agent continues counting and can unprepare the claims of pods deleted meanwhile. An agent
 stopped for a restart keeps the containers running, as kubelet's restart does: the worker hands
 them and its container records to the node's `ContainerStore` and the next worker of the pod
-takes them back (probes start anew).
+takes them back (probes start anew). The containers themselves (starts, probes, restarts,
+kills) are `pod_containers.PodContainers`; this module runs the stages, the pod's claims and
+its status.
 """
 
 from __future__ import annotations
 
-import queue
 import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from cdriver.dra.client import DRAError
-from cdriver.dra.node_service import ClaimRef, PreparedDevice
+from cdriver.dra.node_service import ClaimRef
 from cdriver.errors import CdriverError
+from cdriver.kube.errors import ApiError
 from cdriver.kube.objects import being_deleted, meta_of
-from cdriver.kube.raw import RESOURCES, ApiError
-from cdriver.sim.node.simulated import env as envmod
-from cdriver.sim.node.simulated import probes as probemod
-from cdriver.sim.node.simulated import status as st
-from cdriver.sim.node.simulated.cdi_apply import container_cdi_ids, launch_edits
+from cdriver.kube.resources import RESOURCES
 from cdriver.sim.node.simulated.claims import (
     PodState,
     claim_drivers,
@@ -42,37 +40,36 @@ from cdriver.sim.node.simulated.claims import (
     reserved_for,
     unprepare_pod_claims,
 )
-from cdriver.sim.node.simulated.container import (
-    ContainerProcess,
-    LaunchSpec,
-    StartError,
-    exit_details,
-    run_in_container,
+from cdriver.sim.node.simulated.env import EnvError
+from cdriver.sim.node.simulated.pod_containers import (
+    DEFAULT_GRACE,
+    LiveContainer,
+    PodContainers,
+    backoff_delay,
+    should_restart,
+    sidecar,
 )
-from cdriver.sim.node.simulated.container_store import KeptContainer, KeptPod
-from cdriver.sim.node.simulated.images import find_image
-from cdriver.sim.node.simulated.runtime import NodeOptions as NodeOptions  # re-exported (older import path)
 from cdriver.sim.node.simulated.runtime import NodeRuntime
-from cdriver.sim.node.simulated.volumes import BindMount, PodVolumes, VolumeContext, VolumeError, container_mounts
+from cdriver.sim.node.simulated.status import (
+    FAILED,
+    REASON_CREATING,
+    REASON_POD_INITIALIZING,
+    SUCCEEDED,
+    WAITING,
+    PodView,
+    comparable,
+    now_utc,
+    pod_status,
+    rfc3339,
+)
+from cdriver.sim.node.simulated.volumes import PodVolumes, VolumeContext, VolumeError
 
 PODS = RESOURCES["pods"]
 CLAIMS = RESOURCES["resourceclaims"]
 TICK = 0.2
-DEFAULT_GRACE = 30
 
 
 # --- pure helpers --------------------------------------------------------------------------
-
-def backoff_delay(failures: int, base: float, maximum: float) -> float:
-    """Kubelet's crash-loop backoff: the first restart is immediate, then base, 2*base, ..."""
-    if failures <= 0:
-        return 0.0
-    return min(base * (2 ** (failures - 1)), maximum)
-
-
-def should_restart(policy: str, exit_code: int) -> bool:
-    return policy == "Always" or (policy == "OnFailure" and exit_code != 0)
-
 
 def hosts_file(pod: dict[str, Any], ip: str, node_name: str) -> str:
     """A kubelet-managed /etc/hosts for the pod."""
@@ -97,29 +94,13 @@ def hosts_file(pod: dict[str, Any], ip: str, node_name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def sidecar(container: dict[str, Any]) -> bool:
-    return container.get("restartPolicy") == "Always"
+class PodStage(StrEnum):
+    """Where a pod worker is; it only moves forward."""
 
-
-# --- a container's live parts ----------------------------------------------------------------
-
-@dataclass
-class LiveContainer:
-    """The current run of a container: process, env, probes and pending kill."""
-
-    name: str
-    run_id: int
-    proc: ContainerProcess
-    env: dict[str, str]
-    working_dir: str
-    probes: list[probemod.ProbeWorker] = field(default_factory=list)
-    kill_deadline: float | None = None
-    kill_reason: str = ""
-    started_mono: float = field(default_factory=time.monotonic)
-
-    def stop_probes(self) -> None:
-        for p in self.probes:
-            p.stop()
+    SETUP = "setup"  # volumes, /etc/hosts, the pod's claims prepared
+    INIT = "init"  # init containers in order, sidecars kept running
+    RUN = "run"  # the containers, restarted per the pod's restart policy
+    DONE = "done"  # every container finished, the claims unprepared
 
 
 #: the node log's line per NodePrepareResources call (benchmarks read its duration)
@@ -141,36 +122,20 @@ class PodWorker:
         self.on_exit = on_exit
         self._lock = threading.Lock()
         self._wake = threading.Event()
-        self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._deleted = False
         self._shutdown = False
         self._keep_containers = False
-        self.stage = "setup"
+        self.stage = PodStage.SETUP
         self.state = PodState.load(rt.layout.pod_state_file(self.uid))
         self.state.namespace, self.state.name = self.namespace, self.name
-        spec = pod.get("spec") or {}
-        self.records: dict[str, st.ContainerRecord] = {}
-        for c in spec.get("initContainers") or []:
-            self.records[c["name"]] = st.ContainerRecord(
-                c["name"], c.get("image", ""), init=True, sidecar=sidecar(c),
-                restart_count=self.state.restarts.get(c["name"], 0))
-        for c in spec.get("containers") or []:
-            self.records[c["name"]] = st.ContainerRecord(
-                c["name"], c.get("image", ""), restart_count=self.state.restarts.get(c["name"], 0))
-        self.live: dict[str, LiveContainer] = {}
-        self.failures: dict[str, int] = {}
-        self.not_before: dict[str, float] = {}
+        self.containers = PodContainers(rt, self._pod, self.state, self._event, self._save_state, self._wake)
         self.setup_failures = 0
         self.setup_not_before = 0.0
         self.sandbox_ready = False
         self.initialized = False
         self.volumes: PodVolumes | None = None
-        self.volume_paths: dict[str, Path] = {}
-        self.prepared: dict[str, list[PreparedDevice]] = {}
         self._last_status: dict[str, Any] | None = None
         self._last_refresh = time.monotonic()
-        self._run_ids = 0
-        self._pending_message = ""
         self.finished = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"pod-{self.namespace}-{self.name}", daemon=True)
 
@@ -198,27 +163,14 @@ class PodWorker:
 
     def kill_container(self, name: str, sig: int = signal.SIGKILL) -> int:
         """Send `sig` to a container's main process (fault injection); returns its pid."""
-        with self._lock:
-            live = self.live.get(name)
-        if live is None:
-            raise CdriverError(f"container {name!r} of pod {self.namespace}/{self.name} is not running")
-        live.proc.signal(sig)
-        self._wake.set()
-        return live.proc.pid
+        return self.containers.kill_container(name, sig)
 
     def container_info(self, name: str) -> LiveContainer | None:
-        with self._lock:
-            return self.live.get(name)
+        return self.containers.container_info(name)
 
     def log_path(self, name: str, previous: bool = False) -> Path | None:
         """The log file of the container's current (or previous) run."""
-        record = self.records.get(name)
-        if record is None:
-            return None
-        restart = record.restart_count - (1 if previous else 0)
-        if restart < 0:
-            return None
-        return self.rt.layout.container_log(self.namespace, self.name, self.uid, name, restart)
+        return self.containers.log_path(name, previous)
 
     # -- helpers -----------------------------------------------------------------------------
     def _pod(self) -> dict[str, Any]:
@@ -228,21 +180,12 @@ class PodWorker:
     def _spec(self) -> dict[str, Any]:
         return self._pod().get("spec") or {}
 
-    def _containers(self, init: bool) -> list[dict[str, Any]]:
-        return list(self._spec().get("initContainers" if init else "containers") or [])
-
-    def _container(self, name: str) -> dict[str, Any]:
-        for c in self._containers(True) + self._containers(False):
-            if c["name"] == name:
-                return c
-        raise KeyError(name)
-
     def _event(self, type_: str, reason: str, message: str) -> None:
         # list items carry no kind; `kubectl describe` selects events by involvedObject.kind
         self.rt.recorder.event({**self._pod(), "apiVersion": "v1", "kind": "Pod"}, type_, reason, message)
 
     def _save_state(self) -> None:
-        self.state.restarts = {n: r.restart_count for n, r in self.records.items()}
+        self.state.restarts = {n: r.restart_count for n, r in self.containers.records.items()}
         try:
             self.state.save(self.rt.layout.pod_state_file(self.uid))
         except OSError as exc:
@@ -254,7 +197,7 @@ class PodWorker:
             self._loop()
         except Exception:  # noqa: BLE001 - never lose a pod silently
             self.log.exception("pod worker %s/%s crashed", self.namespace, self.name)
-            self._kill_all(0)
+            self.containers.kill_all(0)
         finally:
             self.finished.set()
             if self.on_exit:
@@ -262,21 +205,22 @@ class PodWorker:
 
     def _loop(self) -> None:
         phase = (self._pod().get("status") or {}).get("phase")
-        if phase in (st.SUCCEEDED, st.FAILED):
-            self.stage = "done"
+        if phase in (SUCCEEDED, FAILED):
+            self.stage = PodStage.DONE
         if not self.state.start_time:
-            self.state.start_time = (self._pod().get("status") or {}).get("startTime") or st.rfc3339(st.now_utc())
+            self.state.start_time = (self._pod().get("status") or {}).get("startTime") or rfc3339(now_utc())
         self._save_state()
-        self._take_kept()
+        if self.containers.take_kept():
+            self.sandbox_ready = True
         # kubelet sets the pod's status at the start of a sync, before it prepares the pod's claims,
         # so an event about a failed Prepare never precedes the Pending/ContainerCreating status
         self._post_status()
         while True:
             if self._shutdown:
                 if self._keep_containers:
-                    self._keep()
+                    self.containers.keep()
                 else:
-                    self._kill_all(self.rt.options.shutdown_grace)
+                    self.containers.kill_all(self.rt.options.shutdown_grace)
                 return
             if self._deleted:
                 self._terminate(grace=min(self._grace(), 2.0), delete_object=False)
@@ -284,7 +228,7 @@ class PodWorker:
             if being_deleted(self._pod()):
                 self._terminate(grace=self._grace(), delete_object=True)
                 return
-            self._drain_probe_events()
+            self.containers.drain_probe_events()
             self._step()
             self._post_status()
             self._wake.wait(TICK)
@@ -299,15 +243,15 @@ class PodWorker:
         return float(grace if grace is not None else DEFAULT_GRACE)
 
     def _step(self) -> None:
-        if self.stage == "setup":
+        if self.stage == PodStage.SETUP:
             self._setup()
-        if self.stage in ("init", "run"):
-            self._reap()
-            self._enforce_kills()
+        if self.stage in (PodStage.INIT, PodStage.RUN):
+            self.containers.reap()
+            self.containers.enforce_kills()
             self._refresh_volumes()
-        if self.stage == "init":
+        if self.stage == PodStage.INIT:
             self._run_init()
-        if self.stage == "run":
+        if self.stage == PodStage.RUN:
             self._run_main()
 
     # -- setup: volumes, hosts, DRA ------------------------------------------------------------
@@ -329,7 +273,7 @@ class PodWorker:
             self.log.info("pod %s/%s not ready to start (%s): %s", self.namespace, self.name, reason, exc)
             return
         self.sandbox_ready = True
-        self.stage = "init"
+        self.stage = PodStage.INIT
         self.log.info("pod %s/%s: volumes and claims ready", self.namespace, self.name)
 
     def _setup_volumes(self) -> None:
@@ -338,7 +282,7 @@ class PodWorker:
             host_ip=self.rt.node_ip, pod_ip=self.rt.node_ip, allocatable=self.rt.allocatable,
             get_configmap=self.rt.get_configmap, get_secret=self.rt.get_secret,
             request_token=self.rt.request_token))
-        self.volume_paths = self.volumes.setup()
+        self.containers.volume_paths = self.volumes.setup()
         hosts = self.rt.layout.pod_hosts_file(self.uid)
         hosts.parent.mkdir(parents=True, exist_ok=True)
         if not hosts.exists():
@@ -350,7 +294,7 @@ class PodWorker:
         self._last_refresh = time.monotonic()
         try:
             self.volumes.refresh()
-        except (VolumeError, ApiError, envmod.EnvError) as exc:
+        except (VolumeError, ApiError, EnvError) as exc:
             self.log.warning("pod %s/%s: volume refresh failed: %s", self.namespace, self.name, exc)
 
     def _prepare_claims(self) -> None:
@@ -396,257 +340,19 @@ class PodWorker:
             for ref in refs:
                 self.rt.claims.set_devices(ref, driver, result[ref.uid].devices)
         self.rt.claims.set_prepared([r for refs in batches.values() for r in refs])
-        self.prepared = {}
+        self.containers.prepared = {}
         for pod_claim, claim in claims:
             info = self.rt.claims.get(self.namespace, claim["metadata"]["name"])
-            self.prepared.setdefault(pod_claim, []).extend(info.all_devices() if info else [])
+            self.containers.prepared.setdefault(pod_claim, []).extend(info.all_devices() if info else [])
 
     # -- containers -------------------------------------------------------------------------------
-    def _start(self, container: dict[str, Any]) -> None:
-        name = container["name"]
-        record = self.records[name]
-        first_run = name not in self.state.started
-        pod = self._pod()
-        image = find_image(self.rt.images, container.get("image", ""))
-        try:
-            ctx = envmod.EnvContext(
-                node_name=self.rt.node_name, host_ip=self.rt.node_ip, pod_ip=self.rt.node_ip,
-                api_host=self.rt.api_host, api_port=self.rt.api_port, node_allocatable=self.rt.allocatable,
-                services=self.rt.services(self.namespace) if (pod.get("spec") or {}).get("enableServiceLinks", True)
-                else [], get_configmap=self.rt.get_configmap, get_secret=self.rt.get_secret,
-                path_prefix=[*(image.path if image else ()), *self.rt.path_prefix])
-            env = envmod.container_env(pod, container, ctx)
-            argv = envmod.command_line(container, env)
-            mounts = (image.mounts() if image else []) + container_mounts(container, self.volume_paths, env)
-            if not any(m.target == "/etc/hosts" for m in mounts):
-                mounts.append(BindMount(str(self.rt.layout.pod_hosts_file(self.uid)), "/etc/hosts"))
-            ids = container_cdi_ids(container, self.prepared)
-            devices: list[Any] = []
-            if ids:
-                cdi_env, devices, cdi_mounts = launch_edits(self.rt.resolve_cdi(ids), self.rt.layout)
-                env.update(cdi_env)
-                mounts.extend(cdi_mounts)
-        except (CdriverError, OSError) as exc:
-            record.set_waiting(st.REASON_CONFIG_ERROR, str(exc))
-            self._event("Warning", "Failed", f"Error: {exc}")
-            self._backoff(name)
-            return
-        spec = self._spec()
-        hostname = self.rt.node_name if spec.get("hostNetwork") else (spec.get("hostname") or self.name)
-        privileged = bool((container.get("securityContext") or {}).get("privileged"))
-        working_dir = container.get("workingDir") or "/"
-        run_dir = self.rt.layout.pod_runtime_dir(self.uid)
-        restart = record.restart_count if first_run else record.restart_count + 1
-        launch = LaunchSpec(argv=argv, env=env, working_dir=working_dir, hostname=hostname, devices=devices,
-                            mounts=mounts, extra_dev_dir=str(self.rt.layout.dev_dir) if privileged else None,
-                            staging=str(run_dir / f"{name}.root"))
-        log_path = self.rt.layout.container_log(self.namespace, self.name, self.uid, name, restart)
-        proc = ContainerProcess(launch, run_dir / f"{name}.json", log_path, f"{self.name}-{name}")
-        if not first_run:
-            record.restart_count += 1
-        self.state.started.add(name)
-        self._save_state()
-        try:
-            proc.start()
-        except StartError as exc:
-            proc.close()
-            record.set_terminated(128, st.rfc3339(st.now_utc()), st.REASON_START_ERROR, str(exc))
-            record.container_id = record.container_id or f"{st.CONTAINER_ID_SCHEME}{self.uid}-{name}-{restart}"
-            self._event("Warning", "Failed", f"Error: {exc}")
-            self.log.warning("pod %s/%s container %s failed to start: %s", self.namespace, self.name, name, exc)
-            return
-        self._run_ids += 1
-        live = LiveContainer(name, self._run_ids, proc, env, working_dir)
-        record.set_running(f"{st.CONTAINER_ID_SCHEME}{self.uid}-{name}-{restart}", st.rfc3339(st.now_utc()))
-        with self._lock:
-            self.live[name] = live
-        self._start_probes(container, live, record)
-        self._event("Normal", "Started", f"Started container {name}")
-        self.log.info("pod %s/%s container %s started (pid %d, run %d)", self.namespace, self.name, name,
-                      proc.pid, restart)
-
-    def _start_probes(self, container: dict[str, Any], live: LiveContainer, record: st.ContainerRecord) -> None:
-        ports = {p["name"]: p["containerPort"] for p in container.get("ports") or [] if p.get("name")}
-        startup = container.get("startupProbe")
-        record.started = startup is None
-        has_readiness = container.get("readinessProbe") is not None
-        record.ready = record.started and not has_readiness and (not record.init or record.sidecar)
-        run_id = live.run_id
-
-        def make_check(probe: dict[str, Any]) -> Callable[[float], tuple[bool, str]]:
-            if "exec" in probe:
-                command = envmod.probe_command(container, list((probe["exec"] or {}).get("command") or []))
-
-                def run(cmd: list[str], timeout: float) -> Any:
-                    return run_in_container(live.proc.init_pid, cmd, live.env, live.working_dir, timeout)
-
-                return lambda timeout: probemod.check_exec(run, command, timeout)
-            if "httpGet" in probe:
-                return lambda timeout: probemod.check_http(probe["httpGet"], self.rt.node_ip, timeout, ports)
-            if "tcpSocket" in probe:
-                return lambda timeout: probemod.check_tcp(probe["tcpSocket"], self.rt.node_ip, timeout, ports)
-            if "grpc" in probe:
-                return lambda timeout: probemod.check_grpc(probe["grpc"], self.rt.node_ip, timeout)
-            return lambda timeout: (False, f"probe handler {sorted(probe)} is not supported on simulated nodes")
-
-        def on_change(kind: str, ok: bool, message: str) -> None:
-            self._events.put(("change", live.name, run_id, kind, ok, message))
-            self._wake.set()
-
-        def on_failure(kind: str, message: str) -> None:
-            self._events.put(("failure", live.name, run_id, kind, False, message))
-            self._wake.set()
-
-        def started() -> bool:
-            rec = self.records.get(live.name)
-            return bool(rec and rec.started and rec.running)
-
-        for kind, key in ((probemod.STARTUP, "startupProbe"), (probemod.LIVENESS, "livenessProbe"),
-                          (probemod.READINESS, "readinessProbe")):
-            probe = container.get(key)
-            if probe is None:
-                continue
-            gate = None if kind == probemod.STARTUP else started
-            live.probes.append(probemod.ProbeWorker(
-                kind, probe, make_check(probe), on_change, on_failure, gate, name=f"{self.name}-{live.name}",
-                prompt_after_gate=container.get("startupProbe") is not None).start())
-
-    def _drain_probe_events(self) -> None:
-        while True:
-            try:
-                what, name, run_id, kind, ok, message = self._events.get_nowait()
-            except queue.Empty:
-                return
-            live = self.live.get(name)
-            record = self.records.get(name)
-            if live is None or record is None or live.run_id != run_id or not record.running:
-                continue
-            if what == "failure":
-                self._event("Warning", "Unhealthy", f"{kind} probe failed: {message}")
-                continue
-            if kind == probemod.STARTUP:
-                if ok:
-                    record.started = True
-                    if not self._container(name).get("readinessProbe"):
-                        record.ready = not record.init or record.sidecar
-                else:
-                    self._request_kill(live, f"Container {name} failed startup probe, will be restarted")
-            elif kind == probemod.READINESS:
-                record.ready = ok and record.started
-            elif kind == probemod.LIVENESS and not ok:
-                self._request_kill(live, f"Container {name} failed liveness probe, will be restarted")
-
-    def _keep(self) -> None:
-        """Hand the running containers and the container records to the node's store."""
-        with self._lock:
-            lives, self.live = list(self.live.values()), {}
-        for live in lives:
-            live.stop_probes()
-        kept = [KeptContainer(live.name, live.proc, live.env, live.working_dir) for live in lives]
-        self.rt.containers.keep(self.uid, KeptPod(kept, dict(self.records)))
-        self.log.info("pod %s/%s: %d container(s) keep running while the node agent restarts",
-                      self.namespace, self.name, len(kept))
-
-    def _take_kept(self) -> None:
-        """Take back what a stopped agent's worker of this pod left running."""
-        kept = self.rt.containers.take(self.uid)
-        if kept is None:
-            return
-        self.records.update({n: r for n, r in kept.records.items() if n in self.records})
-        self.sandbox_ready = True
-        for item in kept.containers:
-            record = self.records.get(item.name)
-            if record is None:
-                item.proc.kill_group()
-                item.proc.wait(10)
-                item.proc.close()
-                continue
-            self._run_ids += 1
-            live = LiveContainer(item.name, self._run_ids, item.proc, item.env, item.working_dir)
-            with self._lock:
-                self.live[item.name] = live
-            self._start_probes(self._container(item.name), live, record)
-        self.log.info("pod %s/%s: took back %d running container(s)", self.namespace, self.name,
-                      len(kept.containers))
-
-    def _request_kill(self, live: LiveContainer, reason: str) -> None:
-        if live.kill_deadline is not None:
-            return
-        container = self._container(live.name)
-        grace = self._grace_for(container)
-        live.kill_reason = reason
-        live.kill_deadline = time.monotonic() + grace
-        self._event("Normal", "Killing", reason)
-        live.stop_probes()
-        live.proc.signal(signal.SIGTERM)
-
-    def _grace_for(self, container: dict[str, Any]) -> float:
-        for key in ("livenessProbe", "startupProbe"):
-            probe = container.get(key) or {}
-            if probe.get("terminationGracePeriodSeconds") is not None:
-                return float(probe["terminationGracePeriodSeconds"])
-        grace = self._spec().get("terminationGracePeriodSeconds", DEFAULT_GRACE)
-        return float(DEFAULT_GRACE if grace is None else grace)
-
-    def _enforce_kills(self) -> None:
-        now = time.monotonic()
-        for live in list(self.live.values()):
-            if live.kill_deadline is not None and now >= live.kill_deadline and live.proc.poll() is None:
-                live.proc.kill_group()
-
-    def _reap(self) -> None:
-        """Record containers whose main process exited."""
-        for name, live in list(self.live.items()):
-            rc = live.proc.poll()
-            if rc is None:
-                continue
-            live.stop_probes()
-            live.proc.close()
-            with self._lock:
-                self.live.pop(name, None)
-            code, sig = exit_details(rc)
-            record = self.records[name]
-            record.set_terminated(code, st.rfc3339(st.now_utc()), signal=sig)
-            record.ready = record.init and not record.sidecar and code == 0  # completed init containers
-            ran = time.monotonic() - live.started_mono
-            if ran > 2 * self.rt.options.backoff_max:
-                self.failures[name] = 0
-            self.log.info("pod %s/%s container %s exited with code %d", self.namespace, self.name, name, code)
-
-    def _backoff(self, name: str) -> float:
-        self.failures[name] = self.failures.get(name, 0) + 1
-        delay = backoff_delay(self.failures[name], self.rt.options.backoff_base, self.rt.options.backoff_max)
-        self.not_before[name] = time.monotonic() + delay
-        return delay
-
-    def _maybe_start(self, container: dict[str, Any], policy: str) -> None:
-        """Start a container that is waiting, or restart a terminated one per `policy`."""
-        name = container["name"]
-        record = self.records[name]
-        if record.running:
-            return
-        if record.terminated:
-            if not should_restart(policy, record.exit_code):
-                return
-            delay = self._backoff(name)
-            if delay > 0:
-                record.set_waiting(st.REASON_CRASH_LOOP,
-                                   f"back-off {delay:g}s restarting failed container={name} "
-                                   f"pod={self.name}_{self.namespace}({self.uid})")
-                self._event("Warning", "BackOff", "Back-off restarting failed container "
-                            f"{name} in pod {self.name}_{self.namespace}({self.uid})")
-                return
-        if time.monotonic() < self.not_before.get(name, 0.0):
-            return
-        self._start(container)
-
     def _run_init(self) -> None:
         policy = self._spec().get("restartPolicy", "Always")
-        for container in self._containers(True):
+        for container in self.containers.specs(True):
             name = container["name"]
-            record = self.records[name]
+            record = self.containers.records[name]
             if sidecar(container):
-                self._maybe_start(container, "Always")
+                self.containers.maybe_start(container, "Always")
                 if not (record.running and record.started):
                     return
                 continue
@@ -655,29 +361,29 @@ class PodWorker:
             if record.running:
                 return
             if record.terminated and policy == "Never":
-                self.stage = "done"
+                self.stage = PodStage.DONE
                 self._finish()
                 return
-            self._maybe_start(container, "OnFailure" if policy != "Never" else "Never")
+            self.containers.maybe_start(container, "OnFailure" if policy != "Never" else "Never")
             return
         self.initialized = True
-        self.stage = "run"
+        self.stage = PodStage.RUN
 
     def _run_main(self) -> None:
         policy = self._spec().get("restartPolicy", "Always")
-        for container in self._containers(True):
+        for container in self.containers.specs(True):
             if sidecar(container):
-                self._maybe_start(container, "Always")
-        for container in self._containers(False):
-            self._maybe_start(container, policy)
-        mains = [self.records[c["name"]] for c in self._containers(False)]
+                self.containers.maybe_start(container, "Always")
+        for container in self.containers.specs(False):
+            self.containers.maybe_start(container, policy)
+        mains = [self.containers.records[c["name"]] for c in self.containers.specs(False)]
         if all(r.terminated and not should_restart(policy, r.exit_code) for r in mains):
-            self.stage = "done"
+            self.stage = PodStage.DONE
             self._finish()
 
     def _finish(self) -> None:
         """All regular containers are done: stop sidecars, unprepare the claims."""
-        self._kill_all(self._grace())
+        self.containers.kill_all(self._grace())
         self._unprepare(retry=False)
 
     def _unprepare(self, retry: bool) -> bool:
@@ -687,7 +393,7 @@ class PodWorker:
         while True:
             errors = unprepare_pod_claims(self.rt, self.uid)
             if not errors:
-                self.prepared = {}
+                self.containers.prepared = {}
                 return True
             failures += 1
             message = "; ".join(errors)
@@ -710,28 +416,9 @@ class PodWorker:
         return self._shutdown or self._deleted
 
     # -- termination ------------------------------------------------------------------------------
-    def _kill_all(self, grace: float) -> None:
-        """SIGTERM every running container, SIGKILL the rest after `grace` seconds."""
-        lives = list(self.live.values())
-        if not lives:
-            return
-        for live in lives:
-            live.stop_probes()
-            if live.proc.poll() is None:
-                self._event("Normal", "Killing", f"Stopping container {live.name}")
-                live.proc.signal(signal.SIGTERM)
-        deadline = time.monotonic() + max(grace, 0.0)
-        while time.monotonic() < deadline and any(live.proc.poll() is None for live in lives):
-            time.sleep(0.05)
-        for live in lives:
-            if live.proc.poll() is None:
-                live.proc.kill_group()
-                live.proc.wait(10)
-        self._reap()
-
     def _terminate(self, grace: float, delete_object: bool) -> None:
         self.log.info("pod %s/%s: terminating (grace %gs)", self.namespace, self.name, grace)
-        self._kill_all(grace)
+        self.containers.kill_all(grace)
         # as kubelet: unprepare after the containers stopped and before the final status
         if not self._unprepare(retry=delete_object):
             self.log.warning("pod %s/%s: claims stay prepared (unprepare failed); retried later",
@@ -772,24 +459,24 @@ class PodWorker:
         pod = self._pod()
         spec = pod.get("spec") or {}
         prev = (pod.get("status") or {}).get("conditions") or []
-        view = st.PodView(
+        view = PodView(
             host_ip=self.rt.node_ip, pod_ip=self.rt.node_ip, start_time=self.state.start_time,
             restart_policy=spec.get("restartPolicy", "Always"), sandbox_ready=self.sandbox_ready,
-            initialized=self.initialized or not self._containers(True),
+            initialized=self.initialized or not self.containers.specs(True),
             readiness_gates=[g.get("conditionType", "") for g in spec.get("readinessGates") or []],
             previous_conditions=prev)
-        init = [self.records[c["name"]] for c in self._containers(True)]
-        main = [self.records[c["name"]] for c in self._containers(False)]
-        default = st.REASON_POD_INITIALIZING if init and not self.initialized else st.REASON_CREATING
+        init = [self.containers.records[c["name"]] for c in self.containers.specs(True)]
+        main = [self.containers.records[c["name"]] for c in self.containers.specs(False)]
+        default = REASON_POD_INITIALIZING if init and not self.initialized else REASON_CREATING
         for r in init + main:
-            if r.state == st.WAITING and not r.container_id and r.reason in (st.REASON_CREATING,
-                                                                              st.REASON_POD_INITIALIZING):
+            if r.state == WAITING and not r.container_id and r.reason in (REASON_CREATING,
+                                                                              REASON_POD_INITIALIZING):
                 r.reason = default
-        status = st.pod_status(view, init, main)
-        if self.stage == "done" and (pod.get("status") or {}).get("phase") in (st.SUCCEEDED, st.FAILED) \
-                and not self.live and not any(r.container_id for r in self.records.values()):
+        status = pod_status(view, init, main)
+        if self.stage == PodStage.DONE and (pod.get("status") or {}).get("phase") in (SUCCEEDED, FAILED) \
+                and not self.containers.live and not any(r.container_id for r in self.containers.records.values()):
             return  # finished before this agent started: keep the recorded status
-        key = st.comparable(status)
+        key = comparable(status)
         if not force and key == self._last_status:
             return
         try:

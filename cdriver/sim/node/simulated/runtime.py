@@ -13,7 +13,8 @@ from typing import Any
 from cdriver.cdi.reader import CDIRegistry
 from cdriver.errors import CdriverError
 from cdriver.kube.events import EventRecorder
-from cdriver.kube.raw import RESOURCES, RawClient
+from cdriver.kube.raw import RawClient
+from cdriver.kube.resources import RESOURCES
 from cdriver.sim.node.simulated.claim_cache import ClaimCache
 from cdriver.sim.node.simulated.container_store import ContainerStore
 from cdriver.sim.node.simulated.images import ImageContent

@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cdriver.atomic import atomic_write
 from cdriver.errors import CdriverError
-from cdriver.sim.node.simulated import env as envmod
+from cdriver.sim.node.simulated.env import expand, field_value, object_data, resource_value
 from cdriver.sim.node.simulated.layout import NodeLayout, normalize_node_path
 
 DEFAULT_MODE = 0o644
@@ -85,14 +85,14 @@ def downward_files(pod: dict[str, Any], items: list[dict[str, Any]], default_mod
         path = check_relative(item.get("path", ""), where)
         mode = item.get("mode")
         if "fieldRef" in item:
-            value = envmod.field_value(pod, item["fieldRef"].get("fieldPath", ""), host_ip, pod_ip)
+            value = field_value(pod, item["fieldRef"].get("fieldPath", ""), host_ip, pod_ip)
         elif "resourceFieldRef" in item:
             ref = item["resourceFieldRef"]
             container = containers.get(ref.get("containerName"))
             if container is None:
                 raise VolumeError(f"{where}: resourceFieldRef.containerName {ref.get('containerName')!r} "
                                   "is not a container of the pod")
-            value = envmod.resource_value(container, ref.get("resource", ""), ref.get("divisor"), allocatable)
+            value = resource_value(container, ref.get("resource", ""), ref.get("divisor"), allocatable)
         else:
             raise VolumeError(f"{where}: item {path!r} needs fieldRef or resourceFieldRef")
         out[path] = (value.encode(), default_mode if mode is None else int(mode))
@@ -103,15 +103,7 @@ def downward_files(pod: dict[str, Any], items: list[dict[str, Any]], default_mod
 
 def _write_file(path: Path, data: bytes, mode: int) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            os.fchmod(f.fileno(), mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, data, mode=mode)
 
 
 def write_files(directory: Path, files: Files, previous: set[str]) -> set[str]:
@@ -276,7 +268,7 @@ class PodVolumes:
                 return {}
             raise VolumeError(f"{where}: {kind.lower()} \"{obj_name}\" not found in namespace "
                               f"{self.namespace}; create it (or mark the source optional)")
-        data = envmod.object_data(obj, kind == "Secret")
+        data = object_data(obj, kind == "Secret")
         return keyed_files(data, source.get("items"), mode, where, optional)
 
     def _token(self, volume: str, source: dict[str, Any], mode: int, where: str) -> Files:
@@ -329,7 +321,7 @@ def container_mounts(container: dict[str, Any], volume_paths: dict[str, Path],
         source = volume_paths[name]
         sub = mount.get("subPath") or ""
         if mount.get("subPathExpr"):
-            sub = envmod.expand(mount["subPathExpr"], env)
+            sub = expand(mount["subPathExpr"], env)
         if sub:
             check_relative(sub, where)
             source = source / sub

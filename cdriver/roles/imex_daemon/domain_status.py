@@ -1,5 +1,5 @@
-"""Legacy paths: membership in ComputeDomain.status.nodes (gate ComputeDomainCliques off) and
-IP mode (gate IMEXDaemonsWithDNSNames off).
+"""Membership in ComputeDomain.status.nodes (gate ComputeDomainCliques off) and the peer list
+of IP mode (gate IMEXDaemonsWithDNSNames off): the paths that predate cliques and DNS names.
 
 IP mode writes the raw peer IPs of this clique into nodes.cfg and restarts nvidia-imex on
 every change. It waits until the ComputeDomain lists spec.numNodes nodes (of all cliques),

@@ -1,4 +1,4 @@
-"""The upstream peer driver: finding its build, the image content nodes get, its chart values."""
+"""The upstream driver: finding its build, the image content nodes get, its chart values."""
 
 from __future__ import annotations
 
@@ -7,18 +7,18 @@ from pathlib import Path
 import pytest
 
 from cdriver.sim.node.simulated.images import ImageContent, find_image, image_repository
-from cdriver.sim.world import peer
-from cdriver.sim.world.peer import PEER_IMAGE_REPOSITORY, PeerBuild, PeerError
+from cdriver.sim.world import upstream_driver
+from cdriver.sim.world.upstream_driver import PEER_IMAGE_REPOSITORY, PeerBuild, PeerError
 
 pytestmark = pytest.mark.unit
 
 
 def _fake_build(root: Path) -> Path:
     (root / "bin").mkdir(parents=True)
-    for name in peer.PEER_BINARIES:
+    for name in upstream_driver.PEER_BINARIES:
         (root / "bin" / name).write_text("#!/bin/sh\n")
         (root / "bin" / name).chmod(0o755)
-    chart = root / "src" / peer.PEER_CHART_SUBDIR
+    chart = root / "src" / upstream_driver.PEER_CHART_SUBDIR
     chart.mkdir(parents=True)
     (chart / "Chart.yaml").write_text("name: x\n")
     return root
@@ -46,17 +46,17 @@ def test_find_image_matches_any_tag_of_the_repository_only() -> None:
 
 
 def test_parse_peer_line_takes_the_last_absolute_directory() -> None:
-    assert peer.parse_peer_line("[build-peer] cached\npeer=relative\npeer=/c/peer-1\n") == Path("/c/peer-1")
-    assert peer.parse_peer_line("[build-peer] build FAILED\n") is None
+    assert upstream_driver.parse_peer_line("[build-peer] cached\npeer=relative\npeer=/c/peer-1\n") == Path("/c/peer-1")
+    assert upstream_driver.parse_peer_line("[build-peer] build FAILED\n") is None
 
 
 def test_peer_dir_override_is_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(peer.ENV_PEER_DIR, str(tmp_path / "empty"))
+    monkeypatch.setenv(upstream_driver.ENV_PEER_DIR, str(tmp_path / "empty"))
     with pytest.raises(PeerError, match="not a finished peer build.*compute-domain-controller.*make peer"):
-        peer.peer_build(echo=False)
-    monkeypatch.setenv(peer.ENV_PEER_DIR, str(_fake_build(tmp_path / "ok")))
-    build = peer.peer_build(echo=False)
-    assert build.chart == tmp_path / "ok" / "src" / peer.PEER_CHART_SUBDIR
+        upstream_driver.peer_build(echo=False)
+    monkeypatch.setenv(upstream_driver.ENV_PEER_DIR, str(_fake_build(tmp_path / "ok")))
+    build = upstream_driver.peer_build(echo=False)
+    assert build.chart == tmp_path / "ok" / "src" / upstream_driver.PEER_CHART_SUBDIR
 
 
 def test_the_image_puts_the_binaries_on_path_and_binds_templates(tmp_path: Path) -> None:
@@ -67,7 +67,7 @@ def test_the_image_puts_the_binaries_on_path_and_binds_templates(tmp_path: Path)
 
 
 def test_values_select_compute_domains_only_and_point_at_the_driver_root() -> None:
-    values = peer.peer_helm_values("/run/nvidia/driver", "hostManaged", {"HostManagedIMEXDaemon": True})
+    values = upstream_driver.peer_helm_values("/run/nvidia/driver", "hostManaged", {"HostManagedIMEXDaemon": True})
     settings = dict(v.split("=", 1) for v in values[1::2])
     assert settings["resources.gpus.enabled"] == "false"
     assert settings["resources.computeDomains.imex.mode"] == "hostManaged"
@@ -81,10 +81,10 @@ def test_the_source_tarball_is_found_from_the_environment_or_missing_names_the_f
     tarball.write_bytes(b"")
     monkeypatch.delenv("CDRIVER_PEER_TARBALL", raising=False)
     monkeypatch.setenv("CDRIVER_PEERS_DIR", str(tmp_path))
-    assert peer.find_source_tarball() == tarball
+    assert upstream_driver.find_source_tarball() == tarball
     monkeypatch.setenv("CDRIVER_PEERS_DIR", str(tmp_path / "elsewhere"))
-    with pytest.raises(peer.PeerSourceMissing, match="CDRIVER_PEERS_DIR="):
-        peer.find_source_tarball()
+    with pytest.raises(upstream_driver.PeerSourceMissing, match="CDRIVER_PEERS_DIR="):
+        upstream_driver.find_source_tarball()
     monkeypatch.setenv("CDRIVER_PEER_TARBALL", str(tmp_path / "missing.tar.xz"))
-    with pytest.raises(peer.PeerSourceMissing, match="is not a file"):
-        peer.find_source_tarball()
+    with pytest.raises(upstream_driver.PeerSourceMissing, match="is not a file"):
+        upstream_driver.find_source_tarball()

@@ -1,4 +1,4 @@
-"""The upstream Go ComputeDomain driver as a peer on the simulated cluster.
+"""The upstream Go ComputeDomain driver, run on the simulated cluster in place of cdriver.
 
 `hack/peer/build.sh` builds upstream's compute-domain-controller, -kubelet-plugin and
 -daemon from its source tarball into the cache (``peer-<hash>/bin``, the extracted source in
@@ -23,6 +23,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+from cdriver.checkout import HACK_DIR
 from cdriver.errors import CdriverError
 from cdriver.sim.node.simulated.images import ImageContent
 
@@ -93,7 +94,7 @@ class PeerBuild:
 
 
 def build_script() -> Path:
-    return Path(__file__).resolve().parents[3] / "hack" / "peer" / "build.sh"
+    return HACK_DIR / "peer" / "build.sh"
 
 
 def parse_peer_line(text: str) -> Path | None:

@@ -15,7 +15,7 @@ from cdriver.imex.config import IMEX_CTL_BINARY
 from cdriver.imex.ctl import DEFAULT_HOST_IMEX_SOCKET
 from cdriver.roles.kubelet_plugin.cli import build_config
 from cdriver.roles.kubelet_plugin.discovery import DiscoveryError, check_driver_version
-from cdriver.roles.kubelet_plugin.host import check_host_imex, host_socket
+from cdriver.roles.kubelet_plugin.host_imex import check_host_imex, host_socket
 
 pytestmark = pytest.mark.unit
 
@@ -60,7 +60,7 @@ def test_missing_ctl(tmp_path: Path):
     ("NOT_READY", False), ("NOT READY", False), ("", False), ("UNAVAILABLE", False),
 ])
 def test_output_containing_ready_counts(output: str, ready: bool):
-    from cdriver.roles.kubelet_plugin.host import says_ready
+    from cdriver.roles.kubelet_plugin.host_imex import says_ready
 
     assert says_ready(0, output) is ready
     assert says_ready(1, output) is False
