@@ -45,7 +45,7 @@ e2e: venv control-plane node-parts
 reliability: venv control-plane
 	CDRIVER_RELIABILITY=full $(BIN)/pytest -q -m reliability -p no:logging $(PYTEST_ARGS)
 
-# ruff, the layering rules in .importlinter (roles and sim independent, sim layered, kube below api),
+# ruff, the layering rules in .importlinter (every module in one layer of the package; sim layered),
 # then the type check.
 lint: venv
 	$(BIN)/ruff check .

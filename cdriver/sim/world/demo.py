@@ -11,6 +11,8 @@ the first one that does not hold.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -59,6 +61,13 @@ def _text(data: bytes | str | None) -> str:
     if isinstance(data, bytes):
         return data.decode("utf-8", errors="replace")
     return data or ""
+
+
+def _cdriver_argv() -> list[str]:
+    """The argv that runs the `cdriver` command itself (the packaged executable or the module)."""
+    if getattr(sys, "frozen", False):
+        return [sys.executable]
+    return [sys.executable, "-m", "cdriver"]
 
 
 def exec_in_pod(world: SimWorld, namespace: str, pod: dict, argv: list[str], container: str | None = None) -> Any:
@@ -208,15 +217,13 @@ def run_demo(world: SimWorld, echo: Callable[[str], None] = print) -> DemoReport
         n.check("the IMEX domain between the two daemons is UP", domain_up)
 
         def diagnose() -> str:
-            from cdriver.diagnose.cli import run
-            from cdriver.diagnose.render import render_text
-
-            result = run("computedomain", CD_NAME, DEMO_NAMESPACE, False, True, str(world.kubeconfig), None,
-                         None, str(world.kubectl))
-            if result.exit_code != 0:
-                raise scenario.ScenarioError(
-                    f"diagnose found a broken link:\n{render_text(result)}")
-            return f"$ cdriver diagnose computedomain {CD_NAME} -n {DEMO_NAMESPACE} --exec\n{render_text(result)}"
+            argv = ["diagnose", "computedomain", CD_NAME, "-n", DEMO_NAMESPACE, "--exec",
+                    "--kubeconfig", str(world.kubeconfig), "--kubectl", str(world.kubectl)]
+            out = subprocess.run([*_cdriver_argv(), *argv], capture_output=True, text=True, timeout=120)
+            report = out.stdout.rstrip("\n") or out.stderr.rstrip("\n")
+            if out.returncode != 0:
+                raise scenario.ScenarioError(f"diagnose found a broken link:\n{report}")
+            return f"$ cdriver diagnose computedomain {CD_NAME} -n {DEMO_NAMESPACE} --exec\n{report}"
 
         n.check("cdriver diagnose finds every link of the domain holding", diagnose)
 

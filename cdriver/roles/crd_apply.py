@@ -29,7 +29,7 @@ CRDS = RESOURCES["customresourcedefinitions"]
 
 def default_crd_dir() -> Path:
     """The chart's crds/ directory of the source tree this package runs from."""
-    return Path(__file__).resolve().parents[1] / "helm" / "cdriver" / "crds"
+    return Path(__file__).resolve().parents[2] / "helm" / "cdriver" / "crds"
 
 
 def load_crds(paths: Iterable[Path]) -> list[dict]:
