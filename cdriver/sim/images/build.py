@@ -54,10 +54,10 @@ LOCK_TIMEOUT_S = 3600
 PRUNE_AFTER_S = 24 * 3600
 ENV_PYINSTALLER = "PYINSTALLER"
 #: paths under the source root whose contents go into the driver image (the build stage also
-#: copies README.md, which pyproject names as the package's readme but the bundle does not hold)
-DRIVER_INPUTS = ("Containerfile", "pyproject.toml", "packaging", "cdriver")
+#: copies README.md, which setup.cfg names as the package's readme but the bundle does not hold)
+DRIVER_INPUTS = ("Containerfile", "pyproject.toml", "setup.cfg", "packaging", "cdriver")
 #: what the pyinstaller bundle is made of (the build stage's COPY lines)
-BUNDLE_INPUTS = ("pyproject.toml", "packaging", "cdriver")
+BUNDLE_INPUTS = ("pyproject.toml", "setup.cfg", "packaging", "cdriver")
 #: mmdebstrap's hook that merges /usr with directory links, as Debian's container images do
 #: (without it mmdebstrap installs usrmerge, which pulls perl into the image)
 MERGED_USR_HOOK = "/usr/share/mmdebstrap/hooks/merged-usr"
