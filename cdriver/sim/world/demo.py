@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from cdriver.api import constants
 from cdriver.cdi.writer import claim_spec_name, spec_path
 from cdriver.imex.config import IMEX_CTL_BINARY, IMEXD_CONFIG
 from cdriver.nvml.discover import channel_device_path
+from cdriver.sim.gpu.driver_root import cdriver_command
 from cdriver.sim.world import scenario
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
 
@@ -61,13 +61,6 @@ def _text(data: bytes | str | None) -> str:
     if isinstance(data, bytes):
         return data.decode("utf-8", errors="replace")
     return data or ""
-
-
-def _cdriver_argv() -> list[str]:
-    """The argv that runs the `cdriver` command itself (the packaged executable or the module)."""
-    if getattr(sys, "frozen", False):
-        return [sys.executable]
-    return [sys.executable, "-m", "cdriver"]
 
 
 def exec_in_pod(world: SimWorld, namespace: str, pod: dict, argv: list[str], container: str | None = None) -> Any:
@@ -219,7 +212,7 @@ def run_demo(world: SimWorld, echo: Callable[[str], None] = print) -> DemoReport
         def diagnose() -> str:
             argv = ["diagnose", "computedomain", CD_NAME, "-n", DEMO_NAMESPACE, "--exec",
                     "--kubeconfig", str(world.kubeconfig), "--kubectl", str(world.kubectl)]
-            out = subprocess.run([*_cdriver_argv(), *argv], capture_output=True, text=True, timeout=120)
+            out = subprocess.run([*cdriver_command(), *argv], capture_output=True, text=True, timeout=120)
             report = out.stdout.rstrip("\n") or out.stderr.rstrip("\n")
             if out.returncode != 0:
                 raise scenario.ScenarioError(f"diagnose found a broken link:\n{report}")
