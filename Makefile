@@ -3,6 +3,8 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
+# the release builder (packaging/cdriver_build): no part of the package, run from this checkout
+BUILDER := PYTHONPATH=packaging$${PYTHONPATH:+:$$PYTHONPATH} $(BIN)/python -m cdriver_build
 
 .PHONY: venv control-plane node-parts peer test unit integration e2e reliability lint typecheck protos binary demo bench clean
 
@@ -60,7 +62,7 @@ protos: venv
 
 # dist/cdriver from the packaged bundle cached by sources' content (the driver image reuses it)
 binary: venv
-	$(BIN)/python -m cdriver.sim.images.binary dist
+	$(BUILDER).binary dist
 
 # `make demo REAL_NODES=2`: two of the four nodes run a real kubelet, containerd and runc
 REAL_NODES ?= 0
@@ -75,10 +77,10 @@ bench: venv control-plane peer
 # `image` the driver image from the Containerfile's recipe, `images` also the pause and workload images.
 .PHONY: image images
 image: venv
-	$(BIN)/cdriver sim images cdriver
+	$(BUILDER).images cdriver
 
 images: venv
-	$(BIN)/cdriver sim images
+	$(BUILDER).images
 
 clean:
 	rm -rf build dist .pytest_cache .ruff_cache .mypy_cache *.egg-info

@@ -11,7 +11,7 @@ import pytest
 from filelock import FileLock
 
 import cdriver
-from cdriver.sim.images import build, containerfile
+from cdriver_build import build, containerfile
 
 pytestmark = pytest.mark.unit
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from cdriver.sim.images import containerfile
-from cdriver.sim.images.containerfile import Copy, Symlink
+from cdriver_build import containerfile
+from cdriver_build.containerfile import Copy, Symlink
 
 pytestmark = pytest.mark.unit
 

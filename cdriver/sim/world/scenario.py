@@ -16,7 +16,7 @@ from cdriver.api import constants
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.errors import CdriverError
 from cdriver.kube.raw import RESOURCES, ApiError
-from cdriver.sim.images.build import image_ref
+from cdriver.sim.images.refs import image_ref
 
 PODS = RESOURCES["pods"]
 NODES = RESOURCES["nodes"]
