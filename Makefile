@@ -3,12 +3,14 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
+# the release builder (packaging/cdriver_build): no part of the package, run from this checkout
+BUILDER := PYTHONPATH=packaging$${PYTHONPATH:+:$$PYTHONPATH} $(BIN)/python -m cdriver_build
 
 .PHONY: venv control-plane node-parts peer peer-if-present test unit integration e2e reliability lint typecheck protos binary demo bench clean
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml setup.cfg
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip
 	$(BIN)/pip install -q -e '.[dev]'
@@ -52,7 +54,7 @@ e2e: venv control-plane node-parts
 reliability: venv control-plane
 	CDRIVER_RELIABILITY=full $(BIN)/pytest -q -m reliability -p no:logging $(PYTEST_ARGS)
 
-# ruff, the layering rules in .importlinter (roles and sim independent, sim layered, kube below api),
+# ruff, the layering rules in .importlinter (every module in one layer of the package; sim layered),
 # then the type check.
 lint: venv
 	$(BIN)/ruff check .
@@ -67,7 +69,7 @@ protos: venv
 
 # dist/cdriver from the packaged bundle cached by sources' content (the driver image reuses it)
 binary: venv
-	$(BIN)/python -m cdriver.sim.images.binary dist
+	$(BUILDER).binary dist
 
 # `make demo REAL_NODES=2`: two of the four nodes run a real kubelet, containerd and runc
 REAL_NODES ?= 0
@@ -82,10 +84,10 @@ bench: venv control-plane peer
 # `image` the driver image from the Containerfile's recipe, `images` also the pause and workload images.
 .PHONY: image images
 image: venv
-	$(BIN)/cdriver sim images cdriver
+	$(BUILDER).images cdriver
 
 images: venv
-	$(BIN)/cdriver sim images
+	$(BUILDER).images
 
 clean:
 	rm -rf build dist .pytest_cache .ruff_cache .mypy_cache *.egg-info

@@ -24,7 +24,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "host-check": "cdriver.roles.host_check:command",
     "sim": "cdriver.sim.cli:command",
     "diagnose": "cdriver.diagnose.cli:command",
-    "crds": "cdriver.crd_apply:command",
+    "crds": "cdriver.roles.crd_apply:command",
 }
 
 

@@ -2,7 +2,7 @@
  * pause: the sandbox process of a pod. It holds the pod's namespaces open and does nothing
  * else: it sleeps until SIGINT or SIGTERM (then exits 0) and, as PID 1 of a pod that shares
  * its process namespace, reaps orphaned children. Built with `gcc -static` into the pause
- * image by `cdriver sim images`.
+ * image by the release builder (`make images`, packaging/cdriver_build).
  */
 #include <errno.h>
 #include <signal.h>

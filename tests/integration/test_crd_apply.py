@@ -124,7 +124,7 @@ def test_upgrade_hook_job_replaces_older_crds_on_a_node(cluster: Any, raw: RawCl
     """`helm upgrade --set crds.upgradeJob.enabled=true` over a release whose CRDs are the
     upstream driver's: the hook Job runs `cdriver crds apply` on a node, the CRDs gain cdriver's
     status fields, the release is upgraded and the hook's objects are gone afterwards."""
-    from cdriver.crd_apply import FIELD_MANAGER
+    from cdriver.roles.crd_apply import FIELD_MANAGER
     from cdriver.sim.controlplane.binaries import helm_binary
     from cdriver.sim.node.simulated.agent import start_nodes
     from cdriver.sim.node.simulated.runtime import NodeOptions

@@ -190,7 +190,7 @@ def test_install_upgrade_uninstall_leaves_no_orphans(helm: Path, cluster, raw) -
 
 def test_locally_built_image_is_used_by_every_pod_and_the_daemons(helm: Path) -> None:
     """Real nodes load `cdriver sim images` archives; only the repository needs setting to use them."""
-    from cdriver.sim.images.build import REGISTRY, image_ref
+    from cdriver.sim.images.refs import REGISTRY, image_ref
 
     ref = image_ref("cdriver")
     docs = objects(helm, "--set", f"image.repository={REGISTRY}/cdriver", "--set", "image.pullPolicy=Never")

@@ -20,11 +20,13 @@ import click
 import pytest
 
 import cdriver
-from cdriver.cli import cli
+from cdriver.cli import LAZY_COMMANDS, cli
 from cdriver.imex import config as imex_config
 from cdriver.imex.config import IMEX_CTL_BINARY, IMEX_DAEMON_BINARY
-from cdriver.sim.images import oci
-from cdriver.sim.images.build import BuiltImage, ensure_images, image_ref
+from cdriver.sim import cli as sim_cli
+from cdriver_build import oci
+from cdriver_build.build import BuiltImage, ensure_images, image_ref
+from cdriver_build.bundle import left_out
 from tests.imex_timing import fast_imex_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
@@ -107,17 +109,35 @@ def test_driver_image_userland_is_the_containerfiles(rootfs: dict[str, Path]) ->
     assert not list((root / "dev").iterdir()), "device nodes come from the runtime, not the image"
 
 
+def shipped(path: tuple[str, ...]) -> bool:
+    """False for a subcommand whose module the executable leaves out (the simulation harness)."""
+    if path[0] == "sim" and len(path) > 1:
+        target = sim_cli.LAZY_COMMANDS.get(sim_cli.ALIASES.get(path[1], path[1]))
+        return target is None or not left_out(target.split(":", 1)[0])
+    target = LAZY_COMMANDS.get(path[0])
+    return target is None or not left_out(target.split(":", 1)[0])
+
+
 def test_packaged_binary_answers_every_subcommand_inside_the_image(rootfs: dict[str, Path]) -> None:
     version = in_image(rootfs["cdriver"], "cdriver version --json")
     assert version.returncode == 0, version.stderr
     info = json.loads(version.stdout)
     assert (info["cdriver"], info["frozen"]) == (cdriver.__version__, True)
-    paths = command_paths(cli)
+    paths = [p for p in command_paths(cli) if shipped(p)]
     assert ("sim", "imex", "daemon") in paths and ("sim", "imex", "ctl") in paths and ("imex-daemon",) in paths
     loop = "".join(f"cdriver {shlex.join(p)} --help >/dev/null 2>/tmp/err || {{ echo FAIL {shlex.join(p)}; "
                    "cat /tmp/err; }\n" for p in paths)
     result = in_image(rootfs["cdriver"], loop)
     assert result.returncode == 0 and "FAIL" not in result.stdout, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+def test_the_simulation_harness_is_not_in_the_image(rootfs: dict[str, Path]) -> None:
+    harness = [p for p in command_paths(cli) if len(p) == 2 and not shipped(p)]
+    assert {("sim", "cluster"), ("sim", "node"), ("sim", "up"), ("sim", "images")} <= set(harness)
+    loop = "".join(f"cdriver {shlex.join(p)} --help >/dev/null 2>&1 && echo SHIPPED {shlex.join(p)}\n"
+                   for p in harness)
+    result = in_image(rootfs["cdriver"], loop + "true")
+    assert "SHIPPED" not in result.stdout, result.stdout[-3000:] + result.stderr[-3000:]
 
 
 def test_imex_standins_form_a_domain_through_driver_root_wrappers(rootfs: dict[str, Path]) -> None:

@@ -12,7 +12,7 @@ from filelock import FileLock
 
 import cdriver
 from cdriver.checkout import REPO_ROOT
-from cdriver.sim.images import build, containerfile
+from cdriver_build import build, containerfile
 
 pytestmark = pytest.mark.unit
 
@@ -51,7 +51,7 @@ def test_files_under_skips_byte_code(tmp_path: Path) -> None:
 
 def test_driver_inputs_cover_what_the_image_is_made_from() -> None:
     files = {p.relative_to(REPO_ROOT).as_posix() for p in build.files_under(REPO_ROOT, build.DRIVER_INPUTS)}
-    for needed in ("Containerfile", "pyproject.toml", "packaging/build.sh", "packaging/cdriver.spec",
+    for needed in ("Containerfile", "pyproject.toml", "setup.cfg", "packaging/build.sh", "packaging/cdriver.spec",
                    "cdriver/cli.py", "cdriver/templates/imexd.tmpl.cfg"):
         assert needed in files
 
@@ -80,7 +80,7 @@ def test_bundle_is_packaged_once_for_every_copy_and_the_image(tmp_path: Path,
 def test_bundle_inputs_are_the_build_stage_sources() -> None:
     assert set(build.BUNDLE_INPUTS) <= set(build.DRIVER_INPUTS)
     files = {p.relative_to(REPO_ROOT).as_posix() for p in build.files_under(REPO_ROOT, build.BUNDLE_INPUTS)}
-    assert {"pyproject.toml", "packaging/cdriver.spec", "cdriver/cli.py"} <= files
+    assert {"pyproject.toml", "setup.cfg", "packaging/cdriver.spec", "cdriver/cli.py"} <= files
 
 
 def test_cached_builds_once_and_marks_completion(tmp_path: Path) -> None:

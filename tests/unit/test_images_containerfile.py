@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from cdriver.checkout import REPO_ROOT
-from cdriver.sim.images import containerfile
-from cdriver.sim.images.containerfile import Copy, Symlink
+from cdriver_build import containerfile
+from cdriver_build.containerfile import Copy, Symlink
 
 pytestmark = pytest.mark.unit
 

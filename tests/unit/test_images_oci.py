@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cdriver.sim.images import oci
+from cdriver_build import oci
 
 pytestmark = pytest.mark.unit
 

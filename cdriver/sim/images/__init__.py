@@ -1,1 +1,2 @@
-"""Images of the local cluster's real nodes (driver, pause, workload), built without a container engine."""
+"""Images of the local cluster's real nodes (driver, pause, workload): their references, and
+`cdriver sim images`, which runs the release builder (packaging/cdriver_build) of a checkout."""

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from cdriver.sim.images.build import IMAGE_NAMES, ImageBuildError, ensure_images
+from cdriver.sim.images.refs import IMAGE_NAMES, ImageBuildError
 
 
 @click.command("images")
@@ -15,10 +15,13 @@ def command(names: tuple[str, ...]) -> None:
     """Build the OCI image archives (default: all of cdriver, pause, workload), cached.
 
     Prints `<name>=<archive>` and `<name>-ref=<reference>` for each; load an archive into a
-    containerd with `ctr -n k8s.io images import --local <archive>`. Needs root (mmdebstrap).
+    containerd with `ctr -n k8s.io images import --local <archive>`. Needs root (mmdebstrap)
+    and a source checkout: it runs the release builder in packaging/cdriver_build.
     """
+    from cdriver.sim.images.builder import build_images
+
     try:
-        built = ensure_images(names or IMAGE_NAMES)
+        built = build_images(names or IMAGE_NAMES)
     except ImageBuildError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(1)

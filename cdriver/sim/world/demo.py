@@ -11,6 +11,7 @@ the first one that does not hold.
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from cdriver.api import constants
 from cdriver.cdi.writer import claim_spec_name, spec_path
 from cdriver.imex.config import IMEX_CTL_BINARY, IMEXD_CONFIG
 from cdriver.nvml.discover import channel_device_path
+from cdriver.sim.gpu.driver_root import cdriver_command
 from cdriver.sim.world import scenario
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
 
@@ -208,15 +210,13 @@ def run_demo(world: SimWorld, echo: Callable[[str], None] = print) -> DemoReport
         n.check("the IMEX domain between the two daemons is UP", domain_up)
 
         def diagnose() -> str:
-            from cdriver.diagnose.cli import run
-            from cdriver.diagnose.render import render_text
-
-            result = run("computedomain", CD_NAME, DEMO_NAMESPACE, False, True, str(world.kubeconfig), None,
-                         None, str(world.kubectl))
-            if result.exit_code != 0:
-                raise scenario.ScenarioError(
-                    f"diagnose found a broken link:\n{render_text(result)}")
-            return f"$ cdriver diagnose computedomain {CD_NAME} -n {DEMO_NAMESPACE} --exec\n{render_text(result)}"
+            argv = ["diagnose", "computedomain", CD_NAME, "-n", DEMO_NAMESPACE, "--exec",
+                    "--kubeconfig", str(world.kubeconfig), "--kubectl", str(world.kubectl)]
+            out = subprocess.run([*cdriver_command(), *argv], capture_output=True, text=True, timeout=120)
+            report = out.stdout.rstrip("\n") or out.stderr.rstrip("\n")
+            if out.returncode != 0:
+                raise scenario.ScenarioError(f"diagnose found a broken link:\n{report}")
+            return f"$ cdriver diagnose computedomain {CD_NAME} -n {DEMO_NAMESPACE} --exec\n{report}"
 
         n.check("cdriver diagnose finds every link of the domain holding", diagnose)
 

@@ -17,7 +17,7 @@ from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.errors import CdriverError
 from cdriver.kube.errors import ApiError
 from cdriver.kube.resources import RESOURCES
-from cdriver.sim.images.build import image_ref
+from cdriver.sim.images.refs import image_ref
 
 PODS = RESOURCES["pods"]
 NODES = RESOURCES["nodes"]

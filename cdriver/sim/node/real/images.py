@@ -2,7 +2,8 @@
 
 `NodeImages` names the OCI archives by image reference and says which one is the pod
 sandbox (pause) image. `node_images()` builds (or finds cached) the local cluster's images
-with `cdriver.sim.images` — pause, workload and, for the driver's pods, the driver image.
+with the release builder of the checkout (`cdriver.sim.images.builder` runs it as a process)
+— pause, workload and, for the driver's pods, the driver image.
 """
 
 from __future__ import annotations
@@ -32,11 +33,12 @@ class NodeImages:
 
 def node_images(driver: bool = True) -> NodeImages:
     """pause and workload, plus the driver image when `driver` (its first build takes minutes)."""
-    from cdriver.sim.images.build import ImageBuildError, ensure_images
+    from cdriver.sim.images.builder import build_images
+    from cdriver.sim.images.refs import ImageBuildError
 
     names = ("pause", "workload", *(("cdriver",) if driver else ()))
     try:
-        built = ensure_images(names)
+        built = build_images(names)
     except ImageBuildError as e:
         raise ImageError(f"building the real nodes' images failed: {e}") from e
     images = NodeImages(sandbox=built["pause"].ref)

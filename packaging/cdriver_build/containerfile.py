@@ -1,6 +1,6 @@
 """Read the driver image's recipe from the Containerfile, so it stays the one description.
 
-The daemon-less build (`cdriver.sim.images.build`) realises the Containerfile rather than
+The daemon-less build (`cdriver_build.build`) realises the Containerfile rather than
 repeating it: the build stage is `packaging/build.sh` run with this machine's Python, and the
 final stage becomes a Debian root file system made from the same packages, plus the COPY and
 `ln -s` steps, the environment and the entry point. Only the instructions the Containerfile
@@ -168,7 +168,7 @@ def _stage_step(stage: Stage, number: int, word: str, args: str) -> None:
             stage.cmd = argv
     else:
         raise ContainerfileError(f"{where}: the daemon-less build does not realise {word}; "
-                                 "extend cdriver.sim.images.containerfile or keep to the instructions it knows")
+                                 "extend cdriver_build.containerfile or keep to the instructions it knows")
 
 
 def parse(text: str) -> Recipe:

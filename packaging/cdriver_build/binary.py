@@ -1,4 +1,4 @@
-"""`python -m cdriver.sim.images.binary [DIR]` (`make binary`): the packaged executable in DIR.
+"""`python -m cdriver_build.binary [DIR]` (`make binary`): the packaged executable in DIR.
 
 The bundle comes from the cache the driver image is built from (`ensure_bundle`), so
 pyinstaller runs once per content of the sources, whichever of the two asks first.
@@ -9,13 +9,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from cdriver.sim.images.build import ImageBuildError, install_bundle
+from cdriver_build.build import ImageBuildError, install_bundle
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) > 1:
-        print(f"usage: python -m cdriver.sim.images.binary [DIR] (default dist), not {' '.join(args)}",
+        print(f"usage: python -m cdriver_build.binary [DIR] (default dist), not {' '.join(args)}",
               file=sys.stderr)
         return 2
     dest = Path(args[0] if args else "dist")

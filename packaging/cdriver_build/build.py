@@ -35,14 +35,12 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 import cdriver
-from cdriver.checkout import REPO_ROOT
-from cdriver.errors import CdriverError
-from cdriver.sim.images import containerfile, oci
+from cdriver.sim.images.refs import IMAGE_NAMES, PAUSE_VERSION, WORKLOAD_VERSION, ImageBuildError, image_ref
+from cdriver_build import containerfile, oci
 
-IMAGE_NAMES = ("cdriver", "pause", "workload")
-REGISTRY = "localhost"
-PAUSE_VERSION = "1.0"
-WORKLOAD_VERSION = "1.0"
+__all__ = ["IMAGE_NAMES", "PAUSE_VERSION", "WORKLOAD_VERSION", "BuiltImage", "ImageBuildError", "ensure_bundle",
+           "ensure_images", "image_ref", "install_bundle"]
+
 WORKLOAD_SUITE = "bookworm"
 WORKLOAD_PACKAGE = "busybox-static"
 #: bump to rebuild every cached image after a change of how images are put together
@@ -55,10 +53,10 @@ LOCK_TIMEOUT_S = 3600
 PRUNE_AFTER_S = 24 * 3600
 ENV_PYINSTALLER = "PYINSTALLER"
 #: paths under the source root whose contents go into the driver image (the build stage also
-#: copies README.md, which pyproject names as the package's readme but the bundle does not hold)
-DRIVER_INPUTS = ("Containerfile", "pyproject.toml", "packaging", "cdriver")
+#: copies README.md, which setup.cfg names as the package's readme but the bundle does not hold)
+DRIVER_INPUTS = ("Containerfile", "pyproject.toml", "setup.cfg", "packaging", "cdriver")
 #: what the pyinstaller bundle is made of (the build stage's COPY lines)
-BUNDLE_INPUTS = ("pyproject.toml", "packaging", "cdriver")
+BUNDLE_INPUTS = ("pyproject.toml", "setup.cfg", "packaging", "cdriver")
 #: mmdebstrap's hook that merges /usr with directory links, as Debian's container images do
 #: (without it mmdebstrap installs usrmerge, which pulls perl into the image)
 MERGED_USR_HOOK = "/usr/share/mmdebstrap/hooks/merged-usr"
@@ -74,10 +72,6 @@ SLIM_DPKG_OPTIONS = (
     "path-exclude=/usr/share/locale/*",
     "path-include=/usr/share/locale/locale.alias",
 )
-
-
-class ImageBuildError(CdriverError):
-    """An image could not be built."""
 
 
 @dataclass(frozen=True)
@@ -100,20 +94,12 @@ def cache_root() -> Path:
 
 
 def source_root() -> Path:
-    """The source tree this package runs from (the images need its Containerfile and packaging/)."""
-    root = REPO_ROOT
+    """The source tree this builder runs from (the images need its Containerfile and packaging/)."""
+    root = Path(__file__).resolve().parents[2]
     if not (root / "Containerfile").is_file() or not (root / "packaging" / "build.sh").is_file():
         raise ImageBuildError(f"{root} is not a cdriver source tree (no Containerfile or packaging/build.sh): "
                               "build images from a checkout with `make images`")
     return root
-
-
-def image_ref(name: str) -> str:
-    """The reference an image is imported under."""
-    tags = {"cdriver": f"v{cdriver.__version__}", "pause": PAUSE_VERSION, "workload": WORKLOAD_VERSION}
-    if name not in tags:
-        raise ImageBuildError(f"unknown image {name!r}: choose from {', '.join(IMAGE_NAMES)}")
-    return f"{REGISTRY}/{name}:{tags[name]}"
 
 
 # --------------------------------------------------------------------------------------
