@@ -1,7 +1,7 @@
 """Security on a running cluster: file modes of what the kubelet plugin creates, no secret in
 any log line, and a claim cannot reach another namespace's domain or leave its directory.
 
-(The per-role RBAC allow-list is tests/integration/test_chart_rbac.py, part of this suite.)
+(The per-role RBAC allow-list is tests/integration/chart/test_chart_rbac.py, part of this suite.)
 """
 
 from __future__ import annotations

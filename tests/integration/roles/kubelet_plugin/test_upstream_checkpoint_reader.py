@@ -19,8 +19,8 @@ from cdriver.kube.raw import RawClient
 from cdriver.kube.resources import RESOURCES
 from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME
 from cdriver.sim.world.upstream_driver import EXIT_NO_TARBALL
-from tests.integration import test_kubelet_plugin as kp
-from tests.integration.test_kubelet_plugin import (
+from tests.integration.roles.kubelet_plugin import test_kubelet_plugin as kp
+from tests.integration.roles.kubelet_plugin.test_kubelet_plugin import (
     Kubelet,
     PluginProcess,
     SimNode,

@@ -27,7 +27,13 @@ from cdriver.sim.world import scenario
 from cdriver.sim.world.upstream_driver import PeerSourceMissing, find_source_tarball
 from cdriver.sim.world.world import DRIVER_CDRIVER, DRIVER_NAMESPACE, DRIVER_UPSTREAM, SimWorld
 from tests.e2e.conftest import exec_in, start_world, text
-from tests.e2e.test_driver_managed import clique_nodes, cliques, create_domain, delete_all, is_char_device
+from tests.e2e.driver_managed.test_driver_managed import (
+    clique_nodes,
+    cliques,
+    create_domain,
+    delete_all,
+    is_char_device,
+)
 from tests.upstream_inputs import skip_without_upstream
 
 pytestmark = pytest.mark.e2e

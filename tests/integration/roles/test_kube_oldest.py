@@ -28,7 +28,7 @@ from cdriver.checkout import CHART_DIR
 from cdriver.kube.errors import ApiError
 from cdriver.kube.raw import RawClient
 from cdriver.kube.resources import RESOURCES
-from tests.integration.test_kubelet_plugin import (
+from tests.integration.roles.kubelet_plugin.test_kubelet_plugin import (
     Kubelet,
     PluginProcess,
     _sim_node,

@@ -41,7 +41,7 @@ from cdriver.sim.world.world import (
     SimWorld,
 )
 from tests.e2e.conftest import start_world
-from tests.e2e.test_driver_managed import create_domain, is_char_device
+from tests.e2e.driver_managed.test_driver_managed import create_domain, is_char_device
 from tests.upstream_inputs import skip_without_upstream
 
 pytestmark = pytest.mark.e2e

@@ -13,7 +13,7 @@ from cdriver.sim.imex.host_service import HostImexService
 from cdriver.sim.world import scenario
 from cdriver.sim.world.world import SimWorld
 from tests.e2e.conftest import SHORT_HOST_WAIT, start_world
-from tests.e2e.test_diagnose import assert_text_leads_with, diagnose, first_broken, link_of, remove
+from tests.e2e.diagnose.test_diagnose import assert_text_leads_with, diagnose, first_broken, link_of, remove
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
