@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from cdriver.checkout import CHART_DIR, CRD_DIR
+from tests.support.kinds import TEST_KINDS, unmarked
 
 CLUSTER_FIXTURES = {"cluster", "raw", "namespace"}
 _BUILD: dict[str, Any] = {}
@@ -31,16 +32,14 @@ def _needs_cluster(item: pytest.Item) -> bool:
     return bool(CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())))
 
 
-TEST_KINDS = ("unit", "integration", "e2e")
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every test says its kind, so `make unit`, `make integration` and `make e2e` cover all."""
-    unmarked = [item.nodeid for item in items if not any(item.get_closest_marker(k) for k in TEST_KINDS)]
-    if unmarked:
+    """Every test has a kind (its folder's), so `make unit`, `make integration` and `make e2e` cover all."""
+    missing = unmarked(items)
+    if missing:
         raise pytest.UsageError(
-            f"{len(unmarked)} test(s) carry none of the markers {', '.join(TEST_KINDS)}, e.g. {unmarked[0]}; "
-            "add `pytestmark = pytest.mark.<kind>` to the test file")
+            f"{len(missing)} test(s) carry none of the markers {', '.join(TEST_KINDS)}, e.g. {missing[0]}; "
+            "put the test file under its kind's folder (tests/unit, tests/integration, tests/e2e, "
+            "tests/packaging, tests/reliability), whose conftest.py marks it")
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -1,7 +1,8 @@
 """End-to-end fixtures: a whole simulated cluster (control plane + nodes + installed chart).
 
-Each test module gets its own world; its base directory is short because Unix socket paths
-under a node's root are limited to 107 bytes.
+Every test collected under this folder carries the `e2e` marker. Each test module gets its own
+world; its base directory is short because Unix socket paths under a node's root are limited to
+107 bytes.
 """
 
 from __future__ import annotations
@@ -15,11 +16,20 @@ from pathlib import Path
 import pytest
 
 from cdriver.sim.world.world import SimWorld, WorldSettings
+from tests.support.kinds import mark_kind
+
+HERE = Path(__file__).parent
 
 #: chart values for host-managed worlds: a Prepare gives up on a missing host IMEX service after
 #: 5 s instead of 30 s (kubelet retries it), so tests that wait for failed attempts wait less
 SHORT_HOST_WAIT = ["--set", "kubeletPlugin.env[0].name=PREPARE_TIMEOUT",
                    "--set", "kubeletPlugin.env[0].value=5s"]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Every test under this folder is e2e."""
+    mark_kind(item, HERE, pytest.mark.e2e)
 
 
 def start_world(settings_kwargs: dict, name: str) -> Iterator[SimWorld]:

@@ -12,9 +12,6 @@ import cdriver
 from cdriver.checkout import REPO_ROOT
 from cdriver_build.bundle import LEFT_OUT, bundled_modules, left_out
 
-pytestmark = pytest.mark.e2e
-
-
 
 @pytest.fixture(scope="module")
 def exe() -> Path:

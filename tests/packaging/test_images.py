@@ -29,7 +29,7 @@ from cdriver_build.build import BuiltImage, ensure_images, image_ref
 from cdriver_build.bundle import left_out
 from tests.imex_timing import fast_imex_env
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
+pytestmark = pytest.mark.timeout(1800)
 
 PEERS = ("127.0.0.1", "127.0.0.2")
 FAST_IMEX = fast_imex_env(peer_timeout=2)

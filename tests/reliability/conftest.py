@@ -1,14 +1,29 @@
-"""The reliability suite: its figures table (printed after the run) and its simulated cluster."""
+"""The reliability suite: its kinds, its figures table (printed after the run) and its simulated cluster.
+
+Every test collected under this folder carries the `reliability` marker, and a kind: `e2e` if it
+runs on the suite's simulated cluster (the `rel_world` fixture), `unit` otherwise.
+"""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.reliability import figures
+from tests.support.kinds import mark_kind
+
+HERE = Path(__file__).parent
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Reliability, and e2e on the simulated cluster or unit without it."""
+    on_cluster = "rel_world" in getattr(item, "fixturenames", ())
+    mark_kind(item, HERE, pytest.mark.reliability, pytest.mark.e2e if on_cluster else pytest.mark.unit)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -36,8 +36,6 @@ from cdriver.kube.config import KubeConfigError, read_kubeconfig, settings_from_
 from cdriver.sim.gpu.topology import TopologyError, loads_topology, parse_topology
 from tests.reliability.figures import record, size
 
-pytestmark = [pytest.mark.unit, pytest.mark.reliability]
-
 EXAMPLES = size(150, 1500)
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

@@ -10,8 +10,6 @@ import pytest
 from cdriver.api import constants
 from tests.reliability.invariants import violations
 
-pytestmark = [pytest.mark.unit, pytest.mark.reliability]
-
 DOMAIN, CLAIM, POD, NODE = "dom-uid", "claim-uid", "pod-uid", "node-a"
 
 

@@ -20,8 +20,6 @@ import pytest
 from tests.reliability import cluster as rc
 from tests.reliability.figures import record, size
 
-pytestmark = [pytest.mark.e2e, pytest.mark.reliability]
-
 KILLS_PER_ROLE = size(1, 20)
 RESTARTS_PER_CONTROL_PLANE_PART = size(1, 5)
 #: A kill lands up to this many seconds after the domain is created (its workloads start

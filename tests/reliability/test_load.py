@@ -21,8 +21,6 @@ from cdriver.sim.world import scenario
 from tests.reliability import cluster as rc
 from tests.reliability.figures import FULL, record, size
 
-pytestmark = [pytest.mark.e2e, pytest.mark.reliability]
-
 DOMAINS = size(2, 50)
 ROUNDS = size(2, 3)
 CREATE_BATCH = 10

@@ -11,8 +11,6 @@ import stat
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from cdriver.api import constants
 from cdriver.kube.errors import ApiError
 from cdriver.kube.resources import RESOURCES
@@ -20,8 +18,6 @@ from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME, DRA_SOCKET
 from cdriver.sim.world import scenario
 from tests.reliability import cluster as rc
 from tests.reliability.figures import record
-
-pytestmark = [pytest.mark.e2e, pytest.mark.reliability]
 
 TIMEOUT = 120.0
 JWT = re.compile(r"eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}")

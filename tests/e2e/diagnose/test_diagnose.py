@@ -27,8 +27,6 @@ from tests.conftest import chart_device_classes
 from tests.e2e.conftest import start_world
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.e2e
-
 NON_FABRIC_NODE = "cpu-1"
 DEPLOYMENTS = RESOURCES["deployments"]
 DEVICE_CLASSES = RESOURCES["deviceclasses"]

@@ -16,8 +16,6 @@ from tests.e2e.conftest import SHORT_HOST_WAIT, start_world
 from tests.e2e.diagnose.test_diagnose import assert_text_leads_with, diagnose, first_broken, link_of, remove
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.e2e
-
 
 @pytest.fixture(scope="module")
 def world() -> Iterator[SimWorld]:

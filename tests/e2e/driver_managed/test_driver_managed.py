@@ -28,8 +28,6 @@ from cdriver.sim.world import scenario
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
 from tests.e2e.conftest import exec_in, start_world, text
 
-pytestmark = pytest.mark.e2e
-
 NON_FABRIC_NODE = "cpu-1"
 
 

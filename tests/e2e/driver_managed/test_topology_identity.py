@@ -17,8 +17,6 @@ from cdriver.sim.world import scenario
 from cdriver.sim.world.world import SIM_DRIVER_ROOT, SimWorld
 from tests.e2e.conftest import start_world
 
-pytestmark = pytest.mark.e2e
-
 REBOUND_UUID = "00000000-0000-0000-0000-0000000000ff"
 REBOUND_CLIQUE = 99
 

@@ -15,8 +15,6 @@ from cdriver.sim.world import scenario
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
 from tests.e2e.conftest import SHORT_HOST_WAIT, exec_in, start_world
 
-pytestmark = pytest.mark.e2e
-
 
 @pytest.fixture(scope="module")
 def world() -> Iterator[SimWorld]:

@@ -37,8 +37,6 @@ from tests.e2e.upstream.test_contract import (  # noqa: F401 - collected here, o
     test_domain_spanning_two_cliques_peers_within_each_clique,
 )
 
-pytestmark = pytest.mark.e2e
-
 REAL_NODES = 2
 KUBELET_DRA_CHECKPOINT = "var/lib/kubelet/dra_manager_state"
 

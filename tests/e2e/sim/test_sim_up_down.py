@@ -9,11 +9,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import pytest
-
 from cdriver.sim.controlplane.pidfile import process_alive, read_pid
-
-pytestmark = pytest.mark.e2e
 
 
 def cdriver(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:

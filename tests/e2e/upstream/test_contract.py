@@ -36,8 +36,6 @@ from tests.e2e.driver_managed.test_driver_managed import (
 )
 from tests.upstream_inputs import skip_without_upstream
 
-pytestmark = pytest.mark.e2e
-
 
 @pytest.fixture(scope="module", params=[DRIVER_CDRIVER, DRIVER_UPSTREAM])
 def world(request: pytest.FixtureRequest) -> Iterator[SimWorld]:

@@ -44,8 +44,6 @@ from tests.e2e.conftest import start_world
 from tests.e2e.driver_managed.test_driver_managed import create_domain, is_char_device
 from tests.upstream_inputs import skip_without_upstream
 
-pytestmark = pytest.mark.e2e
-
 READER_BUILD = HACK_DIR / "peer-checkpoint" / "build.sh"
 
 #: what a ComputeDomain-only user of the upstream driver keeps in their values file

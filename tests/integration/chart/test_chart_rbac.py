@@ -28,7 +28,7 @@ from cdriver.kube.errors import ApiError
 from cdriver.kube.resources import RESOURCES
 from tests.reliability.figures import record
 
-pytestmark = [pytest.mark.integration, pytest.mark.reliability]
+pytestmark = pytest.mark.reliability
 
 NS = "rbac-proof"
 RELEASE = "proof"

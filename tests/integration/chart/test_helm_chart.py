@@ -14,8 +14,6 @@ from cdriver.checkout import CHART_DIR
 from cdriver.dra.registration import KUBELET_PLUGINS_DIR, KUBELET_REGISTRY_DIR
 from cdriver.imex.ctl import DEFAULT_HOST_IMEX_SOCKET
 
-pytestmark = pytest.mark.integration
-
 NAMESPACE = "cdriver-system"
 KUBE_VERSION = "1.37.2"
 HOST_MODE = ["--set", "imex.mode=hostManaged", "--set", "featureGates.HostManagedIMEXDaemon=true"]

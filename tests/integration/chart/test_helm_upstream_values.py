@@ -13,8 +13,6 @@ from cdriver.api.imex_mode import IMEX_MODE_HOST_MANAGED
 from cdriver.checkout import CHART_DIR
 from tests.integration.chart.test_helm_chart import NAMESPACE, by_kind, dry_run_render, objects, render
 
-pytestmark = pytest.mark.integration
-
 UPSTREAM_VALUES = Path(__file__).parent / "data" / "upstream-values.yaml"
 
 

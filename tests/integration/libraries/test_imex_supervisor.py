@@ -13,8 +13,6 @@ import pytest
 from cdriver.imex.supervisor import ProcessSupervisor, SupervisorError
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.integration
-
 
 def child(code: str) -> list[str]:
     """argv of a Python child running `code`, unbuffered."""

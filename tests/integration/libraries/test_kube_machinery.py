@@ -17,8 +17,6 @@ from cdriver.kube.resources import RESOURCES, Resource
 from cdriver.kube.workqueue import WorkQueue
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.integration
-
 CM = RESOURCES["configmaps"]
 CLAIMS = RESOURCES["resourceclaims"]
 LEASES = RESOURCES["leases"]

@@ -39,8 +39,6 @@ from tests.integration.roles.kubelet_plugin.test_kubelet_plugin import (
 )
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.integration
-
 BETA = "/apis/resource.k8s.io/v1beta1"
 ONLY_V1BETA1 = ("v1beta1",)
 BOTH_BETAS = ("v1beta1", "v1beta2")

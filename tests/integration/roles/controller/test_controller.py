@@ -32,8 +32,6 @@ from cdriver.roles.controller.reconciler import Timing
 from cdriver.roles.controller.settings import DEFAULT_DAEMON_PRIORITY_CLASS, ControllerSettings
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.integration
-
 CDS = COMPUTE_DOMAINS
 CLIQUES = COMPUTE_DOMAIN_CLIQUES
 RCTS = RESOURCES["resourceclaimtemplates"]

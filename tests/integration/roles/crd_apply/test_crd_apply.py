@@ -14,7 +14,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from cdriver.api import constants
@@ -23,8 +22,6 @@ from cdriver.checkout import CHART_DIR
 from cdriver.kube.raw import RawClient
 from cdriver.kube.resources import RESOURCES, Resource
 from tests.waiting import wait_for
-
-pytestmark = pytest.mark.integration
 
 CRD_DIR = CHART_DIR / "crds"
 CRDS = RESOURCES["customresourcedefinitions"]

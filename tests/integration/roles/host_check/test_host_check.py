@@ -32,8 +32,6 @@ from cdriver.sim.imex.host_service import HostImexService
 from cdriver.sim.node.addresses import lease_block
 from tests.imex_timing import fast_imex_env
 
-pytestmark = pytest.mark.integration
-
 NODE = "worker-1"
 #: addresses of a block leased for this test run, so other runs' clusters never share their ports
 BLOCK = lease_block()

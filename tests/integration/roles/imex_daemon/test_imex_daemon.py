@@ -48,15 +48,11 @@ from cdriver.sim.node.addresses import lease_block
 from tests.imex_timing import fast_imex_env
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.integration
-
 PODS, EVENTS = RESOURCES["pods"], RESOURCES["events"]
 CLIQUES, CDS = COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 CQ0 = "00000000-0000-0000-0000-0000000000ab.0"
 CQ1 = "00000000-0000-0000-0000-0000000000ab.1"
 STANDIN_TIMING = fast_imex_env()
-
-
 
 
 # --- fixtures --------------------------------------------------------------------------

@@ -69,8 +69,6 @@ from cdriver.nvml.discover import IMEX_CHANNEL_COUNT
 from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME, DRA_SOCKET_NAME, REGISTRATION_SOCKET_NAME
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.integration
-
 CDS, CLIQUES = COMPUTE_DOMAINS, COMPUTE_DOMAIN_CLIQUES
 CLAIMS, SLICES = RESOURCES["resourceclaims"], RESOURCES["resourceslices"]
 NODES, PODS, EVENTS = RESOURCES["nodes"], RESOURCES["pods"], RESOURCES["events"]
@@ -78,8 +76,6 @@ TEMPLATES, CLASSES = RESOURCES["resourceclaimtemplates"], RESOURCES["deviceclass
 CLUSTER_UUID = "00000000-0000-0000-0000-00000000c0de"
 PREPARE_TIMEOUT = 3.0
 CHANNELS = 4  # channel nodes in the simulated driver root
-
-
 
 
 # --- cluster-wide fixtures ----------------------------------------------------------------

@@ -32,8 +32,6 @@ from tests.integration.roles.kubelet_plugin.test_kubelet_plugin import (
 )
 from tests.upstream_inputs import skip_without_upstream
 
-pytestmark = pytest.mark.integration
-
 # The plugin test's fixtures: a registered node with a simulated driver root, plugin processes.
 crds, driver_ns, node, plugin_factory = kp.crds, kp.driver_ns, kp.node, kp.plugin_factory
 BUILD = HACK_DIR / "peer-checkpoint" / "build.sh"

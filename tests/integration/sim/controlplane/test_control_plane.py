@@ -24,12 +24,8 @@ from cdriver.sim.controlplane.binaries import ControlPlaneBinaries
 from cdriver.sim.node.registration import NOT_READY_TAINT, blocking_taints, node_object, register_test_node
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.integration
-
 PODS, NODES, CLAIMS = RESOURCES["pods"], RESOURCES["nodes"], RESOURCES["resourceclaims"]
 TEST_GROUP = "test.cdriver.dev"
-
-
 
 
 def suffix() -> str:

@@ -37,8 +37,6 @@ from cdriver.sim.node.addresses import lease_block
 from tests.imex_timing import fast_imex_env
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.integration
-
 #: addresses of a block leased for this test run, so other runs' clusters never share their ports
 BLOCK = lease_block()
 IP_A, IP_B = BLOCK.ip(11), BLOCK.ip(12)

@@ -23,8 +23,6 @@ from cdriver.sim.node.real.fleet import RealFleet, RealNodeSpec
 from cdriver.sim.node.real.images import node_images
 from cdriver.sim.node.real.plan import API_SERVICE_IP, API_SERVICE_PORT
 
-pytestmark = pytest.mark.integration
-
 NODES = ("real-a", "real-b")
 
 

@@ -12,14 +12,10 @@ import textwrap
 import uuid
 from pathlib import Path
 
-import pytest
-
 from cdriver.sim.node.simulated import logs
 from cdriver.sim.node.simulated.container import ContainerProcess, LaunchSpec, run_in_container
 from cdriver.sim.node.simulated.volumes import BindMount
 from tests.waiting import wait_for
-
-pytestmark = pytest.mark.integration
 
 ENV = {"PATH": "/usr/bin:/bin"}
 

@@ -33,15 +33,11 @@ from cdriver.sim.node.simulated.agent import NodeAgent, start_nodes
 from cdriver.sim.node.simulated.runtime import NodeOptions
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.integration
-
 PODS, NODES, EVENTS = RESOURCES["pods"], RESOURCES["nodes"], RESOURCES["events"]
 SLICES, CLASSES = RESOURCES["resourceslices"], RESOURCES["deviceclasses"]
 TEMPLATES, CLAIMS = RESOURCES["resourceclaimtemplates"], RESOURCES["resourceclaims"]
 NODE_LABEL = "sim-node-test.cdriver.dev/pool"
 PY = sys.executable
-
-
 
 
 def condition(pod: dict, ctype: str) -> str | None:
