@@ -73,7 +73,8 @@ def percentile(values: list[float], pct: float) -> float:
     return ordered[k]
 
 
-def wait_for(fn, timeout: float, what: str, interval: float = 0.02):
+def wait_for(what: str, fn, timeout: float, interval: float = 0.02):
+    """Poll `fn` until truthy (the argument order of `scenario.wait_for`); exit naming `what`."""
     deadline = time.monotonic() + timeout
     while True:
         value = fn()
@@ -104,7 +105,7 @@ class Bench:
         self.raw: RawClient = self.cluster.raw
         for path in sorted(CRD_DIR.glob("*.yaml")):
             self.raw.create(RESOURCES["customresourcedefinitions"], yaml.safe_load(path.read_text()))
-        wait_for(self._crds_served, 30, "the ComputeDomain CRDs")
+        wait_for("the ComputeDomain CRDs", self._crds_served, 30)
         self.ns, self.driver_ns = "bench", "bench-driver"
         self.cluster.create_namespace(self.ns)
         self.cluster.create_namespace(self.driver_ns)
@@ -125,7 +126,7 @@ class Bench:
                 "--cdi-root", str(self.work / "cdi"), "--http-endpoint", f"127.0.0.1:{self.metrics_port}"]
         self.log = open(self.work / "plugin.log", "wb")  # noqa: SIM115 - closed in stop()
         self.plugin = subprocess.Popen(argv, env=self.root.process_env(), stdout=self.log, stderr=subprocess.STDOUT)
-        wait_for(self._registered, 60, "the plugin's registration socket")
+        wait_for("the plugin's registration socket", self._registered, 60)
         self.channel = grpc.insecure_channel(f"unix://{self.plugin_dir / DRA_SOCKET_NAME}")
         self.stub = dra_grpc.DRAPluginStub(self.channel)
 

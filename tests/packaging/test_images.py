@@ -27,7 +27,7 @@ from cdriver.sim import cli as sim_cli
 from cdriver_build import oci
 from cdriver_build.build import BuiltImage, ensure_images, image_ref
 from cdriver_build.bundle import left_out
-from tests.imex_timing import fast_imex_env
+from tests.support.imex_timing import fast_imex_env
 
 pytestmark = pytest.mark.timeout(1800)
 

@@ -25,7 +25,7 @@ from cdriver.sim.world import scenario
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
 from tests.conftest import chart_device_classes
 from tests.e2e.conftest import start_world
-from tests.waiting import wait_for
+from tests.support.waiting import wait_for
 
 NON_FABRIC_NODE = "cpu-1"
 DEPLOYMENTS = RESOURCES["deployments"]
@@ -66,8 +66,9 @@ def first_broken(world: SimWorld, target: list[str], key: str, verdict: str = "F
         assert text.returncode == out.returncode
         return chain, text.stdout
 
-    return wait_for(probe, timeout, lambda: f"diagnose {' '.join(target)} to name {key} {verdict} first; last: "
-                    f"{json.dumps(seen.get('doc'))[:3000]}", interval=1.0)
+    return wait_for(lambda: f"diagnose {' '.join(target)} to name {key} {verdict} first; last: "
+                            f"{json.dumps(seen.get('doc'))[:3000]}",
+                    probe, timeout, interval=1.0)
 
 
 def link_of(chain: dict, key: str) -> dict:
@@ -127,8 +128,8 @@ def test_healthy_then_label_removed(world: SimWorld, e2e_namespace: str) -> None
         out = diagnose(world, "computedomain", "good", "-n", ns, "--exec", "-o", "json")
         return out if out.returncode == 0 else None
 
-    out = wait_for(healthy, 90, lambda: f"diagnose to pass:\n{diagnose(world, 'cd', 'good', '-n', ns).stdout}",
-                   interval=1.0)
+    out = wait_for(lambda: f"diagnose to pass:\n{diagnose(world, 'cd', 'good', '-n', ns).stdout}",
+                   healthy, 90, interval=1.0)
     chain = json.loads(out.stdout)["chains"][0]
     assert chain["firstBroken"] is None and chain["mode"] == names.IMEX_MODE_DRIVER_MANAGED
     assert {lk["key"]: lk["verdict"] for lk in chain["links"]} == {
@@ -312,7 +313,7 @@ def test_plugin_not_running_on_a_node(world: SimWorld, e2e_namespace: str) -> No
                                f"--field-selector spec.nodeName={node}")
     finally:
         raw.patch(scenario.DAEMONSETS, name, {"spec": {"template": {"spec": {"affinity": None}}}}, DRIVER_NAMESPACE)
-    wait_for(lambda: plugin_pods_ready(world), 180, "every node's kubelet plugin to be ready again")
+    wait_for("every node's kubelet plugin to be ready again", lambda: plugin_pods_ready(world), 180)
     remove(world, ns, [], "noplugin", uid)
 
 
@@ -346,6 +347,6 @@ def test_controller_scaled_to_zero(world: SimWorld, e2e_namespace: str) -> None:
         assert json.loads(out.stdout)["exitCode"] == 1
     finally:
         raw.patch(DEPLOYMENTS, name, {"spec": {"replicas": 1}}, DRIVER_NAMESPACE)
-    wait_for(lambda: (raw.get(DEPLOYMENTS, name, DRIVER_NAMESPACE).get("status") or {}).get("readyReplicas"), 120,
-             "the controller to be ready again")
+    wait_for("the controller to be ready again",
+             lambda: (raw.get(DEPLOYMENTS, name, DRIVER_NAMESPACE).get("status") or {}).get("readyReplicas"), 120)
     remove(world, ns, [], "orphan", uid)

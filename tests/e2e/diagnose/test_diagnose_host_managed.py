@@ -14,7 +14,7 @@ from cdriver.sim.world import scenario
 from cdriver.sim.world.world import SimWorld
 from tests.e2e.conftest import SHORT_HOST_WAIT, start_world
 from tests.e2e.diagnose.test_diagnose import assert_text_leads_with, diagnose, first_broken, link_of, remove
-from tests.waiting import wait_for
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +42,9 @@ def test_missing_host_socket_is_named_then_the_service_makes_every_link_hold(wor
     service.start()
     try:
         scenario.wait_pods_running(raw, ns, ["w"], 120)
-        out = wait_for(lambda: (o := diagnose(world, "pod", "w", "-n", ns, "--exec", "-o", "json")).returncode == 0
-                       and o, 60, "diagnose to pass once the host service runs", interval=1.0)
+        out = wait_for("diagnose to pass once the host service runs",
+                       lambda: (o := diagnose(world, "pod", "w", "-n", ns, "--exec", "-o", "json")).returncode == 0
+                       and o, 60, interval=1.0)
         doc = json.loads(out.stdout)["chains"][0]
         assert link_of(doc, "host-socket")["verdict"] == "PASS"
         assert link_of(doc, "device")["verdict"] == "PASS"

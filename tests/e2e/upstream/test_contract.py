@@ -34,7 +34,7 @@ from tests.e2e.driver_managed.test_driver_managed import (
     delete_all,
     is_char_device,
 )
-from tests.upstream_inputs import skip_without_upstream
+from tests.support.upstream_inputs import skip_without_upstream
 
 
 @pytest.fixture(scope="module", params=[DRIVER_CDRIVER, DRIVER_UPSTREAM])

@@ -42,7 +42,7 @@ from cdriver.sim.world.world import (
 )
 from tests.e2e.conftest import start_world
 from tests.e2e.driver_managed.test_driver_managed import create_domain, is_char_device
-from tests.upstream_inputs import skip_without_upstream
+from tests.support.upstream_inputs import skip_without_upstream
 
 READER_BUILD = HACK_DIR / "peer-checkpoint" / "build.sh"
 

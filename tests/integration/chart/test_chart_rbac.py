@@ -317,7 +317,7 @@ class Actors:
 
 @pytest.fixture(scope="module")
 def actors(cluster, raw, tokens, tmp_path_factory) -> Iterator[Actors]:
-    from tests.waiting import wait_for
+    from tests.support.waiting import wait_for
 
     found = Actors(cluster, raw, tmp_path_factory.mktemp("actors"))
 
@@ -329,7 +329,7 @@ def actors(cluster, raw, tokens, tmp_path_factory) -> Iterator[Actors]:
         raw.patch(NODES, found.node2, label_patch("probe", None))
         return False
 
-    wait_for(policy_active, 30, "the chart's admission policies to take effect")
+    wait_for("the chart's admission policies to take effect", policy_active, 30)
     yield found
     found.cleanup(raw)
 

@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from cdriver.imex.supervisor import ProcessSupervisor, SupervisorError
-from tests.waiting import wait_for
+from tests.support.waiting import wait_for
 
 
 def child(code: str) -> list[str]:
@@ -48,7 +48,7 @@ def test_crashing_child_is_restarted_with_logged_count_and_output(tmp_path: Path
                             on_exit=lambda rc, expected: exits.append((rc, expected)), name="crasher")
     sup.start()
     try:
-        wait_for(lambda: sup.restart_count >= 3, 20, "three restarts")
+        wait_for("three restarts", lambda: sup.restart_count >= 3, 20)
     finally:
         sup.stop(grace=2)
     assert exits[:3] == [(3, False)] * 3
@@ -64,7 +64,7 @@ def test_stop_sends_sigterm_first(tmp_path: Path) -> None:
     exits: list[tuple[int, bool]] = []
     sup = ProcessSupervisor(child(SERVER), on_exit=lambda rc, expected: exits.append((rc, expected)))
     sup.start()
-    wait_for(lambda: serving(sup), 10, "the child to serve")
+    wait_for("the child to serve", lambda: serving(sup), 10)
     assert sup.stop(grace=5) == -signal.SIGTERM
     assert exits == [(-signal.SIGTERM, True)]
     assert sup.restart_count == 0
@@ -75,7 +75,7 @@ def test_stop_escalates_to_sigkill_after_grace(caplog) -> None:
     caplog.set_level(logging.WARNING, logger="cdriver.imex.supervisor")
     sup = ProcessSupervisor(child(STUBBORN), name="stubborn")
     sup.start()
-    wait_for(lambda: serving(sup), 10, "the child to serve")
+    wait_for("the child to serve", lambda: serving(sup), 10)
     pid = sup.pid
     assert sup.stop(grace=0.3) == -signal.SIGKILL
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
@@ -88,10 +88,10 @@ def test_reload_sends_sigusr1() -> None:
         sup.reload()
     sup.start()
     try:
-        wait_for(lambda: serving(sup), 10, "the child to serve")
+        wait_for("the child to serve", lambda: serving(sup), 10)
         pid = sup.pid
         sup.reload()
-        wait_for(lambda: "reloaded" in sup.last_output_lines(5), 10, "the reload")
+        wait_for("the reload", lambda: "reloaded" in sup.last_output_lines(5), 10)
         assert sup.pid == pid
         assert sup.restart_count == 0
     finally:
@@ -105,7 +105,7 @@ def test_restart_replaces_the_child_and_ensure_started_is_idempotent() -> None:
     assert sup.ensure_started() is True
     try:
         assert sup.ensure_started() is False
-        wait_for(lambda: serving(sup), 10, "the child to serve")
+        wait_for("the child to serve", lambda: serving(sup), 10)
         first = sup.pid
         with pytest.raises(SupervisorError):
             sup.start()

@@ -15,7 +15,7 @@ from cdriver.kube.leader import LeaderElector
 from cdriver.kube.raw import RawClient
 from cdriver.kube.resources import RESOURCES, Resource
 from cdriver.kube.workqueue import WorkQueue
-from tests.waiting import wait_for
+from tests.support.waiting import wait_for
 
 CM = RESOURCES["configmaps"]
 CLAIMS = RESOURCES["resourceclaims"]
@@ -133,9 +133,9 @@ def widgets(raw: RawClient, namespace: str) -> Iterator[Resource]:
         return any(c["type"] == "Established" and c["status"] == "True"
                    for c in (crd.get("status") or {}).get("conditions") or [])
 
-    wait_for(established, what="CRD established")
+    wait_for("CRD established", established)
     res = Resource(group, "v1", "widgets", True, "Widget")
-    wait_for(lambda: _served(raw, res, namespace), what="CRD served")
+    wait_for("CRD served", lambda: _served(raw, res, namespace))
     yield res
     raw.delete(crds, f"widgets.{group}")
 
@@ -228,20 +228,20 @@ def test_informer_mirrors_changes_indexes_and_resyncs(raw: RawClient, namespace:
 
         raw.create(CM, configmap("new", {"team": "blue", "watched": "1"}, {"v": "1"}), namespace)
         raw.patch(CM, "new", {"data": {"v": "2"}}, namespace)
-        wait_for(lambda: ("update", "new", "2") in rec.events, what="update of 'new'")
+        wait_for("update of 'new'", lambda: ("update", "new", "2") in rec.events)
         assert [o["metadata"]["name"] for o in informer.by_index("team", "blue")] == ["new"]
         assert informer.by_index("team", "green") == []
 
         raw.patch(CM, "new", {"metadata": {"labels": {"team": "green"}}}, namespace)
-        wait_for(lambda: informer.by_index("team", "green"), what="reindex")
+        wait_for("reindex", lambda: informer.by_index("team", "green"))
         assert informer.by_index("team", "blue") == []
 
         raw.delete(CM, "pre", namespace)
-        wait_for(lambda: "pre" in rec.names("delete"), what="delete of 'pre'")
+        wait_for("delete of 'pre'", lambda: "pre" in rec.names("delete"))
         assert informer.get(f"{namespace}/pre") is None
         assert sorted(o["metadata"]["name"] for o in informer.objects()) == ["new"]
 
-        wait_for(lambda: rec.resyncs >= 2, what="periodic resync")
+        wait_for("periodic resync", lambda: rec.resyncs >= 2)
 
     finally:
         informer.stop()
@@ -260,7 +260,7 @@ def test_informer_relists_when_its_resource_version_expires(
     try:
         assert informer.wait_synced(20)
         assert rec.names("add") == ["before"]
-        wait_for(lambda: informer._stream is not None, what="watch open")
+        wait_for("watch open", lambda: informer._stream is not None)
         relists = informer.relist_count
         # The next watch starts from a resourceVersion the server no longer serves (410):
         # the informer must relist and still deliver what changed in between.
@@ -270,9 +270,8 @@ def test_informer_relists_when_its_resource_version_expires(
             stream.close()
         raw.create(widgets, widget("after"), namespace)
         raw.delete(widgets, "before", namespace)
-        wait_for(lambda: informer.relist_count > relists, what="relist")
-        wait_for(lambda: "after" in rec.names("add") and "before" in rec.names("delete"),
-                 what="changes across the relist")
+        wait_for("relist", lambda: informer.relist_count > relists)
+        wait_for("changes across the relist", lambda: "after" in rec.names("add") and "before" in rec.names("delete"))
         assert [o["metadata"]["name"] for o in informer.objects()] == ["after"]
         assert informer.get(f"{namespace}/after")["kind"] == "Widget"
     finally:
@@ -290,8 +289,7 @@ def test_informer_feeds_a_work_queue(raw: RawClient, namespace: str) -> None:
         assert informer.wait_synced(20)
         for i in range(5):
             raw.create(CM, configmap(f"q{i}"), namespace)
-        wait_for(lambda: {f"{namespace}/q{i}" for i in range(5)} <= set(handled),
-                 what="queued keys")
+        wait_for("queued keys", lambda: {f"{namespace}/q{i}" for i in range(5)} <= set(handled))
     finally:
         informer.stop()
         queue.stop()
@@ -318,12 +316,12 @@ def test_leader_election_hands_over_on_release(raw: RawClient, namespace: str) -
         elector.try_acquire_or_renew = counted  # type: ignore[method-assign]
         elector.run(note(f"{elector.identity}:start"), note(f"{elector.identity}:stop"))
     try:
-        wait_for(lambda: any(e.is_leader for e in electors), what="a leader")
+        wait_for("a leader", lambda: any(e.is_leader for e in electors))
         leader = next(e for e in electors if e.is_leader)
         other = next(e for e in electors if e is not leader)
         before = tries[other.identity]
         # the other candidate gets several rounds to (wrongly) take over
-        wait_for(lambda: tries[other.identity] >= before + 3, what="three more tries of the other candidate")
+        wait_for("three more tries of the other candidate", lambda: tries[other.identity] >= before + 3)
         assert leader.is_leader and not other.is_leader
         lease = raw.get(LEASES, "cdriver-test", namespace)
         assert lease["spec"]["holderIdentity"] == leader.identity
@@ -331,11 +329,11 @@ def test_leader_election_hands_over_on_release(raw: RawClient, namespace: str) -
 
         leader.stop()
         assert not leader.is_leader
-        wait_for(lambda: other.is_leader, what="hand-over to the other candidate")
+        wait_for("hand-over to the other candidate", lambda: other.is_leader)
         lease = raw.get(LEASES, "cdriver-test", namespace)
         assert lease["spec"]["holderIdentity"] == other.identity
         assert lease["spec"]["leaseTransitions"] >= 1
-        wait_for(lambda: f"{other.identity}:start" in log, what="start callback")
+        wait_for("start callback", lambda: f"{other.identity}:start" in log)
         assert f"{leader.identity}:start" in log and f"{leader.identity}:stop" in log
     finally:
         for elector in electors:

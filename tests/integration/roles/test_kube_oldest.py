@@ -37,7 +37,7 @@ from tests.integration.roles.kubelet_plugin.test_kubelet_plugin import (
     set_clique_ready,
     uid_of,
 )
-from tests.waiting import wait_for
+from tests.support.waiting import wait_for
 
 BETA = "/apis/resource.k8s.io/v1beta1"
 ONLY_V1BETA1 = ("v1beta1",)
@@ -123,8 +123,8 @@ def test_chart_installs_beta_device_classes_and_its_policy_reads_beta_claims(
         assert old_raw.get(RESOURCES["deviceclasses"], name)["apiVersion"] == "resource.k8s.io/v1"
 
     # The daemon device class is reserved for the driver namespace, in the v1beta1 shape too.
-    message = wait_for(lambda: daemon_claim_refusal(old_raw, "v1beta1", workload_ns), 20,
-                       "the admission policy to refuse a v1beta1 claim for the daemon class")
+    message = wait_for("the admission policy to refuse a v1beta1 claim for the daemon class",
+                       lambda: daemon_claim_refusal(old_raw, "v1beta1", workload_ns), 20)
     assert "is reserved for the IMEX daemons" in message
 
 
@@ -180,9 +180,9 @@ def test_controller_and_plugin_work_against_1_33(old_cluster: Any, release_ns: s
         # The controller writes the workload's claim template in the served version's shape.
         cd = make_cd(raw, workload_ns)
         template_name = cd["spec"]["channel"]["resourceClaimTemplate"]["name"]
-        wire = wait_for(lambda: _get_or_none(raw, f"{api}/namespaces/{workload_ns}/resourceclaimtemplates/"
-                                             f"{template_name}"), 30,
-                        f"the workload claim template\n{controller_log.read_text()[-3000:]}")
+        wire = wait_for(f"the workload claim template\n{controller_log.read_text()[-3000:]}",
+                        lambda: _get_or_none(raw, f"{api}/namespaces/{workload_ns}/resourceclaimtemplates/"
+                                             f"{template_name}"), 30)
         assert written_in(wire) == {f"resource.k8s.io/{version}"}
         assert wire["spec"]["spec"]["devices"]["requests"] == [
             wire_request(version, constants.DEVICE_CLASS_DEFAULT_CHANNEL)]
@@ -195,7 +195,7 @@ def test_controller_and_plugin_work_against_1_33(old_cluster: Any, release_ns: s
             return raw.request("GET", f"{api}/resourceslices",
                                query={"fieldSelector": f"spec.nodeName={sim.name}"})["items"]
 
-        (published,) = wait_for(slices, 20, f"the node's ResourceSlice\n{plugin.log_tail()}")
+        (published,) = wait_for(f"the node's ResourceSlice\n{plugin.log_tail()}", slices, 20)
         assert written_in(published) == {f"resource.k8s.io/{version}"}
         assert published["spec"]["devices"] == [
             wire_device(version, "channel-0", {"type": {"string": "channel"}, "id": {"int": 0}}),
@@ -212,7 +212,7 @@ def test_controller_and_plugin_work_against_1_33(old_cluster: Any, release_ns: s
             claims = raw.list(CLAIMS, workload_ns)["items"]
             return claims[0] if claims and (claims[0].get("status") or {}).get("allocation") else None
 
-        claim = wait_for(allocated, 30, "the scheduler to allocate the workload's claim")
+        claim = wait_for("the scheduler to allocate the workload's claim", allocated, 30)
         (result,) = claim["status"]["allocation"]["devices"]["results"]
         assert (result["driver"], result["pool"], result["device"]) == (constants.DRIVER_NAME, sim.name, "channel-0")
         assert claim["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] \
@@ -254,8 +254,8 @@ def test_chart_upgrade_speaks_v1beta2_and_its_policy_reads_v1beta2_claims(
         for name in (constants.DEVICE_CLASS_DEFAULT_CHANNEL, constants.DEVICE_CLASS_DAEMON)}
     for name in (constants.DEVICE_CLASS_DEFAULT_CHANNEL, constants.DEVICE_CLASS_DAEMON):
         assert raw.get(RESOURCES["deviceclasses"], name)["metadata"]["name"] == name
-    message = wait_for(lambda: daemon_claim_refusal(raw, "v1beta2", workload_ns), 20,
-                       "the admission policy to refuse a v1beta2 claim for the daemon class")
+    message = wait_for("the admission policy to refuse a v1beta2 claim for the daemon class",
+                       lambda: daemon_claim_refusal(raw, "v1beta2", workload_ns), 20)
     assert "is reserved for the IMEX daemons" in message
 
 

@@ -30,7 +30,7 @@ from cdriver.roles.controller.main import Controller, ControllerConfig
 from cdriver.roles.controller.metrics import HttpServer
 from cdriver.roles.controller.reconciler import Timing
 from cdriver.roles.controller.settings import DEFAULT_DAEMON_PRIORITY_CLASS, ControllerSettings
-from tests.waiting import wait_for
+from tests.support.waiting import wait_for
 
 CDS = COMPUTE_DOMAINS
 CLIQUES = COMPUTE_DOMAIN_CLIQUES
@@ -177,8 +177,8 @@ def controller_process(cluster: Any, driver_ns: str, *args: str,
 
 def wait_generated(raw: RawClient, cd: dict, driver_ns: str, timeout: float = 20) -> None:
     uid = cd["metadata"]["uid"]
-    wait_for(lambda: len(labelled(raw, RCTS, uid)) == 2 and labelled(raw, DS, uid, driver_ns),
-             timeout, "generated objects")
+    wait_for("generated objects", lambda: len(labelled(raw, RCTS, uid)) == 2 and labelled(raw, DS, uid, driver_ns),
+             timeout)
 
 
 # --- tests ----------------------------------------------------------------------------------
@@ -217,8 +217,7 @@ def test_creates_exactly_the_expected_objects(raw, namespace, driver_ns, start_c
     # Nothing else carries the domain's label, in any namespace.
     assert len(labelled(raw, DS, uid)) == 1 and labelled(raw, PODS, uid) == []
 
-    cd = wait_for(lambda: (c := raw.get(CDS, "cd1", namespace)).get("status") and c,
-                  what="status")
+    cd = wait_for("status", lambda: (c := raw.get(CDS, "cd1", namespace)).get("status") and c)
     assert cd["status"]["status"] == constants.STATUS_READY  # numNodes 0
     assert ready_condition(cd)["reason"] == "AwaitingWorkloads"
     assert cd["status"]["readyNodes"] == "0/0"
@@ -257,9 +256,9 @@ def test_daemon_pod_scheduled_on_labelled_node(raw, namespace, driver_ns, start_
             events = [(e["reason"], e["message"]) for e in raw.list(EVENTS, driver_ns)["items"]]
             return f"daemon pod bound to the labelled node\n{(pods, events)}"
 
-        pod = wait_for(lambda: next((p for p in labelled(raw, PODS, uid, driver_ns)
-                                     if p["spec"].get("nodeName") == node), None),
-                       30, pods_and_events)
+        pod = wait_for(pods_and_events,
+                       lambda: next((p for p in labelled(raw, PODS, uid, driver_ns)
+                                     if p["spec"].get("nodeName") == node), None), 30)
         assert pod["spec"]["priorityClassName"] == DEFAULT_DAEMON_PRIORITY_CLASS
         assert pod["status"]["qosClass"] == "Guaranteed"
         claim_status = pod["status"].get("resourceClaimStatuses") or []
@@ -282,7 +281,7 @@ def set_pod_ready(raw: RawClient, pod: dict, ready: bool) -> None:
             raise
         return True
 
-    wait_for(write, 10, "pod status written")
+    wait_for("pod status written", write, 10)
 
 
 def test_status_follows_cliques_and_prunes_entries(raw, namespace, driver_ns, start_controller,
@@ -293,7 +292,7 @@ def test_status_follows_cliques_and_prunes_entries(raw, namespace, driver_ns, st
     wait_generated(raw, cd, driver_ns)
     n1, n2 = nodes({constants.LABEL_COMPUTE_DOMAIN: uid}), nodes({constants.LABEL_COMPUTE_DOMAIN: uid})
     # The DaemonSet controller creates one daemon pod per labelled node.
-    wait_for(lambda: len(labelled(raw, PODS, uid, driver_ns)) == 2, 30, "two daemon pods")
+    wait_for("two daemon pods", lambda: len(labelled(raw, PODS, uid, driver_ns)) == 2, 30)
     for pod in labelled(raw, PODS, uid, driver_ns):
         set_pod_ready(raw, pod, True)
     clique_id = "11111111-2222-3333-4444-555555555555.0"
@@ -309,7 +308,7 @@ def test_status_follows_cliques_and_prunes_entries(raw, namespace, driver_ns, st
     def status() -> dict:
         return raw.get(CDS, "cd1", namespace).get("status") or {}
 
-    wait_for(lambda: len(status().get("nodes") or []) == 2, what="two node entries")
+    wait_for("two node entries", lambda: len(status().get("nodes") or []) == 2)
     st = status()
     assert st["status"] == constants.STATUS_NOT_READY and st["readyNodes"] == "1/2"
     assert {n["name"]: n["status"] for n in st["nodes"]} == {n1: "Ready", n2: "NotReady"}
@@ -318,17 +317,17 @@ def test_status_follows_cliques_and_prunes_entries(raw, namespace, driver_ns, st
     clique = raw.get(CLIQUES, clique["metadata"]["name"], driver_ns)
     clique["daemons"][1]["status"] = "Ready"
     raw.update(CLIQUES, clique)
-    wait_for(lambda: status().get("status") == constants.STATUS_READY, what="Ready")
+    wait_for("Ready", lambda: status().get("status") == constants.STATUS_READY)
     assert status()["readyNodes"] == "2/2"
 
     # n2 leaves the domain: its daemon pod goes, so does its clique entry, then numNodes=2
     # is no longer met.
     raw.patch(NODES, n2, {"metadata": {"labels": {constants.LABEL_COMPUTE_DOMAIN: None}}})
-    wait_for(lambda: [d["nodeName"] for d in
+    wait_for("pruned clique entry",
+             lambda: [d["nodeName"] for d in
                       raw.get(CLIQUES, clique["metadata"]["name"], driver_ns)["daemons"]]
-             == [n1], 30, "pruned clique entry")
-    wait_for(lambda: [n["name"] for n in status().get("nodes") or []] == [n1],
-             what="node list without n2")
+             == [n1], 30)
+    wait_for("node list without n2", lambda: [n["name"] for n in status().get("nodes") or []] == [n1])
     assert status()["status"] == constants.STATUS_NOT_READY
     assert ready_condition(raw.get(CDS, "cd1", namespace))["reason"] == "WaitingForNodes"
 
@@ -342,7 +341,7 @@ def test_entry_of_a_killed_daemon_turns_not_ready_with_its_pod(raw, namespace, d
     uid = cd["metadata"]["uid"]
     wait_generated(raw, cd, driver_ns)
     node = nodes({constants.LABEL_COMPUTE_DOMAIN: uid})
-    pod = wait_for(lambda: next(iter(labelled(raw, PODS, uid, driver_ns)), None), 30, "daemon pod")
+    pod = wait_for("daemon pod", lambda: next(iter(labelled(raw, PODS, uid, driver_ns)), None), 30)
     set_pod_ready(raw, pod, True)
     clique_id = "11111111-2222-3333-4444-555555555555.0"
     name = f"{uid}.{clique_id}"
@@ -355,11 +354,12 @@ def test_entry_of_a_killed_daemon_turns_not_ready_with_its_pod(raw, namespace, d
     def status() -> dict:
         return raw.get(CDS, "cd1", namespace).get("status") or {}
 
-    wait_for(lambda: status().get("status") == constants.STATUS_READY, what="Ready")
+    wait_for("Ready", lambda: status().get("status") == constants.STATUS_READY)
     set_pod_ready(raw, pod, False)  # the daemon container died and does not come back
-    wait_for(lambda: raw.get(CLIQUES, name, driver_ns)["daemons"][0]["status"]
-             == constants.STATUS_NOT_READY, 20, "clique entry NotReady")
-    wait_for(lambda: status().get("status") == constants.STATUS_NOT_READY, what="domain NotReady")
+    wait_for("clique entry NotReady",
+             lambda: raw.get(CLIQUES, name, driver_ns)["daemons"][0]["status"]
+             == constants.STATUS_NOT_READY, 20)
+    wait_for("domain NotReady", lambda: status().get("status") == constants.STATUS_NOT_READY)
     assert status()["nodes"][0]["status"] == constants.STATUS_NOT_READY
     assert ready_condition(raw.get(CDS, "cd1", namespace))["reason"] == "NodesNotReady"
 
@@ -372,7 +372,7 @@ def test_deleting_removes_everything_then_the_domain(raw, namespace, driver_ns,
     wait_generated(raw, cd, driver_ns)
     node = nodes({constants.LABEL_COMPUTE_DOMAIN: uid, "keep": "me"})
     raw.delete(CDS, "cd1", namespace)
-    wait_for(lambda: get(raw, CDS, "cd1", namespace) is None, 30, "domain gone")
+    wait_for("domain gone", lambda: get(raw, CDS, "cd1", namespace) is None, 30)
     assert labelled(raw, RCTS, uid) == [] and labelled(raw, DS, uid) == []
     labels = raw.get(NODES, node)["metadata"]["labels"]
     assert constants.LABEL_COMPUTE_DOMAIN not in labels and labels["keep"] == "me"
@@ -403,22 +403,24 @@ def test_deleting_a_domain_in_use_waits_for_its_pods_and_says_so(raw, namespace,
     claim = raw.update_status(RESOURCES["resourceclaims"], claim, namespace)
 
     raw.delete(CDS, "cd1", namespace)
-    cd = wait_for(lambda: ready_condition(c := raw.get(CDS, "cd1", namespace)).get("reason")
-                  == "DeletionWaitsForWorkloads" and c, 20, "the condition of a deletion that waits")
+    cd = wait_for("the condition of a deletion that waits",
+                  lambda: ready_condition(c := raw.get(CDS, "cd1", namespace)).get("reason")
+                  == "DeletionWaitsForWorkloads" and c, 20)
     assert f"pod {namespace}/trainer (claim trainer-channel)" in ready_condition(cd)["message"]
-    warned = wait_for(lambda: [e for e in raw.list(EVENTS, namespace)["items"]
+    warned = wait_for("event on the pod",
+                      lambda: [e for e in raw.list(EVENTS, namespace)["items"]
                                if e["reason"] == "DeletionWaitsForWorkloads"
-                               and e["involvedObject"].get("name") == "trainer"], 10, "event on the pod")
+                               and e["involvedObject"].get("name") == "trainer"], 10)
     assert warned[0]["type"] == "Warning" and "cd1" in warned[0]["message"]
     # The daemons stay, the node keeps its label; no new workload can join (template gone).
-    wait_for(lambda: labelled(raw, RCTS, uid, namespace) == [], 20, "workload template gone")
+    wait_for("workload template gone", lambda: labelled(raw, RCTS, uid, namespace) == [], 20)
     (ds,) = labelled(raw, DS, uid, driver_ns)
     assert not ds["metadata"].get("deletionTimestamp")
     assert raw.get(NODES, node)["metadata"]["labels"][constants.LABEL_COMPUTE_DOMAIN] == uid
 
     claim["status"]["reservedFor"] = []  # the pod ended
     raw.update_status(RESOURCES["resourceclaims"], claim, namespace)
-    wait_for(lambda: get(raw, CDS, "cd1", namespace) is None, 30, "domain gone once its pod ended")
+    wait_for("domain gone once its pod ended", lambda: get(raw, CDS, "cd1", namespace) is None, 30)
     assert labelled(raw, DS, uid, driver_ns) == []
     assert constants.LABEL_COMPUTE_DOMAIN not in raw.get(NODES, node)["metadata"]["labels"]
 
@@ -452,7 +454,7 @@ def test_deleting_a_domain_does_not_wait_for_pods_that_never_got_a_channel(raw, 
                 return None
             raise
 
-    pod = wait_for(report_unprepared, 10, "the pod's status written")
+    pod = wait_for("the pod's status written", report_unprepared, 10)
     params = {"apiVersion": constants.API_VERSION, "kind": constants.KIND_CHANNEL_CONFIG, "domainID": uid}
     config = [{"requests": ["channel"], "opaque": {"driver": constants.DRIVER_NAME, "parameters": params}}]
     claim = raw.create(RESOURCES["resourceclaims"], {"metadata": {"name": "late-channel"}, "spec": {
@@ -466,7 +468,7 @@ def test_deleting_a_domain_does_not_wait_for_pods_that_never_got_a_channel(raw, 
     raw.update_status(RESOURCES["resourceclaims"], claim, namespace)
 
     raw.delete(CDS, "cd1", namespace)
-    wait_for(lambda: get(raw, CDS, "cd1", namespace) is None, 30, "domain gone without waiting for the pod")
+    wait_for("domain gone without waiting for the pod", lambda: get(raw, CDS, "cd1", namespace) is None, 30)
     assert labelled(raw, DS, uid, driver_ns) == []
     assert constants.LABEL_COMPUTE_DOMAIN not in raw.get(NODES, node)["metadata"]["labels"]
     assert get(raw, PODS, "late", namespace) is not None
@@ -486,8 +488,9 @@ def test_deletion_resumes_after_the_controller_is_killed(raw, cluster, namespace
         ds["metadata"]["finalizers"].append(HOLD)
         raw.update(DS, ds)
         raw.delete(CDS, "cd1", namespace)
-        wait_for(lambda: (d := get(raw, DS, ds["metadata"]["name"], driver_ns))
-                 and d["metadata"]["finalizers"] == [HOLD], 30, "DaemonSet finalizer released")
+        wait_for("DaemonSet finalizer released",
+                 lambda: (d := get(raw, DS, ds["metadata"]["name"], driver_ns))
+                 and d["metadata"]["finalizers"] == [HOLD], 30)
         assert get(raw, CDS, "cd1", namespace) is not None
     finally:
         proc.kill()
@@ -500,9 +503,10 @@ def test_deletion_resumes_after_the_controller_is_killed(raw, cluster, namespace
     raw.patch(NODES, node, {"metadata": {"labels": {constants.LABEL_COMPUTE_DOMAIN: uid}}})
     proc = controller_process(cluster, driver_ns, log=tmp_path / "c2.log")
     try:
-        wait_for(lambda: get(raw, CDS, "cd1", namespace) is None, 60, "domain released")
-        wait_for(lambda: constants.LABEL_COMPUTE_DOMAIN not in
-                 raw.get(NODES, node)["metadata"]["labels"], 10, "label removed")
+        wait_for("domain released", lambda: get(raw, CDS, "cd1", namespace) is None, 60)
+        wait_for("label removed",
+                 lambda: constants.LABEL_COMPUTE_DOMAIN not in
+                 raw.get(NODES, node)["metadata"]["labels"], 10)
         assert labelled(raw, RCTS, uid) == [] and labelled(raw, DS, uid) == []
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(20) == 0
@@ -526,7 +530,7 @@ def test_daemon_template_without_daemon_set_does_not_block_deletion(raw, namespa
     raw.create(RCTS, desired.daemon_claim_template(parse_domain(cd), settings))
     raw.delete(CDS, "cd1", namespace)
     start_controller(settings)
-    wait_for(lambda: get(raw, CDS, "cd1", namespace) is None, 30, "domain released")
+    wait_for("domain released", lambda: get(raw, CDS, "cd1", namespace) is None, 30)
     assert labelled(raw, RCTS, uid) == [] and labelled(raw, DS, uid) == []
 
 
@@ -547,10 +551,9 @@ def test_orphans_of_vanished_domains_are_cleaned_up(raw, namespace, driver_ns,
     node = nodes({constants.LABEL_COMPUTE_DOMAIN: uid})
     live = raw.create(CDS, compute_domain("live", "live-chan"), namespace)
     start_controller(settings)
-    wait_for(lambda: not labelled(raw, RCTS, uid) and not labelled(raw, DS, uid), 30,
-             "orphans removed")
-    wait_for(lambda: constants.LABEL_COMPUTE_DOMAIN not in raw.get(NODES, node)["metadata"]["labels"],
-             10, "orphan node label removed")
+    wait_for("orphans removed", lambda: not labelled(raw, RCTS, uid) and not labelled(raw, DS, uid), 30)
+    wait_for("orphan node label removed",
+             lambda: constants.LABEL_COMPUTE_DOMAIN not in raw.get(NODES, node)["metadata"]["labels"], 10)
     # The live domain's objects are untouched.
     wait_generated(raw, live, driver_ns)
 
@@ -562,15 +565,17 @@ def test_foreign_template_is_never_overwritten(raw, namespace, driver_ns, start_
             "deviceClassName": "gpu.example.com"}}]}}}})
     controller = start_controller(settings_for(driver_ns))
     cd = raw.create(CDS, compute_domain("cd1", "taken"), namespace)
-    cd = wait_for(lambda: ready_condition(c := raw.get(CDS, "cd1", namespace)).get("reason")
-                  == "ResourceClaimTemplateConflict" and c, what="conflict condition")
+    cd = wait_for("conflict condition",
+                  lambda: ready_condition(c := raw.get(CDS, "cd1", namespace)).get("reason")
+                  == "ResourceClaimTemplateConflict" and c)
     assert cd["status"]["status"] == constants.STATUS_NOT_READY
     assert "taken" in ready_condition(cd)["message"]
-    events = wait_for(lambda: [e for e in events_for(raw, cd)
-                               if e["reason"] == "ResourceClaimTemplateConflict"], 10, "event")
+    events = wait_for("event",
+                      lambda: [e for e in events_for(raw, cd)
+                               if e["reason"] == "ResourceClaimTemplateConflict"], 10)
     assert events[0]["type"] == "Warning" and "left untouched" in events[0]["message"]
     done = reconciles(controller)
-    wait_for(lambda: reconciles(controller) >= done + 3, 10, "three retries of the conflicting domain")
+    wait_for("three retries of the conflicting domain", lambda: reconciles(controller) >= done + 3, 10)
     # a few retries later: still untouched, still one event
     after = raw.get(RCTS, "taken", namespace)
     assert after["metadata"]["resourceVersion"] == foreign["metadata"]["resourceVersion"]
@@ -579,8 +584,8 @@ def test_foreign_template_is_never_overwritten(raw, namespace, driver_ns, start_
                if e["reason"] == "ResourceClaimTemplateConflict") == 1
     # Once the user removes the other object, the domain recovers on its own.
     raw.delete(RCTS, "taken", namespace)
-    wait_for(lambda: raw.get(CDS, "cd1", namespace)["status"]["status"] == constants.STATUS_READY, 10,
-             "Ready after the conflict is gone")
+    wait_for("Ready after the conflict is gone",
+             lambda: raw.get(CDS, "cd1", namespace)["status"]["status"] == constants.STATUS_READY, 10)
     mine = raw.get(RCTS, "taken", namespace)
     assert mine["metadata"]["labels"][constants.LABEL_COMPUTE_DOMAIN] == cd["metadata"]["uid"]
 
@@ -608,8 +613,7 @@ def test_host_managed_mode_creates_only_the_workload_template(raw, namespace, dr
     start_controller(settings_for(driver_ns, gates=imex.gates, host_managed=True))
     cd = raw.create(CDS, compute_domain("cd1", "host-chan", "All", num_nodes=4), namespace)
     uid = cd["metadata"]["uid"]
-    cd = wait_for(lambda: (c := raw.get(CDS, "cd1", namespace)).get("status") and c,
-                  what="status")
+    cd = wait_for("status", lambda: (c := raw.get(CDS, "cd1", namespace)).get("status") and c)
     assert cd["metadata"]["finalizers"] == [constants.FINALIZER]
     (template,) = labelled(raw, RCTS, uid)
     assert (template["metadata"]["namespace"], template["metadata"]["name"]) == \
@@ -620,13 +624,13 @@ def test_host_managed_mode_creates_only_the_workload_template(raw, namespace, dr
     assert cd["status"]["status"] == constants.STATUS_READY
     cond = ready_condition(cd)
     assert cond["reason"] == "HostManagedAdmitted" and "NOT report the health" in cond["message"]
-    wait_for(lambda: [e for e in events_for(raw, cd) if e["reason"] == "AllocationModeForced"],
-             10, "AllocationModeForced event")
+    wait_for("AllocationModeForced event",
+             lambda: [e for e in events_for(raw, cd) if e["reason"] == "AllocationModeForced"], 10)
     time.sleep(0.5)
     assert labelled(raw, DS, uid) == [] and labelled(raw, RCTS, uid, driver_ns) == []
     assert raw.list(CLIQUES, driver_ns)["items"] == []
     raw.delete(CDS, "cd1", namespace)
-    wait_for(lambda: get(raw, CDS, "cd1", namespace) is None, 20, "domain released")
+    wait_for("domain released", lambda: get(raw, CDS, "cd1", namespace) is None, 20)
     assert labelled(raw, RCTS, uid) == []
 
 
@@ -638,7 +642,7 @@ def test_metrics_and_health_endpoint(raw, namespace, driver_ns, start_controller
     try:
         cd = raw.create(CDS, compute_domain("cd1", "chan"), namespace)
         wait_generated(raw, cd, driver_ns)
-        wait_for(lambda: (raw.get(CDS, "cd1", namespace).get("status") or {}).get("status"))
+        wait_for("the condition", lambda: (raw.get(CDS, "cd1", namespace).get("status") or {}).get("status"))
         base = f"http://127.0.0.1:{server.port}"
         text = urllib.request.urlopen(f"{base}/metrics", timeout=5).read().decode()
         assert 'nvidia_dra_compute_domain_info{status="Ready"}' in text
@@ -656,7 +660,7 @@ def test_printer_columns_and_short_names(raw, namespace, driver_ns, start_contro
 
     start_controller(settings_for(driver_ns))
     raw.create(CDS, compute_domain("cd1", "chan"), namespace)
-    wait_for(lambda: (raw.get(CDS, "cd1", namespace).get("status") or {}).get("readyNodes"))
+    wait_for("the condition", lambda: (raw.get(CDS, "cd1", namespace).get("status") or {}).get("readyNodes"))
     kubectl = [str(control_plane_binaries(echo=False).kubectl), "--kubeconfig",
                str(cluster.kubeconfig), "-n", namespace]
     out = subprocess.run([*kubectl, "get", "cd"], capture_output=True, text=True, timeout=30)
@@ -692,12 +696,12 @@ def test_leader_election_one_acts_and_hands_over(raw, cluster, namespace, driver
             return ""
 
     try:
-        leader_id = wait_for(holder, 60, "a leader")
+        leader_id = wait_for("a leader", holder, 60)
         leader = 0 if leader_id.startswith("replica-0-") else 1
         standby = 1 - leader
         cd = raw.create(CDS, compute_domain("cd1", "chan"), namespace)
         wait_generated(raw, cd, driver_ns, 30)
-        wait_for(lambda: metrics(standby), 30, "standby metrics")
+        wait_for("standby metrics", lambda: metrics(standby), 30)
         assert "cdriver_controller_leader 0.0" in metrics(standby)
         assert "cdriver_controller_api_writes_total{" not in metrics(standby)
         assert "cdriver_controller_leader 1.0" in metrics(leader)
@@ -705,7 +709,7 @@ def test_leader_election_one_acts_and_hands_over(raw, cluster, namespace, driver
 
         procs[leader].kill()
         procs[leader].wait()
-        wait_for(lambda: holder().startswith(f"replica-{standby}-"), 30, "hand-over")
+        wait_for("hand-over", lambda: holder().startswith(f"replica-{standby}-"), 30)
         cd2 = raw.create(CDS, compute_domain("cd2", "chan2"), namespace)
         wait_generated(raw, cd2, driver_ns, 30)
         assert "cdriver_controller_leader 1.0" in metrics(standby)

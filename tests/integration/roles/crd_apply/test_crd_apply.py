@@ -21,7 +21,7 @@ from cdriver.api.resources import COMPUTE_DOMAINS
 from cdriver.checkout import CHART_DIR
 from cdriver.kube.raw import RawClient
 from cdriver.kube.resources import RESOURCES, Resource
-from tests.waiting import wait_for
+from tests.support.waiting import wait_for
 
 CRD_DIR = CHART_DIR / "crds"
 CRDS = RESOURCES["customresourcedefinitions"]
@@ -153,7 +153,7 @@ def test_upgrade_hook_job_replaces_older_crds_on_a_node(cluster: Any, raw: RawCl
                  "--set-json", f'crds.upgradeJob.nodeSelector={{"crd-hook": "{pool}"}}', "--timeout", "120s")
 
         # The Job completed (on the node), then Helm deleted it: hook-succeeded.
-        wait_for(lambda: any(kind == "DELETED" for kind, _ in job_events), 30, "the hook Job to be deleted")
+        wait_for("the hook Job to be deleted", lambda: any(kind == "DELETED" for kind, _ in job_events), 30)
         finished = [(job.get("status") or {}).get("succeeded") for kind, job in job_events if kind == "MODIFIED"]
         assert 1 in finished, job_events
         chart_crd = yaml.safe_load((CRD_DIR / "resource.nvidia.com_computedomains.yaml").read_text())
@@ -167,8 +167,8 @@ def test_upgrade_hook_job_replaces_older_crds_on_a_node(cluster: Any, raw: RawCl
             assert raw.get_or_none(RESOURCES[kind], hook, ns) is None, kind
         for kind in ("clusterroles", "clusterrolebindings"):
             assert raw.get_or_none(RESOURCES[kind], hook) is None, kind
-        wait_for(lambda: not raw.list(RESOURCES["pods"], ns, label_selector=f"job-name={hook}")["items"], 30,
-                 "the hook Job's pod to be removed with it")
+        wait_for("the hook Job's pod to be removed with it",
+                 lambda: not raw.list(RESOURCES["pods"], ns, label_selector=f"job-name={hook}")["items"], 30)
     finally:
         watch.close()
         subprocess.run([*helm, "uninstall", release, "--wait", "--timeout", "60s"], capture_output=True, timeout=90)

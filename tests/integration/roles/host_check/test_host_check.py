@@ -30,7 +30,7 @@ from cdriver.sim.gpu.driver_root import DriverRoot, create_driver_root
 from cdriver.sim.gpu.topology import demo_topology_path
 from cdriver.sim.imex.host_service import HostImexService
 from cdriver.sim.node.addresses import lease_block
-from tests.imex_timing import fast_imex_env
+from tests.support.imex_timing import fast_imex_env
 
 NODE = "worker-1"
 #: addresses of a block leased for this test run, so other runs' clusters never share their ports

@@ -45,8 +45,8 @@ from cdriver.sim.imex.protocol import (
     IMEX_DOMAIN_UP,
 )
 from cdriver.sim.node.addresses import lease_block
-from tests.imex_timing import fast_imex_env
-from tests.waiting import wait_for
+from tests.support.imex_timing import fast_imex_env
+from tests.support.waiting import wait_for
 
 PODS, EVENTS = RESOURCES["pods"], RESOURCES["events"]
 CLIQUES, CDS = COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
@@ -281,8 +281,8 @@ class Harness:
             e = self.entry(m)
             return e if e is not None and all(e.get(k) == v for k, v in fields.items()) else None
 
-        return wait_for(matching, timeout,
-                        lambda: f"entry of {m.node} {what or fields}\n--- daemon log:\n{m.log()[-3000:]}")
+        return wait_for(lambda: f"entry of {m.node} {what or fields}\n--- daemon log:\n{m.log()[-3000:]}", matching,
+                        timeout)
 
     def events(self, m: Member, reason: str) -> list[dict]:
         items = self.raw.list(EVENTS, self.ns)["items"]
@@ -308,7 +308,7 @@ def mapping_in(hosts: Path) -> dict[str, str]:
 
 def ready_and_reported(h: Harness, m: Member) -> dict:
     """Play kubelet until the probe passes, then wait for the entry to turn Ready."""
-    wait_for(lambda: h.probe(m), 30, lambda: f"check of {m.node} to pass\n{m.log()[-3000:]}", interval=0.2)
+    wait_for(lambda: f"check of {m.node} to pass\n{m.log()[-3000:]}", lambda: h.probe(m), 30, interval=0.2)
     return h.wait_entry(m, status=constants.STATUS_READY)
 
 
@@ -337,9 +337,9 @@ def test_three_daemons_two_cliques_join_name_and_connect(daemons: Harness) -> No
         assert pod["metadata"]["labels"][constants.LABEL_CLIQUE_ID] == m.clique
 
     both = {"compute-domain-daemon-0000": a.ip, "compute-domain-daemon-0001": b.ip}
-    wait_for(lambda: mapping_in(a.hosts) == both, 20, "a's hosts block to list a and b")
-    wait_for(lambda: mapping_in(b.hosts) == both, 20, "b's hosts block to list a and b")
-    wait_for(lambda: mapping_in(x.hosts) == {"compute-domain-daemon-0000": x.ip}, 20, "x's hosts block")
+    wait_for("a's hosts block to list a and b", lambda: mapping_in(a.hosts) == both, 20)
+    wait_for("b's hosts block to list a and b", lambda: mapping_in(b.hosts) == both, 20)
+    wait_for("x's hosts block", lambda: mapping_in(x.hosts) == {"compute-domain-daemon-0000": x.ip}, 20)
     for m in (a, b):
         text = m.hosts.read_text()
         assert text.startswith(f"127.0.0.1\tlocalhost\n{m.ip}\t{m.pod_name}\n")
@@ -356,7 +356,7 @@ def test_three_daemons_two_cliques_join_name_and_connect(daemons: Harness) -> No
         except imex_ctl.ImexCtlError:
             return False
 
-    wait_for(lambda: up(a) and up(b), 30, "the two stand-ins of clique 0 to report domain UP")
+    wait_for("the two stand-ins of clique 0 to report domain UP", lambda: up(a) and up(b), 30)
     for m in (a, b, x):
         ready_and_reported(h, m)
         assert h.check(m).stdout == ""
@@ -377,7 +377,7 @@ def test_killed_imex_is_restarted_and_readiness_follows(daemons: Harness) -> Non
             seen.append(status)
         return constants.STATUS_NOT_READY in seen and seen[-1] == constants.STATUS_READY
 
-    wait_for(flipped_back, 30, lambda: f"entry to go NotReady and back (saw {seen})\n{a.log()[-3000:]}", interval=0.02)
+    wait_for(lambda: f"entry to go NotReady and back (saw {seen})\n{a.log()[-3000:]}", flipped_back, 30, interval=0.02)
     second = h.imex_pid(a)
     assert second is not None and second != first
     assert h.check(a).returncode == 0
@@ -393,19 +393,19 @@ def test_new_peer_is_signalled_not_restarted_and_leaving_prunes_the_entry(daemon
     pid = h.imex_pid(a)
     h.start(b)
     h.wait_entry(b, index=1)
-    wait_for(lambda: mapping_in(a.hosts).get("compute-domain-daemon-0001") == b.ip, 20, "a to learn b's name")
-    wait_for(lambda: "Sent SIGUSR1" in a.log() and "SIGUSR1: re-read" in a.log(), 20,
-             lambda: f"a to signal its nvidia-imex\n{a.log()[-3000:]}")
+    wait_for("a to learn b's name", lambda: mapping_in(a.hosts).get("compute-domain-daemon-0001") == b.ip, 20)
+    wait_for(lambda: f"a to signal its nvidia-imex\n{a.log()[-3000:]}",
+             lambda: "Sent SIGUSR1" in a.log() and "SIGUSR1: re-read" in a.log(), 20)
     assert h.imex_pid(a) == pid
-    wait_for(lambda: (h.domain(a)["status"] == IMEX_DOMAIN_UP and len(h.domain(a)["nodes"]) == 2), 30,
-             "a's stand-in to connect to b")
+    wait_for("a's stand-in to connect to b",
+             lambda: (h.domain(a)["status"] == IMEX_DOMAIN_UP and len(h.domain(a)["nodes"]) == 2), 30)
 
     assert h.stop(b) == 0
     assert h.entry(b) is None
     assert "Successfully removed daemon" in b.log()
     assert f"from ComputeDomain {h.cd_namespace}/{h.cd_name}" in b.log()
     assert h.imex_pid(b) is None
-    wait_for(lambda: mapping_in(a.hosts) == {"compute-domain-daemon-0000": a.ip}, 20, "a to forget b's name")
+    wait_for("a to forget b's name", lambda: mapping_in(a.hosts) == {"compute-domain-daemon-0000": a.ip}, 20)
     assert h.imex_pid(a) == pid
     assert [e["nodeName"] for e in h.entries(CQ0)] == [a.node]
 
@@ -438,7 +438,7 @@ def test_restarted_daemon_keeps_its_index(daemons: Harness) -> None:
     h.kill_container(a)
     h.start(a)
     h.wait_entry(a, index=before[a.node])
-    wait_for(lambda: h.imex_pid(a), 20, "a's nvidia-imex to start again")
+    wait_for("a's nvidia-imex to start again", lambda: h.imex_pid(a), 20)
     after = {e["nodeName"]: e["index"] for e in h.entries(CQ0)}
     assert after == before, "\n".join(f"--- {m.node}:\n{m.log()[-2500:]}" for m in (a, b, d))
 
@@ -452,7 +452,7 @@ def test_imex_start_failure_is_reported_with_its_error_line(daemons: Harness) ->
         found = h.events(a, EVENT_REASON_IMEX_START_FAILED)
         return found[0] if found else None
 
-    event = wait_for(failure_event, 30, lambda: f"a start-failure Event\n{a.log()[-3000:]}")
+    event = wait_for(lambda: f"a start-failure Event\n{a.log()[-3000:]}", failure_event, 30)
     assert event["type"] == "Warning"
     assert "nvidia-imex exited during start-up" in event["message"]
     assert "SERVER_PORT='fifty'" in event["message"]
@@ -479,7 +479,7 @@ def test_port_held_by_another_process_is_named_with_the_fix(daemons: Harness) ->
         assert holder.stdout.readline().strip() == "listening"
         h.start(a)
         expected = f"IMEX port 50000 on pod IP {a.ip} is already in use by process {holder.pid}"
-        wait_for(lambda: expected in a.log(), 30, lambda: f"the port-conflict message\n{a.log()[-3000:]}")
+        wait_for(lambda: f"the port-conflict message\n{a.log()[-3000:]}", lambda: expected in a.log(), 30)
         assert "systemctl disable --now nvidia-imex.service" in a.log()
         assert h.imex_pid(a) is None
         events = h.events(a, EVENT_REASON_IMEX_PORT_CONFLICT)
@@ -490,7 +490,7 @@ def test_port_held_by_another_process_is_named_with_the_fix(daemons: Harness) ->
     finally:
         holder.kill()
         holder.wait()
-    wait_for(lambda: h.imex_pid(a), 30, lambda: f"nvidia-imex to start once the port is free\n{a.log()[-3000:]}")
+    wait_for(lambda: f"nvidia-imex to start once the port is free\n{a.log()[-3000:]}", lambda: h.imex_pid(a), 30)
     ready_and_reported(h, a)
 
 
@@ -502,10 +502,10 @@ def test_empty_clique_runs_no_imex_and_check_is_a_noop(daemons: Harness) -> None
         labels = h.raw.get(PODS, a.pod_name, h.ns)["metadata"].get("labels") or {}
         return labels.get(constants.LABEL_CLIQUE_ID) == ""
 
-    wait_for(labelled, 30, lambda: f"the pod's empty clique label\n{a.log()[-3000:]}")
+    wait_for(lambda: f"the pod's empty clique label\n{a.log()[-3000:]}", labelled, 30)
     result = h.check(a)
     assert result.returncode == 0 and result.stdout.strip() == IMEX_CHECK_NOOP_MESSAGE
-    wait_for(lambda: "no IMEX daemon runs here" in a.log(), 20, "the empty-clique log line")
+    wait_for("the empty-clique log line", lambda: "no IMEX daemon runs here" in a.log(), 20)
     assert h.imex_pid(a) is None
     assert not (a.imexd / "imexd.cfg").exists()
     assert h.raw.list(CLIQUES, h.ns)["items"] == []
@@ -533,34 +533,35 @@ def test_legacy_ip_mode_writes_domain_status_and_restarts_on_peer_change(daemons
     h.cd_uid = cd["metadata"]["uid"]
     a, b = h.add(CQ0), h.add(CQ0)
     h.start(a)
-    wait_for(lambda: "numNodes: 2, nodes seen: 1" in a.log(), 30, lambda: f"a to wait for all nodes\n{a.log()[-3000:]}")
+    wait_for(lambda: f"a to wait for all nodes\n{a.log()[-3000:]}", lambda: "numNodes: 2, nodes seen: 1" in a.log(),
+             30)
     assert h.imex_pid(a) is None
     h.start(b)
 
     def nodes() -> list[dict]:
         return (h.raw.get(CDS, h.cd_name, h.ns).get("status") or {}).get("nodes") or []
 
-    wait_for(lambda: len(nodes()) == 2, 30, "both nodes in ComputeDomain status")
+    wait_for("both nodes in ComputeDomain status", lambda: len(nodes()) == 2, 30)
     assert sorted((n["name"], n["ipAddress"], n["index"]) for n in nodes()) == sorted(
         [(a.node, a.ip, 0), (b.node, b.ip, 1)])
-    wait_for(lambda: h.imex_pid(a) and h.imex_pid(b), 30, "both stand-ins to start")
+    wait_for("both stand-ins to start", lambda: h.imex_pid(a) and h.imex_pid(b), 30)
     for m in (a, b):
-        wait_for(lambda m=m: (m.imexd / "nodes.cfg").read_text().split() == [a.ip, b.ip], 20,
-                 "nodes.cfg with both IPs")
+        wait_for("nodes.cfg with both IPs", lambda m=m: (m.imexd / "nodes.cfg").read_text().split() == [a.ip, b.ip],
+                 20)
     assert h.clique(CQ0) is None
-    wait_for(lambda: h.probe(a), 30, "a's check to pass", interval=0.2)
-    wait_for(lambda: any(n["name"] == a.node and n.get("status") == constants.STATUS_READY for n in nodes()), 30,
-             "a's status.nodes entry to turn Ready")
+    wait_for("a's check to pass", lambda: h.probe(a), 30, interval=0.2)
+    wait_for("a's status.nodes entry to turn Ready",
+             lambda: any(n["name"] == a.node and n.get("status") == constants.STATUS_READY for n in nodes()), 30)
     pid = h.imex_pid(a)
     assert h.stop(b) == 0
-    wait_for(lambda: [n["name"] for n in nodes()] == [a.node], 30, "b to leave ComputeDomain status")
+    wait_for("b to leave ComputeDomain status", lambda: [n["name"] for n in nodes()] == [a.node], 30)
     assert h.imex_pid(a) == pid  # one node short of numNodes: keep the running daemon
     # b comes back in a new pod with a new IP: a complete, changed peer list restarts a's daemon.
     b.ip = f"{h.ip_base}.{h._next_ip + 100}"
     h.start(b)
-    wait_for(lambda: (a.imexd / "nodes.cfg").read_text().split() == [a.ip, b.ip], 30,
-             lambda: f"a's nodes.cfg with b's new IP\n{a.log()[-3000:]}")
-    wait_for(lambda: h.imex_pid(a) not in (None, pid), 30, lambda: f"a's nvidia-imex to restart\n{a.log()[-3000:]}")
+    wait_for(lambda: f"a's nodes.cfg with b's new IP\n{a.log()[-3000:]}",
+             lambda: (a.imexd / "nodes.cfg").read_text().split() == [a.ip, b.ip], 30)
+    wait_for(lambda: f"a's nvidia-imex to restart\n{a.log()[-3000:]}", lambda: h.imex_pid(a) not in (None, pid), 30)
 
 
 def test_missing_config_template_exits_naming_the_plugin_step(daemons: Harness) -> None:
@@ -648,6 +649,6 @@ def test_deleted_clique_is_rejoined_only_while_the_domain_lives(daemons: Harness
 
     h.raw.delete(CDS, h.cd_name, h.ns)  # held by the finalizer: deletionTimestamp set
     h.raw.delete(CLIQUES, name, h.ns)
-    wait_for(lambda: "not joining again" in a.log(), 30, lambda: f"the daemon to stay out\n{a.log()[-3000:]}")
+    wait_for(lambda: f"the daemon to stay out\n{a.log()[-3000:]}", lambda: "not joining again" in a.log(), 30)
     assert h.clique(CQ0) is None
     h.raw.patch(CDS, h.cd_name, {"metadata": {"finalizers": None}}, h.ns)

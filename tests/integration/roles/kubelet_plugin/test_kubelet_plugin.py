@@ -67,7 +67,7 @@ from cdriver.kube.raw import RawClient
 from cdriver.kube.resources import RESOURCES
 from cdriver.nvml.discover import IMEX_CHANNEL_COUNT
 from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME, DRA_SOCKET_NAME, REGISTRATION_SOCKET_NAME
-from tests.waiting import wait_for
+from tests.support.waiting import wait_for
 
 CDS, CLIQUES = COMPUTE_DOMAINS, COMPUTE_DOMAIN_CLIQUES
 CLAIMS, SLICES = RESOURCES["resourceclaims"], RESOURCES["resourceslices"]
@@ -192,7 +192,7 @@ class PluginProcess:
         env = self.node.root.process_env()
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
-        wait_for(self._registered, 60, f"plugin registration socket {self.reg_socket}\n{self.log_tail()}")
+        wait_for(f"plugin registration socket {self.reg_socket}\n{self.log_tail()}", self._registered, 60)
         return self
 
     def _registered(self) -> bool:
@@ -404,7 +404,7 @@ def test_registration_health_and_resource_slice(plugin_factory: Callable[..., Pl
         status = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service="liveness"), timeout=10)
     assert status.status == health_pb2.HealthCheckResponse.SERVING
 
-    slices = wait_for(lambda: our_slices(raw, node), 20, "the node's ResourceSlice")
+    slices = wait_for("the node's ResourceSlice", lambda: our_slices(raw, node), 20)
     assert len(slices) == 1
     spec = slices[0]["spec"]
     assert spec["pool"]["name"] == node.name and spec["pool"]["resourceSliceCount"] == 1
@@ -417,8 +417,8 @@ def test_registration_health_and_resource_slice(plugin_factory: Callable[..., Pl
 
     # Kubelet wipes a node's slices when it starts: the plugin publishes again.
     raw.delete_collection(SLICES, field_selector=f"spec.nodeName={node.name}")
-    republished = wait_for(lambda: [s for s in our_slices(raw, node) if uid_of(s) != uid_of(slices[0])], 20,
-                           "the ResourceSlice to be published again")
+    republished = wait_for("the ResourceSlice to be published again",
+                           lambda: [s for s in our_slices(raw, node) if uid_of(s) != uid_of(slices[0])], 20)
     assert republished[0]["spec"]["devices"] == spec["devices"]
 
     # A stale slice of this driver for this node is removed.
@@ -426,7 +426,7 @@ def test_registration_health_and_resource_slice(plugin_factory: Callable[..., Pl
         "driver": DRIVER_NAME, "nodeName": node.name,
         "pool": {"name": node.name, "generation": 1, "resourceSliceCount": 1},
         "devices": [{"name": "channel-7", "attributes": {"type": {"string": "channel"}, "id": {"int": 7}}}]}})
-    wait_for(lambda: all(uid_of(s) != uid_of(stale) for s in our_slices(raw, node)), 20, "the stale slice to go")
+    wait_for("the stale slice to go", lambda: all(uid_of(s) != uid_of(stale) for s in our_slices(raw, node)), 20)
     assert [s["spec"]["devices"] for s in our_slices(raw, node)] == [spec["devices"]]
 
     # The plugin owns nvidia.com/gpu.clique when told to; it goes away with the plugin.
@@ -444,7 +444,7 @@ def test_scheduler_allocates_channel_from_generated_template(plugin: PluginProce
     from cdriver.roles.controller.desired import workload_claim_template
     from cdriver.roles.controller.settings import ControllerSettings
 
-    wait_for(lambda: our_slices(raw, node), 20, "the node's ResourceSlice")
+    wait_for("the node's ResourceSlice", lambda: our_slices(raw, node), 20)
     cd = make_cd(raw, namespace)
     template = workload_claim_template(ComputeDomain.from_dict(cd), ControllerSettings())
     template["metadata"].pop("finalizers", None)
@@ -463,15 +463,15 @@ def test_scheduler_allocates_channel_from_generated_template(plugin: PluginProce
             "resourceClaimStatuses") or []
         return statuses[0].get("resourceClaimName") if statuses else None
 
-    name = wait_for(claim_name, 30, "the claim generated from the workload template")
+    name = wait_for("the claim generated from the workload template", claim_name, 30)
 
     def allocation() -> dict | None:
         return (raw.get(CLAIMS, name, namespace).get("status") or {}).get("allocation")
 
-    alloc = wait_for(allocation, 30, "the scheduler to allocate the claim")
+    alloc = wait_for("the scheduler to allocate the claim", allocation, 30)
     (result,) = alloc["devices"]["results"]
     assert (result["driver"], result["pool"], result["device"]) == (DRIVER_NAME, node.name, "channel-0")
-    assert wait_for(lambda: raw.get(PODS, "workload", namespace)["spec"].get("nodeName"), 30, "binding") == node.name
+    assert wait_for("binding", lambda: raw.get(PODS, "workload", namespace)["spec"].get("nodeName"), 30) == node.name
 
     # Kubelet prepares it: the node's daemon is not Ready yet, so a retryable error comes back.
     # (The call carries kubelet's 45 s deadline: the answer must come before it.)
@@ -508,7 +508,7 @@ def test_waiting_prepare_answers_when_its_domain_is_deleted(
     answer: dict[str, Any] = {}
     waiter = threading.Thread(target=lambda: answer.update(resp=Kubelet(plugin).prepare(claim)))
     waiter.start()
-    wait_for(lambda: node_label(raw, node) == uid_of(cd), 10, "the node label (Prepare is waiting)")
+    wait_for("the node label (Prepare is waiting)", lambda: node_label(raw, node) == uid_of(cd), 10)
     raw.delete(CDS, cd["metadata"]["name"], namespace)
     waiter.join(PREPARE_TIMEOUT + 5)
     res = answer["resp"][uid_of(claim)]
@@ -538,9 +538,9 @@ def test_ready_clique_wakes_waiting_prepare_and_unprepare_cleans_up(
 
     waiter = threading.Thread(target=call)
     waiter.start()
-    wait_for(lambda: node_label(raw, node) == uid_of(cd), 10, "the node label (Prepare is waiting)")
-    wait_for(lambda: metric(plugin, port, "nvidia_dra_requests_inflight", operation="prepare") == 1, 10,
-             "the plugin to count the waiting Prepare as in flight")
+    wait_for("the node label (Prepare is waiting)", lambda: node_label(raw, node) == uid_of(cd), 10)
+    wait_for("the plugin to count the waiting Prepare as in flight",
+             lambda: metric(plugin, port, "nvidia_dra_requests_inflight", operation="prepare") == 1, 10)
     assert waiter.is_alive(), "Prepare must wait for readiness, not fail at once"
     marked = time.monotonic()
     set_clique_ready(raw, driver_ns, cd, node, status="Ready")
@@ -701,7 +701,7 @@ def test_daemon_claim_while_channel_claim_waits(plugin_factory: Callable[..., Pl
     waiting: dict[str, Any] = {}
     t = threading.Thread(target=lambda: waiting.update(resp=kubelet.prepare(channel)))
     t.start()
-    wait_for(lambda: node_label(raw, node) == uid_of(cd), 10, "the channel Prepare to start waiting")
+    wait_for("the channel Prepare to start waiting", lambda: node_label(raw, node) == uid_of(cd), 10)
     res = kubelet.prepare(daemon)[uid_of(daemon)]
     assert t.is_alive(), "the daemon claim must be prepared while the channel claim still waits"
     assert res.error == ""
@@ -729,7 +729,7 @@ def test_daemon_claim_while_channel_claim_waits(plugin_factory: Callable[..., Pl
     assert plugin.claim_specs() == [] and plugin.checkpoint() == {}
     assert domain_dir.is_dir(), "the domain directory outlives its claims while the ComputeDomain exists"
     raw.delete(CDS, cd["metadata"]["name"], namespace)
-    wait_for(lambda: not domain_dir.exists(), 10, "the sweep of the deleted ComputeDomain's directory")
+    wait_for("the sweep of the deleted ComputeDomain's directory", lambda: not domain_dir.exists(), 10)
 
 
 def test_killed_between_started_and_completed(plugin_factory: Callable[..., PluginProcess], raw: RawClient,
@@ -750,7 +750,7 @@ def test_killed_between_started_and_completed(plugin_factory: Callable[..., Plug
 
     t = threading.Thread(target=call)
     t.start()
-    wait_for(lambda: plugin.checkpoint().get(uid_of(claim)), 10, "PrepareStarted in the checkpoint")
+    wait_for("PrepareStarted in the checkpoint", lambda: plugin.checkpoint().get(uid_of(claim)), 10)
     assert plugin.checkpoint()[uid_of(claim)].state == "PrepareStarted"
     plugin.kill()
     t.join(10)
@@ -784,10 +784,10 @@ def test_stale_prepare_started_is_swept_on_start(plugin_factory: Callable[..., P
     assert "is not ready" in res.error and plugin.checkpoint()[uid_of(claim)].state == "PrepareStarted"
     plugin.stop()
     raw.delete(CLAIMS, claim["metadata"]["name"], namespace)
-    wait_for(lambda: raw.get_or_none(CLAIMS, claim["metadata"]["name"], namespace) is None, 10, "claim deletion")
+    wait_for("claim deletion", lambda: raw.get_or_none(CLAIMS, claim["metadata"]["name"], namespace) is None, 10)
     plugin.start()
-    wait_for(lambda: plugin.checkpoint() == {}, 10, "the sweep of the stale PrepareStarted claim")
-    wait_for(lambda: node_label(raw, node) is None, 10, "the node label of the stale claim to go")
+    wait_for("the sweep of the stale PrepareStarted claim", lambda: plugin.checkpoint() == {}, 10)
+    wait_for("the node label of the stale claim to go", lambda: node_label(raw, node) is None, 10)
 
 
 def test_non_fabric_node_prepares_without_devices(plugin_factory: Callable[..., PluginProcess], raw: RawClient,
@@ -811,7 +811,7 @@ def test_non_fabric_node_prepares_without_devices(plugin_factory: Callable[..., 
             return [e for e in raw.list(EVENTS, namespace)["items"]
                     if e["involvedObject"].get("uid") == uid_of(claim) and e["reason"] == "IMEXChannelNotInjected"]
 
-        (ev,) = wait_for(event, 10, "the not-fabric-attached Event")
+        (ev,) = wait_for("the not-fabric-attached Event", event, 10)
         assert "not attached to a multi-node NVLink fabric" in ev["message"]
         assert "without IMEX channel devices" in plugin.log_path.read_text()
         assert Kubelet(plugin).unprepare(claim) == {uid_of(claim): ""}
@@ -826,9 +826,9 @@ def test_host_managed_mode(plugin_factory: Callable[..., PluginProcess], raw: Ra
     from cdriver.sim.imex.host_service import HostImexService
 
     plugin = plugin_factory(node, extra_args=["--imex-mode", "hostManaged"], gates="HostManagedIMEXDaemon=true")
-    slices = wait_for(lambda: our_slices(raw, node), 20, "the node's ResourceSlice")
-    wait_for(lambda: [d["name"] for s in our_slices(raw, node) for d in s["spec"]["devices"]] == ["channel-0"],
-             20, f"a channel-0-only slice (have {slices})")
+    slices = wait_for("the node's ResourceSlice", lambda: our_slices(raw, node), 20)
+    wait_for(f"a channel-0-only slice (have {slices})",
+             lambda: [d["name"] for s in our_slices(raw, node) for d in s["spec"]["devices"]] == ["channel-0"], 20)
     kubelet = Kubelet(plugin)
     cd = make_cd(raw, namespace)
 
@@ -964,7 +964,7 @@ def test_plugin_takes_over_an_upstream_checkpoint(plugin_factory: Callable[..., 
     # The failed claim fails the same way under cdriver; once deleted its stale entry is swept.
     assert "allocationMod" in kubelet.prepare(bad)[uid_of(bad)].error
     raw.delete(CLAIMS, bad["metadata"]["name"], namespace)
-    wait_for(lambda: uid_of(bad) not in plugin.checkpoint(), 15, "the sweep of the stale upstream entry")
+    wait_for("the sweep of the stale upstream entry", lambda: uid_of(bad) not in plugin.checkpoint(), 15)
     assert f"partially prepared claim {namespace}/{bad['metadata']['name']}" in plugin.log_path.read_text()
     # Channel ownership was kept: another claim cannot take channel 0 while the old one holds it.
     fresh = allocated_claim(raw, namespace, node.name, channel_params(cd))
@@ -1024,9 +1024,10 @@ def test_lost_checkpoint_is_rebuilt_without_removing_specs_running_pods_use(
     again = kubelet.prepare(claim)[uid_of(claim)]
     assert again.error == "" and list(again.devices[0].cdi_device_ids) == list(first.devices[0].cdi_device_ids)
     label = f"{namespace}/{claim['metadata']['name']}"
-    (event,) = wait_for(lambda: [e for e in raw.list(EVENTS, "default")["items"]
+    (event,) = wait_for("CheckpointRebuilt event",
+                        lambda: [e for e in raw.list(EVENTS, "default")["items"]
                                  if e["reason"] == "CheckpointRebuilt" and label in e["message"]
-                                 and e["involvedObject"].get("name") == node.name], 10, "CheckpointRebuilt event")
+                                 and e["involvedObject"].get("name") == node.name], 10)
     assert event["type"] == "Warning" and stranger.name in event["message"]
     assert ("kept as" in event["message"]) == (damage == "garbage")
     # Unprepare undoes the rebuilt records as usual, the unexplained one too (by UID).

@@ -30,7 +30,7 @@ from tests.integration.roles.kubelet_plugin.test_kubelet_plugin import (
     set_clique_ready,
     uid_of,
 )
-from tests.upstream_inputs import skip_without_upstream
+from tests.support.upstream_inputs import skip_without_upstream
 
 # The plugin test's fixtures: a registered node with a simulated driver root, plugin processes.
 crds, driver_ns, node, plugin_factory = kp.crds, kp.driver_ns, kp.node, kp.plugin_factory

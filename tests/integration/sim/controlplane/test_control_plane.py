@@ -22,7 +22,7 @@ from cdriver.kube.resources import RESOURCES, Resource
 from cdriver.sim.controlplane import cluster as cluster_mod
 from cdriver.sim.controlplane.binaries import ControlPlaneBinaries
 from cdriver.sim.node.registration import NOT_READY_TAINT, blocking_taints, node_object, register_test_node
-from tests.waiting import wait_for
+from tests.support.waiting import wait_for
 
 PODS, NODES, CLAIMS = RESOURCES["pods"], RESOURCES["nodes"], RESOURCES["resourceclaims"]
 TEST_GROUP = "test.cdriver.dev"
@@ -74,7 +74,7 @@ def test_crd_cel_immutability_rule_rejects_update(raw: RawClient, namespace: str
             conds = raw.get(crds, crd_name).get("status", {}).get("conditions") or []
             return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
 
-        wait_for(established, 30, f"CRD {crd_name} to be established")
+        wait_for(f"CRD {crd_name} to be established", established, 30)
         res = Resource(TEST_GROUP, "v1", plural, True, f"W{plural[1:]}")
 
         def create_widget() -> dict | None:
@@ -86,7 +86,7 @@ def test_crd_cel_immutability_rule_rejects_update(raw: RawClient, namespace: str
                     return None
                 raise
 
-        widget = wait_for(create_widget, 30, "the custom resource endpoint")
+        widget = wait_for("the custom resource endpoint", create_widget, 30)
         widget["spec"]["note"] = "b"
         widget = raw.update(res, widget, namespace)  # other fields stay mutable
         assert widget["spec"]["note"] == "b"
@@ -143,7 +143,7 @@ def test_rbac_denies_service_account_until_role_is_bound(
                 return None
             raise
 
-    listing = wait_for(allowed, 30, "the RoleBinding to take effect")
+    listing = wait_for("the RoleBinding to take effect", allowed, 30)
     assert any(i["metadata"]["name"] == "kube-root-ca.crt" for i in listing["items"])
     with pytest.raises(ApiError) as err:  # the Role grants reads in its namespace only
         as_reader.create(configmaps, {"metadata": {"name": "x"}}, namespace)
@@ -172,7 +172,7 @@ def test_resourceclaim_controller_creates_claim_from_template(raw: RawClient, na
     def claim_status() -> list | None:
         return raw.get(PODS, "claimer", namespace).get("status", {}).get("resourceClaimStatuses")
 
-    statuses = wait_for(claim_status, 30, "pod.status.resourceClaimStatuses")
+    statuses = wait_for("pod.status.resourceClaimStatuses", claim_status, 30)
     assert statuses[0]["name"] == "dev"
     claim = raw.get(CLAIMS, statuses[0]["resourceClaimName"], namespace)
     owners = claim["metadata"]["ownerReferences"]
@@ -208,8 +208,8 @@ def test_scheduler_allocates_device_selected_by_device_class_cel(raw: RawClient,
             pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "dev"}]}
             created = raw.create(PODS, pod, namespace)
 
-            bound = wait_for(lambda: raw.get(PODS, "user", namespace)["spec"].get("nodeName"), 60,
-                             "the scheduler to bind the pod")
+            bound = wait_for("the scheduler to bind the pod",
+                             lambda: raw.get(PODS, "user", namespace)["spec"].get("nodeName"), 60)
             assert bound == node.name
             claim = raw.get(CLAIMS, "want-fast", namespace)
             results = claim["status"]["allocation"]["devices"]["results"]
@@ -240,18 +240,19 @@ def test_daemonset_pod_only_for_labelled_node(raw: RawClient, namespace: str) ->
                         and status.get("desiredNumberScheduled") == desired)
             return check
 
-        wait_for(observed(0), 30, "the DaemonSet controller to process the DaemonSet")
+        wait_for("the DaemonSet controller to process the DaemonSet", observed(0), 30)
         assert raw.list(PODS, namespace)["items"] == []
 
         raw.patch(NODES, node_a.name, {"metadata": {"labels": select}})
-        pods = wait_for(lambda: raw.list(PODS, namespace)["items"], 30, "a DaemonSet pod")
-        wait_for(observed(1), 30, "DaemonSet status desiredNumberScheduled=1")
+        pods = wait_for("a DaemonSet pod", lambda: raw.list(PODS, namespace)["items"], 30)
+        wait_for("DaemonSet status desiredNumberScheduled=1", observed(1), 30)
         assert len(raw.list(PODS, namespace)["items"]) == 1
         terms = pods[0]["spec"]["affinity"]["nodeAffinity"][
             "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
         assert terms[0]["matchFields"][0]["values"] == [node_a.name]
-        bound = wait_for(lambda: raw.get(PODS, pods[0]["metadata"]["name"], namespace)["spec"].get(
-            "nodeName"), 60, "the scheduler to bind the DaemonSet pod")
+        bound = wait_for("the scheduler to bind the DaemonSet pod",
+                         lambda: raw.get(PODS, pods[0]["metadata"]["name"], namespace)["spec"].get("nodeName"),
+                         60)
         assert bound == node_a.name
 
 
@@ -263,8 +264,7 @@ def test_ready_node_with_heartbeat_becomes_schedulable_and_lease_is_renewed(raw:
     with register_test_node(raw, name, heartbeat_interval=0.3) as node:
         assert blocking_taints(raw.get(NODES, name)) == []  # the not-ready taint was cleared
         first = raw.get(leases, name, "kube-node-lease")["spec"]["renewTime"]
-        wait_for(lambda: raw.get(leases, name, "kube-node-lease")["spec"]["renewTime"] != first, 10,
-                 "a lease renewal")
+        wait_for("a lease renewal", lambda: raw.get(leases, name, "kube-node-lease")["spec"]["renewTime"] != first, 10)
         assert node.heartbeat.renewals >= 1
 
 

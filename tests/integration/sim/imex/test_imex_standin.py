@@ -28,8 +28,8 @@ from cdriver.sim.imex.protocol import (
     ENV_SIM_HOSTS_FILE,
 )
 from cdriver.sim.node.addresses import lease_block
-from tests.imex_timing import fast_imex_env
-from tests.waiting import wait_for
+from tests.support.imex_timing import fast_imex_env
+from tests.support.waiting import wait_for
 
 #: addresses of a block leased for this test run, so other runs' clusters never share their ports
 BLOCK = lease_block()
@@ -109,7 +109,7 @@ class World:
         return self.domain(cfg)["status"]
 
     def wait_ready(self, cfg: Path) -> ctl.ProbeResult:
-        return wait_for(lambda: (r := self.probe(cfg)).ready and r, 15, f"{cfg.name} daemon to answer -q")
+        return wait_for(f"{cfg.name} daemon to answer -q", lambda: (r := self.probe(cfg)).ready and r, 15)
 
     def cleanup(self) -> None:
         for proc in self.procs:
@@ -140,7 +140,7 @@ def test_scenario_two_daemons_up_then_degraded(world: World) -> None:
     # 2c/2d: B joins; A sees the domain UP with two READY NO_GPU nodes
     proc_b = world.start(cfg_b)
     world.wait_ready(cfg_b)
-    wait_for(lambda: world.status(cfg_a) == "UP", 15, "A to report UP")
+    wait_for("A to report UP", lambda: world.status(cfg_a) == "UP", 15)
     nodes = world.domain(cfg_a)["nodes"]
     assert sorted(nodes) == ["0", "1"]
     assert [n["status"] for n in nodes.values()] == ["READY", "READY"]
@@ -152,14 +152,14 @@ def test_scenario_two_daemons_up_then_degraded(world: World) -> None:
     # 2e: B is SIGKILLed; A degrades within 5 s and stays READY locally
     proc_b.send_signal(signal.SIGKILL)
     proc_b.wait()
-    wait_for(lambda: world.status(cfg_a) == "DEGRADED", 5, "A to report DEGRADED")
+    wait_for("A to report DEGRADED", lambda: world.status(cfg_a) == "DEGRADED", 5)
     assert world.domain(cfg_a)["nodes"]["1"]["status"] == "UNAVAILABLE"
     assert world.probe(cfg_a).ready
 
     # B comes back: A reconnects and the domain is UP again
     world.start(cfg_b)
     world.wait_ready(cfg_b)
-    wait_for(lambda: world.status(cfg_a) == "UP", 15, "A to report UP after B restarted")
+    wait_for("A to report UP after B restarted", lambda: world.status(cfg_a) == "UP", 15)
 
     # 2f: SIGTERM is a clean shutdown
     proc_a = world.procs[0]
@@ -176,13 +176,13 @@ def test_hung_peer_is_detected_by_missing_heartbeats(world: World) -> None:
     proc_b = world.start(cfg_b)
     world.wait_ready(cfg_a)
     world.wait_ready(cfg_b)
-    wait_for(lambda: world.status(cfg_a) == "UP", 15, "A to report UP")
+    wait_for("A to report UP", lambda: world.status(cfg_a) == "UP", 15)
     proc_b.send_signal(signal.SIGSTOP)  # sockets stay open: only the heartbeats stop
     try:
-        wait_for(lambda: world.status(cfg_a) == "DEGRADED", 5, "A to notice the silent peer")
+        wait_for("A to notice the silent peer", lambda: world.status(cfg_a) == "DEGRADED", 5)
     finally:
         proc_b.send_signal(signal.SIGCONT)
-    wait_for(lambda: world.status(cfg_a) == "UP", 15, "A to report UP after B resumed")
+    wait_for("A to report UP after B resumed", lambda: world.status(cfg_a) == "UP", 15)
     assert "no heartbeat for 1s" in world.log(cfg_a)
 
 
@@ -202,14 +202,14 @@ def test_sigusr1_rereads_peer_names_from_hosts_file(world: World) -> None:
     world.start(cfg_b, env_b)
     world.wait_ready(cfg_a)
     world.wait_ready(cfg_b)
-    wait_for(lambda: world.status(cfg_b) == "UP", 15, "B to see both names connected")
+    wait_for("B to see both names connected", lambda: world.status(cfg_b) == "UP", 15)
     # A resolves only its own name; the new mapping takes effect on SIGUSR1, not before
     rewrite_hosts_file(hosts_a, {names[0]: A_IP, names[1]: B_IP})
     assert list(world.domain(cfg_a)["nodes"]) == ["0"]
 
     proc_a.send_signal(signal.SIGUSR1)
-    wait_for(lambda: len(world.domain(cfg_a)["nodes"]) == 2, 10, "A to re-read its peers")
-    wait_for(lambda: world.status(cfg_a) == "UP", 10, "A to report UP")
+    wait_for("A to re-read its peers", lambda: len(world.domain(cfg_a)["nodes"]) == 2, 10)
+    wait_for("A to report UP", lambda: world.status(cfg_a) == "UP", 10)
     out = subprocess.run([str(world.ctl), "-c", str(cfg_a), "-N", "-H"], env=world.env,
                          capture_output=True, text=True, timeout=10)
     assert out.returncode == 0
@@ -222,9 +222,10 @@ def test_unix_socket_probe_in_host_managed_form(world: World) -> None:
     cfg = world.config("host", A_IP, [A_IP], unix_socket=str(sock))
     proc = world.start(cfg)
     result = wait_for(
+        "the Unix socket probe",
         lambda: (r := ctl.probe_ready(str(world.ctl), unix_socket=str(sock), timeout=10, env=world.env)).ready
         and r,
-        15, "the Unix socket probe",
+        15,
     )
     assert result.argv[-2:] == ("-q", f"--u={sock}")
     assert result.output == "READY\n"
@@ -319,12 +320,12 @@ def test_standin_under_the_supervisor_restarts_and_reloads(world: World) -> None
         sup.start()
         world.wait_ready(cfg)
         sup.reload()
-        wait_for(lambda: any("SIGUSR1: re-read" in line for line in sup.last_output_lines(50)), 10,
-                   "the reload to be logged")
+        wait_for("the reload to be logged",
+                 lambda: any("SIGUSR1: re-read" in line for line in sup.last_output_lines(50)), 10)
         first = sup.pid
         assert first is not None
         os.kill(first, signal.SIGKILL)
-        wait_for(lambda: sup.restart_count == 1 and sup.pid not in (None, first), 10, "a restart")
+        wait_for("a restart", lambda: sup.restart_count == 1 and sup.pid not in (None, first), 10)
         world.wait_ready(cfg)
         assert exits == [(-signal.SIGKILL, False)]
     finally:

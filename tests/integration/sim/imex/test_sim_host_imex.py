@@ -34,8 +34,8 @@ from cdriver.sim.imex.protocol import (
     IMEX_NODE_READY,
 )
 from cdriver.sim.node.addresses import lease_block
-from tests.imex_timing import fast_imex_env
-from tests.waiting import wait_for
+from tests.support.imex_timing import fast_imex_env
+from tests.support.waiting import wait_for
 
 #: addresses of a block leased for this test run, so other runs' clusters never share their ports
 BLOCK = lease_block()
@@ -125,8 +125,8 @@ def test_two_nodes_form_one_host_domain_and_pick_up_new_peers(
     assert len(domain(a)["nodes"]) == 1  # a does not know b yet
     a.set_peers([IP_B])  # rewrites the nodes config and signals the running daemon
     assert a.paths.nodes_config.read_text().split() == [IP_A, IP_B]
-    wait_for(lambda: ready_nodes(a) == 2 and domain(a)["status"] == IMEX_DOMAIN_UP, 15, "a sees b")
-    wait_for(lambda: ready_nodes(b) == 2, 15, "b sees a")
+    wait_for("a sees b", lambda: ready_nodes(a) == 2 and domain(a)["status"] == IMEX_DOMAIN_UP, 15)
+    wait_for("b sees a", lambda: ready_nodes(b) == 2, 15)
 
 
 def test_a_daemon_that_cannot_start_is_reported_with_its_output(
@@ -156,7 +156,7 @@ def test_a_killed_daemon_is_restarted(roots: tuple[DriverRoot, DriverRoot],
     first = service.pid
     assert first is not None
     os.kill(first, signal.SIGKILL)
-    wait_for(lambda: service.pid not in (None, first), 15, "a new daemon")
+    wait_for("a new daemon", lambda: service.pid not in (None, first), 15)
     assert service.wait_ready(30).ready
 
 

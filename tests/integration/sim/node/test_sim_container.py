@@ -15,7 +15,7 @@ from pathlib import Path
 from cdriver.sim.node.simulated import logs
 from cdriver.sim.node.simulated.container import ContainerProcess, LaunchSpec, run_in_container
 from cdriver.sim.node.simulated.volumes import BindMount
-from tests.waiting import wait_for
+from tests.support.waiting import wait_for
 
 ENV = {"PATH": "/usr/bin:/bin"}
 
@@ -63,11 +63,11 @@ def test_a_killed_agent_process_leaves_no_container_process_behind(tmp_path: Pat
     proc = subprocess.Popen([sys.executable, "-c", agent], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "started"
-        wait_for(lambda: not port_free(port), 20, "the container's daemon to listen")
+        wait_for("the container's daemon to listen", lambda: not port_free(port), 20)
     finally:
         proc.kill()
         proc.wait()
-    wait_for(lambda: port_free(port), 10, "the port to be free once the agent process died")
+    wait_for("the port to be free once the agent process died", lambda: port_free(port), 10)
 
 
 def test_container_has_its_own_root_and_pid_namespace(tmp_path: Path) -> None:
@@ -87,7 +87,7 @@ def test_container_has_its_own_root_and_pid_namespace(tmp_path: Path) -> None:
     log = tmp_path / "logs" / "0.log"
     proc = ContainerProcess(spec, tmp_path / "spec.json", log, "t").start()
     try:
-        wait_for(lambda: log.exists() and "ready" in output(log), 10, "the container's script")
+        wait_for("the container's script", lambda: log.exists() and "ready" in output(log), 10)
         inside = run_in_container(proc.init_pid, ["sh", "-c", f"ls {absent}; cat /proc/1/cmdline | tr '\\0' ' '; echo; "
                                                   "ls /proc | grep -c '^[0-9]'"], ENV, "/", 10)
         names = inside.stdout.decode().split("\n")
@@ -121,7 +121,7 @@ def test_an_address_block_of_a_killed_cluster_process_is_free_again() -> None:
     finally:
         owner.kill()
         owner.wait()
-    block = wait_for(lambda: try_lease(prefix), 10, "the dead owner's block to be free")
+    block = wait_for("the dead owner's block to be free", lambda: try_lease(prefix), 10)
     block.release()
 
 

@@ -31,7 +31,7 @@ from cdriver.kube.resources import RESOURCES
 from cdriver.sim.controlplane import pki
 from cdriver.sim.node.simulated.agent import NodeAgent, start_nodes
 from cdriver.sim.node.simulated.runtime import NodeOptions
-from tests.waiting import wait_for
+from tests.support.waiting import wait_for
 
 PODS, NODES, EVENTS = RESOURCES["pods"], RESOURCES["nodes"], RESOURCES["events"]
 SLICES, CLASSES = RESOURCES["resourceslices"], RESOURCES["deviceclasses"]
@@ -161,22 +161,23 @@ def test_daemonset_with_hostpath_downward_api_and_token_lists_pods_under_rbac(
 
     for node in sim_nodes:
         result_file = node.layout.host_path(hostdir) / "result.json"
-        result = json.loads(wait_for(lambda f=result_file: f.exists() and f.read_text(), 60,
-                                     f"the DaemonSet pod on {node.name} to write {result_file}"))
+        result = json.loads(wait_for(f"the DaemonSet pod on {node.name} to write {result_file}",
+                                     lambda f=result_file: f.exists() and f.read_text(), 60))
         assert result["node"] == node.name
         assert result["podIP"] == node.ip
         assert result["namespace"] == namespace
         assert result["listCode"] == 200
         assert result["pod"] in result["pods"]
         assert result["otherNamespaceCode"] == 403  # the Role grants this namespace only
-        pod = wait_for(lambda r=result: pod_ready(raw, namespace, r["pod"]), 30, "the DaemonSet pod to be Ready")
+        pod = wait_for("the DaemonSet pod to be Ready", lambda r=result: pod_ready(raw, namespace, r["pod"]), 30)
         assert pod["metadata"]["uid"] == result["uid"]
         assert pod["status"]["podIP"] == node.ip and pod["status"]["hostIP"] == node.ip
         assert pod["status"]["phase"] == "Running"
     pods = raw.list(PODS, namespace, label_selector="app=lister")["items"]
     assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(n.name for n in sim_nodes)
-    ds = wait_for(lambda: (d := raw.get(RESOURCES["daemonsets"], "lister", namespace))["status"].get(
-        "numberReady") == 2 and d, 30, "the DaemonSet to count 2 ready pods")
+    ds = wait_for("the DaemonSet to count 2 ready pods",
+                  lambda: (d := raw.get(RESOURCES["daemonsets"], "lister", namespace))["status"].get("numberReady")
+                  == 2 and d, 30)
     assert ds["status"]["desiredNumberScheduled"] == 2
 
 
@@ -279,7 +280,7 @@ def test_claim_is_prepared_cdi_applied_and_unprepared_on_delete(
         kubectl: Callable[..., subprocess.CompletedProcess]) -> None:
     node = dra_driver.node
     claim_pod(raw, namespace, dra_driver, pool)
-    pod = wait_for(lambda: pod_ready(raw, namespace, "user"), 60, "the claim pod to be Ready")
+    pod = wait_for("the claim pod to be Ready", lambda: pod_ready(raw, namespace, "user"), 60)
     claim_name = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
     claim = raw.get(CLAIMS, claim_name, namespace)
     uid = claim["metadata"]["uid"]
@@ -295,13 +296,13 @@ def test_claim_is_prepared_cdi_applied_and_unprepared_on_delete(
     assert node.exec_in_container(namespace, "user", "main", ["test", "-c", "/dev/sim-test/dev0"]).returncode == 0
     log_file = node.container_log(namespace, "user", "main")
     assert log_file is not None
-    text = wait_for(lambda: "char-device-present" in log_file.read_text() and log_file.read_text(), 10,
-                    "the container's output")
+    text = wait_for("the container's output",
+                    lambda: "char-device-present" in log_file.read_text() and log_file.read_text(), 10)
     assert f"device=dev0 claim={claim_name}" in text
     assert not os.path.exists("/dev/sim-test/dev0")  # the device exists only inside the container
 
     raw.delete(PODS, "user", namespace)
-    wait_for(lambda: raw.get_or_none(PODS, "user", namespace) is None, 30, "the pod to be deleted by its node")
+    wait_for("the pod to be deleted by its node", lambda: raw.get_or_none(PODS, "user", namespace) is None, 30)
     assert dra_driver.unprepared == [uid]
 
 
@@ -316,29 +317,29 @@ def test_failing_prepare_keeps_pod_creating_with_event_until_plugin_succeeds(
                 return ev
         return None
 
-    event = wait_for(failed_event, 60, "a FailedPrepareDynamicResources event")
+    event = wait_for("a FailedPrepareDynamicResources event", failed_event, 60)
     assert "simulated device failure: channel busy" in event["message"]
     assert event["type"] == "Warning"
     assert event["involvedObject"]["kind"] == "Pod" and event["source"]["host"] == dra_driver.node.name
     pod = get_pod(raw, namespace, "user")
     assert pod["status"]["phase"] == "Pending"
     assert container_status(pod)["state"]["waiting"]["reason"] == "ContainerCreating"
-    wait_for(lambda: len(dra_driver.prepared) >= 2, 30, "prepare to be retried")
+    wait_for("prepare to be retried", lambda: len(dra_driver.prepared) >= 2, 30)
 
     dra_driver.fail_with = ""
-    pod = wait_for(lambda: pod_ready(raw, namespace, "user"), 60, "the pod to start once prepare succeeds")
+    pod = wait_for("the pod to start once prepare succeeds", lambda: pod_ready(raw, namespace, "user"), 60)
     assert pod["status"]["phase"] == "Running"
 
 
 def pod_gone(raw: RawClient, namespace: str, name: str) -> None:
-    wait_for(lambda: raw.get_or_none(PODS, name, namespace) is None, 30, f"pod {name} to be deleted by its node")
+    wait_for(f"pod {name} to be deleted by its node", lambda: raw.get_or_none(PODS, name, namespace) is None, 30)
 
 
 def test_claim_of_a_failed_prepare_is_unprepared_when_the_pod_goes(
         raw: RawClient, namespace: str, sim_nodes: list[NodeAgent], pool: str, dra_driver: SimTestDriver) -> None:
     dra_driver.fail_with = "simulated device failure: prepare timed out"
     claim_pod(raw, namespace, dra_driver, pool)
-    wait_for(lambda: dra_driver.prepared, 60, "a NodePrepareResources call")
+    wait_for("a NodePrepareResources call", lambda: dra_driver.prepared, 60)
     uid = dra_driver.prepared[0]
     raw.delete(PODS, "user", namespace)
     pod_gone(raw, namespace, "user")
@@ -355,7 +356,7 @@ def test_shared_claim_is_prepared_once_and_unprepared_after_its_last_pod(
         raw.create(PODS, pod_body(name, ["sleep", "3600"], pool, dra_driver.node.name,
                                   resourceClaims=[{"name": "gpu", "resourceClaimName": "shared"}],
                                   container={"resources": {"claims": [{"name": "gpu"}]}}), namespace)
-        wait_for(lambda n=name: pod_ready(raw, namespace, n), 60, f"pod {name} to be Ready")
+        wait_for(f"pod {name} to be Ready", lambda n=name: pod_ready(raw, namespace, n), 60)
     uid = raw.get(CLAIMS, "shared", namespace)["metadata"]["uid"]
     assert dra_driver.prepared == [uid]
 
@@ -372,7 +373,7 @@ def test_shared_claim_is_prepared_once_and_unprepared_after_its_last_pod(
 def test_deleted_pod_is_unprepared_before_its_final_status_is_posted(
         raw: RawClient, namespace: str, sim_nodes: list[NodeAgent], pool: str, dra_driver: SimTestDriver) -> None:
     claim_pod(raw, namespace, dra_driver, pool)
-    wait_for(lambda: pod_ready(raw, namespace, "user"), 60, "the claim pod to be Ready")
+    wait_for("the claim pod to be Ready", lambda: pod_ready(raw, namespace, "user"), 60)
     seen: list[dict] = []
     dra_driver.on_unprepare = lambda claims: seen.append(container_status(get_pod(raw, namespace, "user")))
     raw.delete(PODS, "user", namespace)
@@ -392,15 +393,16 @@ def test_exec_readiness_probe_failures_flip_ready(raw: RawClient, namespace: str
                               volumes=[{"name": "work", "emptyDir": {}}],
                               container={"readinessProbe": probe,
                                          "volumeMounts": [{"name": "work", "mountPath": "/opt"}]}), namespace)
-    pod = wait_for(lambda: (p := raw.get(PODS, "probed", namespace)).get("status", {}).get("phase") == "Running"
-                   and p, 30, "the probed pod to run")
+    pod = wait_for("the probed pod to run",
+                   lambda: (p := raw.get(PODS, "probed", namespace)).get("status", {}).get("phase") == "Running"
+                   and p, 30)
     assert condition(pod, "Ready") == "False"
     assert container_status(pod)["ready"] is False
     assert node.exec_in_container(namespace, "probed", "main", ["touch", "/opt/ready"]).returncode == 0
-    wait_for(lambda: pod_ready(raw, namespace, "probed"), 30, "Ready=True after the probe passes")
+    wait_for("Ready=True after the probe passes", lambda: pod_ready(raw, namespace, "probed"), 30)
     assert node.exec_in_container(namespace, "probed", "main", ["rm", "/opt/ready"]).returncode == 0
-    pod = wait_for(lambda: condition(p := raw.get(PODS, "probed", namespace), "Ready") == "False" and p, 30,
-                   "Ready=False after the probe fails")
+    pod = wait_for("Ready=False after the probe fails",
+                   lambda: condition(p := raw.get(PODS, "probed", namespace), "Ready") == "False" and p, 30)
     assert condition(pod, "ContainersReady") == "False"
     assert container_status(pod)["restartCount"] == 0  # readiness failures never restart
 
@@ -414,13 +416,14 @@ def test_failing_liveness_probe_restarts_the_container(raw: RawClient, namespace
                               terminationGracePeriodSeconds=1, volumes=[{"name": "work", "emptyDir": {}}],
                               container={"livenessProbe": probe,
                                          "volumeMounts": [{"name": "work", "mountPath": "/opt"}]}), namespace)
-    wait_for(lambda: pod_ready(raw, namespace, "lively"), 30, "the pod with a liveness probe")
+    wait_for("the pod with a liveness probe", lambda: pod_ready(raw, namespace, "lively"), 30)
     probed = lambda: node.exec_in_container(namespace, "lively", "main", ["cat", "/opt/probed"]).stdout  # noqa: E731
-    wait_for(lambda: probed().count(b"run") >= 3, 30, "three passing liveness probes")
+    wait_for("three passing liveness probes", lambda: probed().count(b"run") >= 3, 30)
     assert container_status(raw.get(PODS, "lively", namespace))["restartCount"] == 0  # passing probes leave it alone
     node.exec_in_container(namespace, "lively", "main", ["rm", "/opt/alive"])
-    pod = wait_for(lambda: container_status(p := raw.get(PODS, "lively", namespace)).get("restartCount") == 1
-                   and p, 30, "the container to be restarted after failing its liveness probe")
+    pod = wait_for("the container to be restarted after failing its liveness probe",
+                   lambda: container_status(p := raw.get(PODS, "lively", namespace)).get("restartCount") == 1
+                   and p, 30)
     assert container_status(pod)["lastState"]["terminated"]["exitCode"] == 143  # SIGTERM
     reasons = {e["reason"] for e in raw.list(EVENTS, namespace)["items"] if e["involvedObject"]["name"] == "lively"}
     assert {"Unhealthy", "Killing"} <= reasons
@@ -448,16 +451,17 @@ def test_grpc_probes_call_the_health_service_and_restart_on_not_serving(
                               container={"startupProbe": startup, "livenessProbe": probe, "env": [
                                   {"name": "MY_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]}),
                namespace)
-    wait_for(lambda: pod_ready(raw, namespace, "grpc-probed"), 30, "the startup probe to pass on SERVING")
+    wait_for("the startup probe to pass on SERVING", lambda: pod_ready(raw, namespace, "grpc-probed"), 30)
     node.exec_in_container(namespace, "grpc-probed", "main", ["touch", "/tmp/sick"])
-    pod = wait_for(lambda: container_status(p := raw.get(PODS, "grpc-probed", namespace)).get("restartCount") == 1
-                   and p, 30, "the container to be restarted after NOT_SERVING")
+    pod = wait_for("the container to be restarted after NOT_SERVING",
+                   lambda: container_status(p := raw.get(PODS, "grpc-probed", namespace)).get("restartCount") == 1
+                   and p, 30)
     assert container_status(pod)["lastState"]["terminated"]["exitCode"] == 143  # SIGTERM
     messages = [e["message"] for e in raw.list(EVENTS, namespace)["items"]
                 if e["involvedObject"]["name"] == "grpc-probed" and e["reason"] == "Unhealthy"]
     assert 'Liveness probe failed: service unhealthy (responded with "NOT_SERVING")' in messages
     # the restarted container has its own, healthy root (no /tmp/sick): it passes again
-    wait_for(lambda: pod_ready(raw, namespace, "grpc-probed"), 30, "the restarted container to pass its probes")
+    wait_for("the restarted container to pass its probes", lambda: pod_ready(raw, namespace, "grpc-probed"), 30)
 
 
 def test_crashing_container_is_restarted_with_increasing_restart_count(
@@ -473,7 +477,7 @@ def test_crashing_container_is_restarted_with_increasing_restart_count(
             seen.append(count)
         return count >= 3
 
-    wait_for(restarts, 60, "three restarts")
+    wait_for("three restarts", restarts, 60)
     assert seen == sorted(seen) and len(set(seen)) >= 2
     status = container_status(raw.get(PODS, "crasher", namespace))
     assert status["lastState"]["terminated"]["exitCode"] == 3
@@ -494,16 +498,17 @@ def test_killed_container_restarts_and_init_container_runs_first(
                                      "volumeMounts": [{"name": "work", "mountPath": "/opt"}]}],
                     container={"volumeMounts": [{"name": "work", "mountPath": "/opt"}]})
     raw.create(PODS, body, namespace)
-    pod = wait_for(lambda: pod_ready(raw, namespace, "with-init"), 30, "the pod with an init container")
+    pod = wait_for("the pod with an init container", lambda: pod_ready(raw, namespace, "with-init"), 30)
     init = pod["status"]["initContainerStatuses"][0]
     assert init["state"]["terminated"]["exitCode"] == 0
     log_file = node.container_log(namespace, "with-init", "main")
-    wait_for(lambda: "prepared-by-init" in log_file.read_text(), 10, "the main container to read the init output")
+    wait_for("the main container to read the init output", lambda: "prepared-by-init" in log_file.read_text(), 10)
 
     first = node.container_pid(namespace, "with-init", "main")
     node.kill_container(namespace, "with-init", "main", signal.SIGKILL)
-    pod = wait_for(lambda: container_status(p := raw.get(PODS, "with-init", namespace)).get("restartCount") == 1
-                   and condition(p, "Ready") == "True" and p, 30, "the killed container to be restarted")
+    pod = wait_for("the killed container to be restarted",
+                   lambda: container_status(p := raw.get(PODS, "with-init", namespace)).get("restartCount") == 1
+                   and condition(p, "Ready") == "True" and p, 30)
     assert container_status(pod)["lastState"]["terminated"]["exitCode"] == 137
     assert node.container_pid(namespace, "with-init", "main") != first
 
@@ -514,12 +519,12 @@ def test_graceful_termination_sends_sigkill_after_the_grace_period(
     script = "trap 'echo got-term' TERM; echo started; while true; do sleep 0.1; done"
     raw.create(PODS, pod_body("stubborn", ["sh", "-c", script], pool, node.name,
                               terminationGracePeriodSeconds=1), namespace)
-    wait_for(lambda: pod_ready(raw, namespace, "stubborn"), 30, "the stubborn pod")
+    wait_for("the stubborn pod", lambda: pod_ready(raw, namespace, "stubborn"), 30)
     pid = node.container_pid(namespace, "stubborn", "main")
     assert pid
     log_file = node.container_log(namespace, "stubborn", "main")
     raw.delete(PODS, "stubborn", namespace)
-    wait_for(lambda: raw.get_or_none(PODS, "stubborn", namespace) is None, 30, "the pod to be gone")
+    wait_for("the pod to be gone", lambda: raw.get_or_none(PODS, "stubborn", namespace) is None, 30)
     assert "got-term" in log_file.read_text()  # SIGTERM first
     assert not Path(f"/proc/{pid}").exists()  # then killed
 
@@ -541,7 +546,7 @@ def test_configmap_and_secret_reach_env_and_volumes(raw: RawClient, namespace: s
                         "volumeMounts": [{"name": "cfg", "mountPath": "/srv", "readOnly": True},
                                          {"name": "sec", "mountPath": "/media"}]})
     raw.create(PODS, body, namespace)
-    wait_for(lambda: pod_ready(raw, namespace, "configured"), 30, "the configured pod")
+    wait_for("the configured pod", lambda: pod_ready(raw, namespace, "configured"), 30)
     out = node.exec_in_container(namespace, "configured", "main", ["sh", "-c",
                                  "echo $COMBINED; cat /srv/sub/f.txt; echo; cat /media/password; echo;"
                                  " stat -c %a /media/password; touch /srv/x 2>/dev/null || echo ro"])
@@ -560,8 +565,9 @@ def test_kubectl_logs_current_previous_and_follow(raw: RawClient, namespace: str
     raw.create(PODS, pod_body("logger", ["sh", "-c", script], pool, node.name,
                               volumes=[{"name": "work", "emptyDir": {}}],
                               container={"volumeMounts": [{"name": "work", "mountPath": "/opt"}]}), namespace)
-    wait_for(lambda: container_status(raw.get(PODS, "logger", namespace)).get("restartCount") == 1
-             and b"waiting" in kubectl(namespace, "logs", "logger").stdout, 60, "the second run")
+    wait_for("the second run",
+             lambda: container_status(raw.get(PODS, "logger", namespace)).get("restartCount") == 1
+             and b"waiting" in kubectl(namespace, "logs", "logger").stdout, 60)
     assert kubectl(namespace, "logs", "logger").stdout == b"run-2\nwaiting\n"
     assert kubectl(namespace, "logs", "logger", "--previous").stdout == b"run-1\n"
     assert kubectl(namespace, "logs", "logger", "--tail=1").stdout == b"waiting\n"
@@ -630,8 +636,8 @@ def test_dropped_plugin_socket_unregisters_the_driver_and_its_slices_go(
         removed = node.drop_plugin_socket(dra_driver.driver)
         assert not removed.exists()
         assert node.plugins is not None and node.plugins.wait_for(dra_driver.driver, 10, present=False)
-        wait_for(lambda: raw.get_or_none(SLICES, slice_name) is None, 20,
-                 "the unregistered driver's ResourceSlice to be deleted")
+        wait_for("the unregistered driver's ResourceSlice to be deleted",
+                 lambda: raw.get_or_none(SLICES, slice_name) is None, 20)
     finally:
         node.options.slice_wipe_delay = wipe_delay
 
@@ -643,7 +649,7 @@ def test_restarted_agent_keeps_its_containers_running_and_keeps_counting_restart
     probe = {"exec": {"command": ["true"]}, "periodSeconds": 1}
     raw.create(PODS, pod_body("survivor", ["sleep", "3600"], pool, node.name,
                               container={"readinessProbe": probe}), namespace)
-    before = container_status(wait_for(lambda: pod_ready(raw, namespace, "survivor"), 30, "the pod before the restart"))
+    before = container_status(wait_for("the pod before the restart", lambda: pod_ready(raw, namespace, "survivor"), 30))
     first = node.container_pid(namespace, "survivor", "main")
     node.restart()
     # the new pod worker takes the running container back (it starts from the pod list, like kubelet)
@@ -652,17 +658,18 @@ def test_restarted_agent_keeps_its_containers_running_and_keeps_counting_restart
         live = worker.container_info("main") if worker else None
         return live.proc.pid if live else None
 
-    taken = wait_for(taken_back, 30, "the container to be taken back")
+    taken = wait_for("the container to be taken back", taken_back, 30)
     assert taken == first  # the same process, not a new one
     assert first is not None and Path(f"/proc/{first}").exists()
-    pod = wait_for(lambda: pod_ready(raw, namespace, "survivor"), 30, "the pod to be Ready after the restart")
+    pod = wait_for("the pod to be Ready after the restart", lambda: pod_ready(raw, namespace, "survivor"), 30)
     after = container_status(pod)
     assert after["restartCount"] == 0 and after["containerID"] == before["containerID"]
     assert after["state"]["running"]["startedAt"] == before["state"]["running"]["startedAt"]
     assert condition(raw.get(NODES, node.name), "Ready") == "True"
     node.kill_container(namespace, "survivor", "main")  # the taken-back container is watched like any other
-    pod = wait_for(lambda: (p := pod_ready(raw, namespace, "survivor"))
-                   and container_status(p).get("restartCount") == 1 and p, 30, "the container to restart once")
+    pod = wait_for("the container to restart once",
+                   lambda: (p := pod_ready(raw, namespace, "survivor"))
+                   and container_status(p).get("restartCount") == 1 and p, 30)
     assert node.container_pid(namespace, "survivor", "main") not in (None, first)
 
 
