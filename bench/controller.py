@@ -51,6 +51,7 @@ from cdriver.roles.controller.reconciler import parse_domain
 from cdriver.roles.controller.settings import ControllerSettings
 from cdriver.sim.controlplane.binaries import control_plane_binaries
 from cdriver.sim.controlplane.cluster import LocalCluster
+from cdriver.sim.world.scenario import compute_domain
 
 RESULTS = REPO_ROOT / "bench" / "results" / "controller.json"
 CDS, RCTS, DS = COMPUTE_DOMAINS, RESOURCES["resourceclaimtemplates"], \
@@ -74,12 +75,6 @@ def install_crds(raw: RawClient) -> None:
     raise SystemExit("the ComputeDomain CRDs were not served within 60 s")
 
 
-def domain(name: str) -> dict:
-    return {"apiVersion": constants.API_VERSION, "kind": constants.KIND_COMPUTE_DOMAIN,
-            "metadata": {"name": name},
-            "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{name}-ch"}}}}
-
-
 def run_parallel(workers: int, fn, items) -> None:
     with ThreadPoolExecutor(workers) as pool:
         for _ in pool.map(fn, items):
@@ -95,7 +90,7 @@ def raw_floor(cluster: LocalCluster, n: int, workers: int) -> float:
     settings = ControllerSettings(namespace=driver_ns)
 
     def one(i: int) -> None:
-        cd = raw.create(CDS, domain(f"cd-{i}"), ns)
+        cd = raw.create(CDS, compute_domain(f"cd-{i}", ns, f"cd-{i}-ch", mode=None), ns)
         cd["metadata"]["finalizers"] = ["bench.cdriver/floor"]
         cd = raw.update(CDS, cd)
         objects = desired.desired_objects(parse_domain(cd), settings)
@@ -188,7 +183,8 @@ def controller_phase(cluster: LocalCluster, n: int, workers: int, log: Path) -> 
         requests_before = apiserver_requests(raw)
 
         t0 = time.perf_counter()
-        run_parallel(workers, lambda i: raw.create(CDS, domain(f"cd-{i}"), ns), range(n))
+        run_parallel(workers, lambda i: raw.create(CDS, compute_domain(f"cd-{i}", ns, f"cd-{i}-ch", mode=None), ns),
+                     range(n))
         created_s = time.perf_counter() - t0
         while True:
             m = scrape(f"{base}/metrics")

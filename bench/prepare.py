@@ -42,7 +42,6 @@ from cdriver.api.constants import (
     DEVICE_CLASS_DEFAULT_CHANNEL,
     DRIVER_NAME,
     KIND_CHANNEL_CONFIG,
-    KIND_COMPUTE_DOMAIN,
     KIND_COMPUTE_DOMAIN_CLIQUE,
     LABEL_COMPUTE_DOMAIN,
     clique_object_name,
@@ -57,6 +56,7 @@ from cdriver.kube.errors import ApiError
 from cdriver.kube.raw import RawClient
 from cdriver.kube.resources import RESOURCES
 from cdriver.roles.kubelet_plugin.config import DRA_SOCKET_NAME, REGISTRATION_SOCKET_NAME
+from cdriver.sim.world.scenario import compute_domain
 
 CDS, CLIQUES, CLAIMS = COMPUTE_DOMAINS, COMPUTE_DOMAIN_CLIQUES, RESOURCES["resourceclaims"]
 NODES = RESOURCES["nodes"]
@@ -163,10 +163,7 @@ class Bench:
     # -- objects -----------------------------------------------------------------------------
     def make_cd(self) -> dict:
         name = f"cd-{uuid.uuid4().hex[:6]}"
-        return self.raw.create(CDS, {
-            "apiVersion": API_VERSION, "kind": KIND_COMPUTE_DOMAIN,
-            "metadata": {"name": name, "namespace": self.ns},
-            "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": name}}}}, self.ns)
+        return self.raw.create(CDS, compute_domain(name, self.ns, name, mode=None), self.ns)
 
     def set_clique(self, cd: dict, status: str) -> None:
         name = clique_object_name(cd["metadata"]["uid"], CLIQUE)

@@ -24,7 +24,12 @@ DEFAULT_CALL_TIMEOUT = 45.0
 
 
 class DRAError(CdriverError):
-    """A DRA plugin call failed as a whole (connection, deadline, bad answer)."""
+    """A DRA plugin call failed as a whole (connection, deadline, bad answer); `code` is the
+    call's gRPC status when the call itself failed."""
+
+    def __init__(self, message: str, code: grpc.StatusCode | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class UnixTarget:
@@ -67,7 +72,8 @@ def rpc_details(exc: grpc.RpcError) -> str:
 
 def _rpc_error(call: str, driver: str, exc: grpc.RpcError) -> DRAError:
     code = exc.code() if hasattr(exc, "code") else None
-    return DRAError(f"{call} on DRA driver {driver}: {getattr(code, 'name', code)}: {rpc_details(exc)}")
+    return DRAError(f"{call} on DRA driver {driver}: {getattr(code, 'name', code)}: {rpc_details(exc)}",
+                    code if isinstance(code, grpc.StatusCode) else None)
 
 
 @dataclass

@@ -68,14 +68,17 @@ class Seen:
 
 
 # -- objects --------------------------------------------------------------------------------
-def compute_domain(name: str, namespace: str, template: str, mode: str = constants.ALLOCATION_MODE_SINGLE,
+def compute_domain(name: str, namespace: str, template: str, mode: str | None = constants.ALLOCATION_MODE_SINGLE,
                    num_nodes: int = 0) -> dict:
-    """A ComputeDomain asking for a workload claim template named `template`."""
+    """A ComputeDomain asking for a workload claim template named `template` (`mode` None: no
+    allocationMode, the CRD's default)."""
+    channel: dict[str, Any] = {"resourceClaimTemplate": {"name": template}}
+    if mode is not None:
+        channel["allocationMode"] = mode
     return {
         "apiVersion": constants.API_VERSION, "kind": constants.KIND_COMPUTE_DOMAIN,
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {"numNodes": num_nodes,
-                 "channel": {"resourceClaimTemplate": {"name": template}, "allocationMode": mode}},
+        "spec": {"numNodes": num_nodes, "channel": channel},
     }
 
 

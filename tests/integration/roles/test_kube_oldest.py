@@ -28,15 +28,9 @@ from cdriver.checkout import CHART_DIR
 from cdriver.kube.errors import ApiError
 from cdriver.kube.raw import RawClient
 from cdriver.kube.resources import RESOURCES
-from tests.integration.roles.kubelet_plugin.test_kubelet_plugin import (
-    Kubelet,
-    PluginProcess,
-    _sim_node,
-    make_cd,
-    node_label,
-    set_clique_ready,
-    uid_of,
-)
+from tests.support.kubelet import Kubelet
+from tests.support.objects import make_cd, node_label, set_clique_ready, uid_of
+from tests.support.plugin_process import PluginProcess, sim_node
 from tests.support.waiting import wait_for
 
 BETA = "/apis/resource.k8s.io/v1beta1"
@@ -173,7 +167,7 @@ def test_controller_and_plugin_work_against_1_33(old_cluster: Any, release_ns: s
              "--namespace", release_ns, "--daemon-image", "cdriver:test"], stdout=log, stderr=subprocess.STDOUT)
     base = Path(f"/tmp/kpo-{uuid.uuid4().hex[:6]}")
     base.mkdir()
-    sim = _sim_node(raw, base, fabric=True)
+    sim = sim_node(raw, base, fabric=True)
     plugin = PluginProcess(sim, Path(old_cluster.kubeconfig), release_ns, base / "plugin")
     plugin.base.mkdir()
     try:

@@ -30,6 +30,7 @@ from cdriver.roles.controller.main import Controller, ControllerConfig
 from cdriver.roles.controller.metrics import HttpServer
 from cdriver.roles.controller.reconciler import Timing
 from cdriver.roles.controller.settings import DEFAULT_DAEMON_PRIORITY_CLASS, ControllerSettings
+from cdriver.sim.world.scenario import compute_domain
 from tests.support.waiting import wait_for
 
 CDS = COMPUTE_DOMAINS
@@ -67,15 +68,6 @@ def reconciles(controller: Controller) -> float:
 def ready_condition(cd: dict) -> dict:
     conds = (cd.get("status") or {}).get("conditions") or []
     return next((c for c in conds if c["type"] == "Ready"), {})
-
-
-def compute_domain(name: str, template: str, mode: str | None = None,
-                   num_nodes: int = 0) -> dict:
-    channel: dict = {"resourceClaimTemplate": {"name": template}}
-    if mode:
-        channel["allocationMode"] = mode
-    return {"apiVersion": constants.API_VERSION, "kind": constants.KIND_COMPUTE_DOMAIN,
-            "metadata": {"name": name}, "spec": {"numNodes": num_nodes, "channel": channel}}
 
 
 def strip_finalizers(raw: RawClient, res, ns: str | None) -> None:
@@ -185,7 +177,7 @@ def wait_generated(raw: RawClient, cd: dict, driver_ns: str, timeout: float = 20
 
 def test_creates_exactly_the_expected_objects(raw, namespace, driver_ns, start_controller):
     start_controller(settings_for(driver_ns))
-    cd = raw.create(CDS, compute_domain("cd1", "imex-channel-0", "All"), namespace)
+    cd = raw.create(CDS, compute_domain("cd1", namespace, "imex-channel-0", "All"), namespace)
     uid = cd["metadata"]["uid"]
     wait_generated(raw, cd, driver_ns)
 
@@ -232,7 +224,7 @@ def test_daemon_pod_scheduled_on_labelled_node(raw, namespace, driver_ns, start_
                                                nodes):
     # Guaranteed QoS is the opt-in: both sizes set (unset by default, as upstream).
     start_controller(settings_for(driver_ns, daemon_cpu="200m", daemon_memory="512Mi"))
-    cd = raw.create(CDS, compute_domain("cd1", "chan"), namespace)
+    cd = raw.create(CDS, compute_domain("cd1", namespace, "chan", mode=None), namespace)
     uid = cd["metadata"]["uid"]
     wait_generated(raw, cd, driver_ns)
     node = nodes()
@@ -287,7 +279,7 @@ def set_pod_ready(raw: RawClient, pod: dict, ready: bool) -> None:
 def test_status_follows_cliques_and_prunes_entries(raw, namespace, driver_ns, start_controller,
                                                    nodes):
     start_controller(settings_for(driver_ns))
-    cd = raw.create(CDS, compute_domain("cd1", "chan", num_nodes=2), namespace)
+    cd = raw.create(CDS, compute_domain("cd1", namespace, "chan", mode=None, num_nodes=2), namespace)
     uid = cd["metadata"]["uid"]
     wait_generated(raw, cd, driver_ns)
     n1, n2 = nodes({constants.LABEL_COMPUTE_DOMAIN: uid}), nodes({constants.LABEL_COMPUTE_DOMAIN: uid})
@@ -337,7 +329,7 @@ def test_entry_of_a_killed_daemon_turns_not_ready_with_its_pod(raw, namespace, d
     """A SIGKILLed daemon cannot write NotReady; kubelet marks its pod not Ready, and neither
     the clique entry nor the domain may stay Ready."""
     start_controller(settings_for(driver_ns))
-    cd = raw.create(CDS, compute_domain("cd1", "chan"), namespace)
+    cd = raw.create(CDS, compute_domain("cd1", namespace, "chan", mode=None), namespace)
     uid = cd["metadata"]["uid"]
     wait_generated(raw, cd, driver_ns)
     node = nodes({constants.LABEL_COMPUTE_DOMAIN: uid})
@@ -367,7 +359,7 @@ def test_entry_of_a_killed_daemon_turns_not_ready_with_its_pod(raw, namespace, d
 def test_deleting_removes_everything_then_the_domain(raw, namespace, driver_ns,
                                                      start_controller, nodes):
     start_controller(settings_for(driver_ns))
-    cd = raw.create(CDS, compute_domain("cd1", "chan"), namespace)
+    cd = raw.create(CDS, compute_domain("cd1", namespace, "chan", mode=None), namespace)
     uid = cd["metadata"]["uid"]
     wait_generated(raw, cd, driver_ns)
     node = nodes({constants.LABEL_COMPUTE_DOMAIN: uid, "keep": "me"})
@@ -383,7 +375,7 @@ def test_deleting_a_domain_in_use_waits_for_its_pods_and_says_so(raw, namespace,
     """Running jobs keep their IMEX domain: the daemons stay until the last pod using a
     channel ends; the domain's status and Events on the pods say why it is still there."""
     start_controller(settings_for(driver_ns))
-    cd = raw.create(CDS, compute_domain("cd1", "chan"), namespace)
+    cd = raw.create(CDS, compute_domain("cd1", namespace, "chan", mode=None), namespace)
     uid = cd["metadata"]["uid"]
     wait_generated(raw, cd, driver_ns)
     node = nodes({constants.LABEL_COMPUTE_DOMAIN: uid})
@@ -430,7 +422,7 @@ def test_deleting_a_domain_does_not_wait_for_pods_that_never_got_a_channel(raw, 
     """A pod whose claim was not prepared when the deletion began (kubelet: no sandbox, no
     container ran) holds no channel: the deletion completes at once, and the pod is left alone."""
     start_controller(settings_for(driver_ns))
-    cd = raw.create(CDS, compute_domain("cd1", "chan"), namespace)
+    cd = raw.create(CDS, compute_domain("cd1", namespace, "chan", mode=None), namespace)
     uid = cd["metadata"]["uid"]
     wait_generated(raw, cd, driver_ns)
     node = nodes({constants.LABEL_COMPUTE_DOMAIN: uid})
@@ -479,7 +471,7 @@ def test_deletion_resumes_after_the_controller_is_killed(raw, cluster, namespace
                                                           crds, nodes, tmp_path):
     proc = controller_process(cluster, driver_ns, log=tmp_path / "c1.log")
     try:
-        cd = raw.create(CDS, compute_domain("cd1", "chan"), namespace)
+        cd = raw.create(CDS, compute_domain("cd1", namespace, "chan", mode=None), namespace)
         uid = cd["metadata"]["uid"]
         wait_generated(raw, cd, driver_ns, 60)
         node = nodes({constants.LABEL_COMPUTE_DOMAIN: uid})
@@ -522,7 +514,7 @@ def test_daemon_template_without_daemon_set_does_not_block_deletion(raw, namespa
     from cdriver.roles.controller import desired
     from cdriver.roles.controller.reconciler import parse_domain
 
-    cd = raw.create(CDS, compute_domain("cd1", "chan"), namespace)
+    cd = raw.create(CDS, compute_domain("cd1", namespace, "chan", mode=None), namespace)
     uid = cd["metadata"]["uid"]
     cd["metadata"]["finalizers"] = [constants.FINALIZER]
     cd = raw.update(CDS, cd)
@@ -549,7 +541,7 @@ def test_orphans_of_vanished_domains_are_cleaned_up(raw, namespace, driver_ns,
     raw.create(RCTS, objects.daemon_template)
     raw.create(DS, objects.daemon_set)
     node = nodes({constants.LABEL_COMPUTE_DOMAIN: uid})
-    live = raw.create(CDS, compute_domain("live", "live-chan"), namespace)
+    live = raw.create(CDS, compute_domain("live", namespace, "live-chan", mode=None), namespace)
     start_controller(settings)
     wait_for("orphans removed", lambda: not labelled(raw, RCTS, uid) and not labelled(raw, DS, uid), 30)
     wait_for("orphan node label removed",
@@ -564,7 +556,7 @@ def test_foreign_template_is_never_overwritten(raw, namespace, driver_ns, start_
         "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
             "deviceClassName": "gpu.example.com"}}]}}}})
     controller = start_controller(settings_for(driver_ns))
-    cd = raw.create(CDS, compute_domain("cd1", "taken"), namespace)
+    cd = raw.create(CDS, compute_domain("cd1", namespace, "taken", mode=None), namespace)
     cd = wait_for("conflict condition",
                   lambda: ready_condition(c := raw.get(CDS, "cd1", namespace)).get("reason")
                   == "ResourceClaimTemplateConflict" and c)
@@ -599,7 +591,7 @@ def test_foreign_template_is_never_overwritten(raw, namespace, driver_ns, start_
 def test_the_crd_refuses_bad_specs_naming_the_field(raw, namespace, crds, template, num_nodes, field):
     """Refused at the API (before anything is generated), with the field in the message."""
     with pytest.raises(ApiError) as info:
-        raw.create(CDS, compute_domain("bad", template, num_nodes=num_nodes), namespace)
+        raw.create(CDS, compute_domain("bad", namespace, template, mode=None, num_nodes=num_nodes), namespace)
     assert info.value.invalid and field in str(info.value)
     assert get(raw, CDS, "bad", namespace) is None
 
@@ -611,7 +603,7 @@ def test_host_managed_mode_creates_only_the_workload_template(raw, namespace, dr
     imex = resolve_imex_config(IMEX_MODE_HOST_MANAGED, "domain",
                                "HostManagedIMEXDaemon=true")
     start_controller(settings_for(driver_ns, gates=imex.gates, host_managed=True))
-    cd = raw.create(CDS, compute_domain("cd1", "host-chan", "All", num_nodes=4), namespace)
+    cd = raw.create(CDS, compute_domain("cd1", namespace, "host-chan", "All", num_nodes=4), namespace)
     uid = cd["metadata"]["uid"]
     cd = wait_for("status", lambda: (c := raw.get(CDS, "cd1", namespace)).get("status") and c)
     assert cd["metadata"]["finalizers"] == [constants.FINALIZER]
@@ -640,7 +632,7 @@ def test_metrics_and_health_endpoint(raw, namespace, driver_ns, start_controller
                         lambda: (controller.running, "ok"))
     server.start()
     try:
-        cd = raw.create(CDS, compute_domain("cd1", "chan"), namespace)
+        cd = raw.create(CDS, compute_domain("cd1", namespace, "chan", mode=None), namespace)
         wait_generated(raw, cd, driver_ns)
         wait_for("the condition", lambda: (raw.get(CDS, "cd1", namespace).get("status") or {}).get("status"))
         base = f"http://127.0.0.1:{server.port}"
@@ -659,7 +651,7 @@ def test_printer_columns_and_short_names(raw, namespace, driver_ns, start_contro
     from cdriver.sim.controlplane.binaries import control_plane_binaries
 
     start_controller(settings_for(driver_ns))
-    raw.create(CDS, compute_domain("cd1", "chan"), namespace)
+    raw.create(CDS, compute_domain("cd1", namespace, "chan", mode=None), namespace)
     wait_for("the condition", lambda: (raw.get(CDS, "cd1", namespace).get("status") or {}).get("readyNodes"))
     kubectl = [str(control_plane_binaries(echo=False).kubectl), "--kubeconfig",
                str(cluster.kubeconfig), "-n", namespace]
@@ -699,7 +691,7 @@ def test_leader_election_one_acts_and_hands_over(raw, cluster, namespace, driver
         leader_id = wait_for("a leader", holder, 60)
         leader = 0 if leader_id.startswith("replica-0-") else 1
         standby = 1 - leader
-        cd = raw.create(CDS, compute_domain("cd1", "chan"), namespace)
+        cd = raw.create(CDS, compute_domain("cd1", namespace, "chan", mode=None), namespace)
         wait_generated(raw, cd, driver_ns, 30)
         wait_for("standby metrics", lambda: metrics(standby), 30)
         assert "cdriver_controller_leader 0.0" in metrics(standby)
@@ -710,7 +702,7 @@ def test_leader_election_one_acts_and_hands_over(raw, cluster, namespace, driver
         procs[leader].kill()
         procs[leader].wait()
         wait_for("hand-over", lambda: holder().startswith(f"replica-{standby}-"), 30)
-        cd2 = raw.create(CDS, compute_domain("cd2", "chan2"), namespace)
+        cd2 = raw.create(CDS, compute_domain("cd2", namespace, "chan2", mode=None), namespace)
         wait_generated(raw, cd2, driver_ns, 30)
         assert "cdriver_controller_leader 1.0" in metrics(standby)
         procs[standby].send_signal(signal.SIGTERM)

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,21 +24,14 @@ import yaml
 
 from cdriver.api import constants
 from cdriver.api.constants import (
-    API_VERSION,
     CDI_KIND_CLAIM,
     CDI_KIND_DEVICE,
     CDI_VENDOR,
-    DEVICE_CLASS_DAEMON,
-    DEVICE_CLASS_DEFAULT_CHANNEL,
     DRIVER_NAME,
     ENV_CD_NAME,
     ENV_CD_NAMESPACE,
     ENV_CD_UUID,
     ENV_CLIQUE_ID,
-    KIND_CHANNEL_CONFIG,
-    KIND_COMPUTE_DOMAIN,
-    KIND_COMPUTE_DOMAIN_CLIQUE,
-    KIND_DAEMON_CONFIG,
     LABEL_COMPUTE_DOMAIN,
     LABEL_NODE_CLIQUE,
     clique_object_name,
@@ -49,12 +40,8 @@ from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.api.types import ComputeDomain
 from cdriver.cdi.reader import CDIRegistry
 from cdriver.checkout import TEMPLATES_DIR
-from cdriver.checkpoint import CheckpointStore
-from cdriver.dra.gen.dra.v1 import api_pb2 as dra_pb2
-from cdriver.dra.gen.dra.v1 import api_pb2_grpc as dra_grpc
+from cdriver.dra.client import DRAError
 from cdriver.dra.gen.grpc_health.v1 import health_pb2, health_pb2_grpc
-from cdriver.dra.gen.pluginregistration.v1 import api_pb2 as reg_pb2
-from cdriver.dra.gen.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from cdriver.imex.config import (
     IMEX_CONFIG_TEMPLATE_NAME,
     IMEX_CTL_BINARY,
@@ -62,329 +49,29 @@ from cdriver.imex.config import (
     IMEXD_TEMPLATE_NAME,
     domain_template,
 )
-from cdriver.kube.errors import ApiError
 from cdriver.kube.raw import RawClient
 from cdriver.kube.resources import RESOURCES
 from cdriver.nvml.discover import IMEX_CHANNEL_COUNT
-from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME, DRA_SOCKET_NAME, REGISTRATION_SOCKET_NAME
+from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME
+from tests.support.kubelet import Kubelet
+from tests.support.objects import (
+    allocated_claim,
+    channel_params,
+    daemon_params,
+    make_cd,
+    node_label,
+    our_slices,
+    reserve_for_daemon_pod,
+    set_clique_ready,
+    uid_of,
+)
+from tests.support.plugin_process import CHANNELS, CLUSTER_UUID, PREPARE_TIMEOUT, PluginProcess, SimNode, sim_node
 from tests.support.waiting import wait_for
 
 CDS, CLIQUES = COMPUTE_DOMAINS, COMPUTE_DOMAIN_CLIQUES
 CLAIMS, SLICES = RESOURCES["resourceclaims"], RESOURCES["resourceslices"]
 NODES, PODS, EVENTS = RESOURCES["nodes"], RESOURCES["pods"], RESOURCES["events"]
 TEMPLATES, CLASSES = RESOURCES["resourceclaimtemplates"], RESOURCES["deviceclasses"]
-CLUSTER_UUID = "00000000-0000-0000-0000-00000000c0de"
-PREPARE_TIMEOUT = 3.0
-CHANNELS = 4  # channel nodes in the simulated driver root
-
-
-# --- cluster-wide fixtures ----------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def crds(chart_crds: None) -> None:
-    """The chart's CRDs, installed once per session (tests/conftest.py)."""
-
-
-@pytest.fixture(scope="module")
-def driver_ns(cluster: Any, raw: RawClient, crds: None) -> Iterator[str]:
-    name = f"drv-{uuid.uuid4().hex[:8]}"
-    cluster.create_namespace(name)
-    yield name
-    try:
-        raw.delete(RESOURCES["namespaces"], name)
-    except ApiError:
-        pass
-
-
-@dataclass
-class SimNode:
-    """A registered Node with its simulated driver root."""
-
-    name: str
-    root: Any  # cdriver.sim.gpu.driver_root.DriverRoot
-    registered: Any
-
-
-def _sim_node(raw: RawClient, base: Path, fabric: bool) -> SimNode:
-    from cdriver.sim.gpu.driver_root import create_driver_root
-    from cdriver.sim.node.registration import register_node
-
-    name = f"kp-{'f' if fabric else 'n'}-{uuid.uuid4().hex[:6]}"
-    topology = base / "topology.yaml"
-    topology.write_text(yaml.safe_dump({"version": 1, "domains": [
-        {"name": "test", "uuid": CLUSTER_UUID, "cliques": [{"id": 3, "nodes": [name]}]}]}))
-    root = create_driver_root(base / "root", name, topology if fabric else None,
-                              fabric_state="completed" if fabric else "not_supported", channel_count=CHANNELS)
-    registered = register_node(raw, name, {"kubernetes.io/hostname": name})
-    return SimNode(name, root, registered)
-
-
-@pytest.fixture(scope="module")
-def node(raw: RawClient, crds: None) -> Iterator[SimNode]:
-    base = Path(f"/tmp/kpt-{uuid.uuid4().hex[:6]}")
-    base.mkdir()
-    sim = _sim_node(raw, base, fabric=True)
-    yield sim
-    sim.registered.delete()
-    subprocess.run(["rm", "-rf", str(base)], check=False)
-
-
-# --- the plugin process and the kubelet stand-in --------------------------------------------
-
-
-@dataclass
-class PluginProcess:
-    """`cdriver kubelet-plugin` for one simulated node, with its own kubelet and CDI dirs."""
-
-    node: SimNode
-    kubeconfig: Path
-    namespace: str
-    base: Path
-    extra_args: list[str] = field(default_factory=list)
-    gates: str = ""
-    proc: subprocess.Popen | None = None
-    health_port: int = 0
-
-    @property
-    def plugins_dir(self) -> Path:
-        return self.base / "plugins"
-
-    @property
-    def plugin_dir(self) -> Path:
-        return self.plugins_dir / DRIVER_NAME
-
-    @property
-    def registry_dir(self) -> Path:
-        return self.base / "registry"
-
-    @property
-    def cdi_root(self) -> Path:
-        return self.base / "cdi"
-
-    @property
-    def dra_socket(self) -> Path:
-        return self.plugin_dir / DRA_SOCKET_NAME
-
-    @property
-    def reg_socket(self) -> Path:
-        return self.registry_dir / REGISTRATION_SOCKET_NAME
-
-    @property
-    def log_path(self) -> Path:
-        return self.base / "plugin.log"
-
-    def start(self) -> PluginProcess:
-        from cdriver.sim.controlplane.cluster import free_port
-
-        self.health_port = free_port()
-        argv = [sys.executable, "-m", "cdriver", "-v", "4"]
-        if self.gates:
-            argv += ["--feature-gates", self.gates]
-        argv += [
-            "kubelet-plugin", "--node-name", self.node.name, "--namespace", self.namespace,
-            "--kubeconfig", str(self.kubeconfig), "--nvidia-driver-root", str(self.node.root.root),
-            "--kubelet-plugins-directory-path", str(self.plugins_dir),
-            "--kubelet-registrar-directory-path", str(self.registry_dir), "--cdi-root", str(self.cdi_root),
-            "--prepare-timeout", f"{PREPARE_TIMEOUT}s", "--healthcheck-port", str(self.health_port),
-            "--host-probe-interval", "0.2s", *self.extra_args,
-        ]
-        env = self.node.root.process_env()
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
-        wait_for(f"plugin registration socket {self.reg_socket}\n{self.log_tail()}", self._registered, 60)
-        return self
-
-    def _registered(self) -> bool:
-        if self.proc is not None and self.proc.poll() is not None:
-            pytest.fail(f"kubelet plugin exited with {self.proc.returncode}:\n{self.log_tail()}")
-        if not self.reg_socket.exists():
-            return False
-        try:
-            Kubelet(self).get_info(timeout=1)
-            return True
-        except grpc.RpcError:
-            return False
-
-    def log_tail(self, n: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text().splitlines()[-n:])
-        except OSError:
-            return ""
-
-    def stop(self) -> int | None:
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.kill()
-        self.proc.wait()
-
-    def checkpoint(self) -> dict:
-        return CheckpointStore(self.plugin_dir / CHECKPOINT_FILE_NAME).read().claims
-
-    def claim_specs(self) -> list[Path]:
-        return sorted(self.cdi_root.glob(f"{CDI_VENDOR}-claim_*"))
-
-
-class Kubelet:
-    """What kubelet does with a DRA plugin, over the real sockets."""
-
-    def __init__(self, plugin: PluginProcess) -> None:
-        self.plugin = plugin
-
-    def get_info(self, timeout: float = 5) -> Any:
-        with grpc.insecure_channel(f"unix://{self.plugin.reg_socket}") as ch:
-            return reg_grpc.RegistrationStub(ch).GetInfo(reg_pb2.InfoRequest(), timeout=timeout)
-
-    def prepare(self, *claims: dict, timeout: float = 45) -> dict[str, Any]:
-        req = dra_pb2.NodePrepareResourcesRequest(claims=[_claim_pb(c) for c in claims])
-        with grpc.insecure_channel(f"unix://{self.plugin.dra_socket}") as ch:
-            resp = dra_grpc.DRAPluginStub(ch).NodePrepareResources(req, timeout=timeout)
-        return dict(resp.claims)
-
-    def unprepare(self, *claims: dict, timeout: float = 45) -> dict[str, str]:
-        req = dra_pb2.NodeUnprepareResourcesRequest(claims=[_claim_pb(c) for c in claims])
-        with grpc.insecure_channel(f"unix://{self.plugin.dra_socket}") as ch:
-            resp = dra_grpc.DRAPluginStub(ch).NodeUnprepareResources(req, timeout=timeout)
-        return {uid: r.error for uid, r in resp.claims.items()}
-
-
-def _claim_pb(claim: dict) -> Any:
-    meta = claim["metadata"]
-    return dra_pb2.Claim(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"])
-
-
-@pytest.fixture
-def plugin_factory(cluster: Any, driver_ns: str) -> Iterator[Callable[..., PluginProcess]]:
-    started: list[PluginProcess] = []
-
-    def make(sim: SimNode, extra_args: list[str] | None = None, gates: str = "") -> PluginProcess:
-        base = Path(f"/tmp/kpp-{uuid.uuid4().hex[:6]}")
-        base.mkdir()
-        p = PluginProcess(sim, Path(cluster.kubeconfig), driver_ns, base, list(extra_args or []), gates)
-        started.append(p)
-        return p.start()
-
-    yield make
-    problems = []
-    for p in started:
-        p.stop()
-        log = p.log_path.read_text() if p.log_path.exists() else ""
-        if "Traceback" in log:
-            problems.append(f"kubelet plugin log of {p.node.name} has a traceback:\n{p.log_tail(80)}")
-        subprocess.run(["rm", "-rf", str(p.base)], check=False)
-    assert not problems, "\n".join(problems)
-
-
-@pytest.fixture
-def plugin(plugin_factory: Callable[..., PluginProcess], node: SimNode, raw: RawClient) -> Iterator[PluginProcess]:
-    p = plugin_factory(node)
-    yield p
-    # Leave the node as we found it for the next test.
-    try:
-        raw.patch(NODES, node.name, {"metadata": {"labels": {LABEL_COMPUTE_DOMAIN: None}}})
-    except ApiError:
-        pass
-
-
-# --- API objects -------------------------------------------------------------------------
-
-
-def make_cd(raw: RawClient, namespace: str, mode: str = "Single") -> dict:
-    name = f"cd-{uuid.uuid4().hex[:6]}"
-    return raw.create(CDS, {
-        "apiVersion": API_VERSION, "kind": KIND_COMPUTE_DOMAIN,
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{name}-channel"},
-                                              "allocationMode": mode}},
-    }, namespace)
-
-
-def channel_params(cd: dict, mode: str = "Single") -> dict:
-    return {"apiVersion": API_VERSION, "kind": KIND_CHANNEL_CONFIG, "domainID": cd["metadata"]["uid"],
-            "allocationMode": mode}
-
-
-def daemon_params(cd: dict) -> dict:
-    return {"apiVersion": API_VERSION, "kind": KIND_DAEMON_CONFIG, "domainID": cd["metadata"]["uid"]}
-
-
-def allocated_claim(raw: RawClient, namespace: str, node_name: str, params: dict, device: str = "channel-0",
-                    request: str = "channel") -> dict:
-    """A ResourceClaim allocated to ``device`` on the node, as the scheduler would record it."""
-    dev_class = DEVICE_CLASS_DAEMON if device.startswith("daemon") else DEVICE_CLASS_DEFAULT_CHANNEL
-    config = [{"requests": [request], "opaque": {"driver": DRIVER_NAME, "parameters": params}}]
-    claim = raw.create(CLAIMS, {
-        "metadata": {"name": f"claim-{uuid.uuid4().hex[:6]}", "namespace": namespace},
-        "spec": {"devices": {"requests": [{"name": request, "exactly": {"deviceClassName": dev_class}}],
-                             "config": config}},
-    }, namespace)
-    claim["status"] = {"allocation": {
-        "devices": {"results": [{"request": request, "driver": DRIVER_NAME, "pool": node_name,
-                                 "device": device}],
-                    "config": [{"source": "FromClaim", **config[0]}]},
-        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
-            {"key": "metadata.name", "operator": "In", "values": [node_name]}]}]},
-    }}
-    return raw.update_status(CLAIMS, claim, namespace)
-
-
-def reserve_for_daemon_pod(raw: RawClient, claim: dict, cd: dict, owner: str | None = None) -> dict:
-    """Reserve ``claim`` for a pod controlled by a DaemonSet (by default the domain's daemon
-    DaemonSet), as the scheduler does for a daemon pod. Neither DaemonSet nor pod is ever
-    scheduled: both select a node label no node has."""
-    ns = claim["metadata"]["namespace"]
-    never = {"cdriver-test/never": "true"}
-    match = {"app": f"ds-{uuid.uuid4().hex[:6]}"}
-    ds = raw.create(RESOURCES["daemonsets"], {
-        "apiVersion": "apps/v1", "kind": "DaemonSet",
-        "metadata": {"name": owner or constants.daemon_object_name(uid_of(cd)), "namespace": ns},
-        "spec": {"selector": {"matchLabels": match}, "template": {
-            "metadata": {"labels": match},
-            "spec": {"nodeSelector": never, "containers": [{"name": "c", "image": "none"}]}}}}, ns)
-    pod = raw.create(PODS, {"metadata": {
-        "name": f"{ds['metadata']['name'][:40]}-{uuid.uuid4().hex[:5]}", "namespace": ns, "labels": match,
-        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": ds["metadata"]["name"],
-                             "uid": uid_of(ds), "controller": True}]},
-        "spec": {"nodeSelector": never, "containers": [{"name": "c", "image": "none"}]}}, ns)
-    claim = raw.get(CLAIMS, claim["metadata"]["name"], ns)
-    claim["status"]["reservedFor"] = [{"resource": "pods", "name": pod["metadata"]["name"], "uid": uid_of(pod)}]
-    return raw.update_status(CLAIMS, claim, ns)
-
-
-def set_clique_ready(raw: RawClient, driver_ns: str, cd: dict, node: SimNode, status: str = "Ready") -> None:
-    name = clique_object_name(cd["metadata"]["uid"], f"{CLUSTER_UUID}.3")
-    daemons = [{"nodeName": node.name, "ipAddress": "127.0.0.1", "cliqueID": f"{CLUSTER_UUID}.3", "index": 0,
-                "status": status}]
-    existing = raw.get_or_none(CLIQUES, name, driver_ns)
-    if existing is None:
-        raw.create(CLIQUES, {"apiVersion": API_VERSION, "kind": KIND_COMPUTE_DOMAIN_CLIQUE,
-                             "metadata": {"name": name, "namespace": driver_ns}, "daemons": daemons}, driver_ns)
-    else:
-        existing["daemons"] = daemons
-        raw.update(CLIQUES, existing, driver_ns)
-
-
-def node_label(raw: RawClient, node: SimNode) -> str | None:
-    return ((raw.get(NODES, node.name).get("metadata") or {}).get("labels") or {}).get(LABEL_COMPUTE_DOMAIN)
-
-
-def our_slices(raw: RawClient, node: SimNode) -> list[dict]:
-    return raw.list(SLICES, field_selector=f"spec.driver={DRIVER_NAME},spec.nodeName={node.name}")["items"]
-
-
-def uid_of(obj: dict) -> str:
-    return obj["metadata"]["uid"]
 
 
 # --- tests --------------------------------------------------------------------------------
@@ -745,8 +432,8 @@ def test_killed_between_started_and_completed(plugin_factory: Callable[..., Plug
     def call() -> None:
         try:
             kubelet.prepare(claim, timeout=30)
-        except grpc.RpcError as exc:  # the plugin dies mid-call
-            errors.append(exc.code().name)
+        except DRAError as exc:  # the plugin dies mid-call
+            errors.append(exc.code.name if exc.code else str(exc))
 
     t = threading.Thread(target=call)
     t.start()
@@ -794,7 +481,7 @@ def test_non_fabric_node_prepares_without_devices(plugin_factory: Callable[..., 
                                                   namespace: str) -> None:
     base = Path(f"/tmp/kpn-{uuid.uuid4().hex[:6]}")
     base.mkdir()
-    sim = _sim_node(raw, base, fabric=False)
+    sim = sim_node(raw, base, fabric=False)
     try:
         plugin = plugin_factory(sim)
         cd = make_cd(raw, namespace)

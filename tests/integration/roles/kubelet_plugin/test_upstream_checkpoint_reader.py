@@ -19,21 +19,11 @@ from cdriver.kube.raw import RawClient
 from cdriver.kube.resources import RESOURCES
 from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME
 from cdriver.sim.world.upstream_driver import EXIT_NO_TARBALL
-from tests.integration.roles.kubelet_plugin import test_kubelet_plugin as kp
-from tests.integration.roles.kubelet_plugin.test_kubelet_plugin import (
-    Kubelet,
-    PluginProcess,
-    SimNode,
-    allocated_claim,
-    channel_params,
-    make_cd,
-    set_clique_ready,
-    uid_of,
-)
+from tests.support.kubelet import Kubelet
+from tests.support.objects import allocated_claim, channel_params, make_cd, set_clique_ready, uid_of
+from tests.support.plugin_process import PluginProcess, SimNode
 from tests.support.upstream_inputs import skip_without_upstream
 
-# The plugin test's fixtures: a registered node with a simulated driver root, plugin processes.
-crds, driver_ns, node, plugin_factory = kp.crds, kp.driver_ns, kp.node, kp.plugin_factory
 BUILD = HACK_DIR / "peer-checkpoint" / "build.sh"
 
 
