@@ -9,123 +9,37 @@ busy ports, and the stand-in running under the production supervisor.
 from __future__ import annotations
 
 import os
-import random
 import signal
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from cdriver.imex import config as imex_config
 from cdriver.imex import ctl
-from cdriver.imex.config import IMEX_CTL_BINARY
 from cdriver.imex.hosts import dns_name, rewrite_hosts_file
 from cdriver.imex.supervisor import ProcessSupervisor
 from cdriver.sim.imex.protocol import (
     ENV_SIM_HOSTS_FILE,
 )
 from cdriver.sim.node.addresses import lease_block
-from tests.support.imex_timing import fast_imex_env
+from tests.support.imex_standin import StandInWorld
 from tests.support.waiting import wait_for
 
 #: addresses of a block leased for this test run, so other runs' clusters never share their ports
 BLOCK = lease_block()
 A_IP, B_IP = BLOCK.ip(1), BLOCK.ip(2)
-#: short heartbeats and retries so the domain converges in well under a second
-FAST = fast_imex_env()
-
-
-def free_ports(ips: list[str]) -> tuple[int, int]:
-    """(server port, command port) free on every address in `ips`."""
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(20000, 60000)
-        ok = True
-        for ip in ips:
-            for port in (base, base + 5):
-                with socket.socket() as s:
-                    try:
-                        s.bind((ip, port))
-                    except OSError:
-                        ok = False
-        if ok:
-            return base, base + 5
-    raise RuntimeError("no free port pair found")
-
-
-class World:
-    """Temp dir, ports, env and processes of one test."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.dir = tmp_path
-        self.ports = free_ports([A_IP, B_IP])
-        self.hosts_file = tmp_path / "hosts"
-        self.hosts_file.write_text("127.0.0.1\tlocalhost\n")
-        self.env = {**os.environ, **FAST, ENV_SIM_HOSTS_FILE: str(self.hosts_file)}
-        self.procs: list[subprocess.Popen[bytes]] = []
-        # the way a simulated driver root calls the stand-in: a wrapper that execs the CLI
-        self.ctl = tmp_path / "bin" / IMEX_CTL_BINARY
-        self.ctl.parent.mkdir()
-        self.ctl.write_text(f'#!/bin/sh\nexec {sys.executable} -m cdriver sim imex ctl "$@"\n')
-        self.ctl.chmod(0o755)
-
-    def config(self, name: str, ip: str, nodes: list[str], unix_socket: str | None = None,
-               hosts_file: Path | None = None) -> Path:
-        nodes_cfg = self.dir / f"{name}-nodes.cfg"
-        nodes_cfg.write_text(imex_config.render_nodes_config(nodes))
-        text = imex_config.render_config(
-            imex_config.load_template(), str(nodes_cfg), ip, unix_socket,
-            server_port=self.ports[0], cmd_port=self.ports[1],
-        )
-        path = self.dir / f"{name}.cfg"
-        path.write_text(text)
-        return path
-
-    def daemon_argv(self, cfg: Path) -> list[str]:
-        return [sys.executable, "-m", "cdriver.sim.imex.nvidia_imex", "-c", str(cfg)]
-
-    def start(self, cfg: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        log = open(self.dir / f"{cfg.stem}.log", "ab")  # noqa: SIM115 - handed to the child
-        proc = subprocess.Popen(self.daemon_argv(cfg), stdout=log, stderr=subprocess.STDOUT,
-                                env=env or self.env)
-        log.close()
-        self.procs.append(proc)
-        return proc
-
-    def log(self, cfg: Path) -> str:
-        path = self.dir / f"{cfg.stem}.log"
-        return path.read_text() if path.exists() else ""
-
-    def probe(self, cfg: Path) -> ctl.ProbeResult:
-        return ctl.probe_ready(str(self.ctl), config_path=str(cfg), timeout=10, env=self.env)
-
-    def domain(self, cfg: Path) -> dict:
-        return ctl.query_domain(str(self.ctl), config_path=str(cfg), timeout=10, env=self.env)
-
-    def status(self, cfg: Path) -> str:
-        return self.domain(cfg)["status"]
-
-    def wait_ready(self, cfg: Path) -> ctl.ProbeResult:
-        return wait_for(f"{cfg.name} daemon to answer -q", lambda: (r := self.probe(cfg)).ready and r, 15)
-
-    def cleanup(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
-    w = World(tmp_path)
+def world(tmp_path: Path) -> Iterator[StandInWorld]:
+    w = StandInWorld(tmp_path, [A_IP, B_IP])
     yield w
     w.cleanup()
 
 
-def test_scenario_two_daemons_up_then_degraded(world: World) -> None:
+def test_scenario_two_daemons_up_then_degraded(world: StandInWorld) -> None:
     cfg_a = world.config("a", A_IP, [A_IP, B_IP])
     cfg_b = world.config("b", B_IP, [A_IP, B_IP])
 
@@ -169,7 +83,7 @@ def test_scenario_two_daemons_up_then_degraded(world: World) -> None:
     assert f"peer {B_IP} lost" in world.log(cfg_a)
 
 
-def test_hung_peer_is_detected_by_missing_heartbeats(world: World) -> None:
+def test_hung_peer_is_detected_by_missing_heartbeats(world: StandInWorld) -> None:
     cfg_a = world.config("a", A_IP, [A_IP, B_IP])
     cfg_b = world.config("b", B_IP, [A_IP, B_IP])
     world.start(cfg_a)
@@ -186,7 +100,7 @@ def test_hung_peer_is_detected_by_missing_heartbeats(world: World) -> None:
     assert "no heartbeat for 1s" in world.log(cfg_a)
 
 
-def test_sigusr1_rereads_peer_names_from_hosts_file(world: World) -> None:
+def test_sigusr1_rereads_peer_names_from_hosts_file(world: StandInWorld) -> None:
     names = [dns_name(0), dns_name(1)]
     hosts_a = world.dir / "hosts-a"
     hosts_b = world.dir / "hosts-b"
@@ -217,7 +131,7 @@ def test_sigusr1_rereads_peer_names_from_hosts_file(world: World) -> None:
     assert "SIGUSR1: re-read" in world.log(cfg_a)
 
 
-def test_unix_socket_probe_in_host_managed_form(world: World) -> None:
+def test_unix_socket_probe_in_host_managed_form(world: StandInWorld) -> None:
     sock = world.dir / "run" / "imex_ctrl.sock"
     cfg = world.config("host", A_IP, [A_IP], unix_socket=str(sock))
     proc = world.start(cfg)
@@ -249,7 +163,7 @@ def test_unix_socket_probe_in_host_managed_form(world: World) -> None:
          "cannot tell which nodes config entry is this node"),
     ],
 )
-def test_broken_config_exits_with_one_clear_line(world: World, mutate, fragment) -> None:
+def test_broken_config_exits_with_one_clear_line(world: StandInWorld, mutate, fragment) -> None:
     cfg = world.config("a", A_IP, ["10.99.0.1", "10.99.0.2"])
     text = cfg.read_text()
     assert mutate(text) != text, "the mutation must break the config it is given"
@@ -262,13 +176,13 @@ def test_broken_config_exits_with_one_clear_line(world: World, mutate, fragment)
     assert log.strip().splitlines()[-1].startswith("nvidia-imex: error: ")
 
 
-def test_missing_config_file_is_reported(world: World) -> None:
+def test_missing_config_file_is_reported(world: StandInWorld) -> None:
     proc = world.start(world.dir / "absent.cfg")
     assert proc.wait(15) == 1
     assert "cannot read IMEX config file" in world.log(world.dir / "absent.cfg")
 
 
-def test_busy_port_exits_with_clear_error(world: World) -> None:
+def test_busy_port_exits_with_clear_error(world: StandInWorld) -> None:
     cfg = world.config("a", A_IP, [A_IP])
     with socket.socket() as holder:
         holder.bind((A_IP, world.ports[0]))
@@ -280,7 +194,7 @@ def test_busy_port_exits_with_clear_error(world: World) -> None:
     assert "Traceback" not in log
 
 
-def test_ctl_without_daemon_is_not_ready(world: World) -> None:
+def test_ctl_without_daemon_is_not_ready(world: StandInWorld) -> None:
     cfg = world.config("a", A_IP, [A_IP])
     result = world.probe(cfg)
     assert not result.ready
@@ -292,7 +206,7 @@ def test_ctl_without_daemon_is_not_ready(world: World) -> None:
     assert "cannot reach the IMEX daemon" in str(err.value)
 
 
-def test_ctl_usage_error_exits_2(world: World) -> None:
+def test_ctl_usage_error_exits_2(world: StandInWorld) -> None:
     out = subprocess.run([str(world.ctl), "-c", "/x.cfg"], env=world.env, capture_output=True,
                          text=True, timeout=10)
     assert out.returncode == 2
@@ -309,7 +223,7 @@ def test_probe_times_out_on_a_hung_ctl(tmp_path: Path) -> None:
     assert "timed out" in result.describe()
 
 
-def test_standin_under_the_supervisor_restarts_and_reloads(world: World) -> None:
+def test_standin_under_the_supervisor_restarts_and_reloads(world: StandInWorld) -> None:
     cfg = world.config("a", A_IP, [A_IP])
     log_path = world.dir / "imex.log"
     exits: list[tuple[int, bool]] = []

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import signal
 import socket
@@ -34,6 +33,7 @@ from cdriver.sim.imex.protocol import (
     IMEX_NODE_READY,
 )
 from cdriver.sim.node.addresses import lease_block
+from tests.support.imex_standin import free_ports
 from tests.support.imex_timing import fast_imex_env
 from tests.support.waiting import wait_for
 
@@ -47,22 +47,6 @@ ENV = {**os.environ, **FAST}
 def cdriver_argv() -> list[str]:
     script = Path(sys.executable).with_name("cdriver")
     return [str(script)] if script.is_file() else [sys.executable, "-m", "cdriver"]
-
-
-def free_ports(ips: list[str]) -> tuple[int, int]:
-    """(server port, command port) free on every address in `ips`."""
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(20000, 60000)
-        try:
-            for ip in ips:
-                for port in (base, base + 5):
-                    with socket.socket() as s:
-                        s.bind((ip, port))
-        except OSError:
-            continue
-        return base, base + 5
-    raise RuntimeError("no free port pair found")
 
 
 @pytest.fixture
