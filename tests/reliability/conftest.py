@@ -37,8 +37,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 @pytest.fixture(scope="package")
 def rel_world() -> Iterator[Any]:
     """One simulated cluster (two cliques of two GB200 nodes) for the fault and load tests."""
-    from tests.e2e.conftest import start_world
     from tests.reliability.cluster import Supervisor
+    from tests.support.world import start_world
 
     world = start_world({"nodes": 4}, "rel")
     supervisor = Supervisor(next(world)).start()

@@ -24,8 +24,8 @@ from cdriver.kube.resources import RESOURCES
 from cdriver.sim.world import scenario
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
 from tests.conftest import chart_device_classes
-from tests.e2e.conftest import start_world
 from tests.support.waiting import wait_for
+from tests.support.world import start_world
 
 NON_FABRIC_NODE = "cpu-1"
 DEPLOYMENTS = RESOURCES["deployments"]

@@ -12,9 +12,9 @@ from cdriver.diagnose import names
 from cdriver.sim.imex.host_service import HostImexService
 from cdriver.sim.world import scenario
 from cdriver.sim.world.world import SimWorld
-from tests.e2e.conftest import SHORT_HOST_WAIT, start_world
 from tests.e2e.diagnose.test_diagnose import assert_text_leads_with, diagnose, first_broken, link_of, remove
 from tests.support.waiting import wait_for
+from tests.support.world import SHORT_HOST_WAIT, start_world
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ nodes in two cliques plus one GPU node without NVLink fabric.
 
 The scenarios every driver shares (bootstrap in Single and All mode, a domain over both
 cliques, deletion while workloads start) are in `test_contract`, with cdriver's own checks on
-its run; the helpers here serve both modules and `test_real_nodes`.
+its run; the shared helpers are in `tests.support.world`.
 
 Each test asserts on the cluster state and on what the container sees, never only on a pod
 being Running.
@@ -26,7 +26,16 @@ from cdriver.nvml.discover import channel_device_path
 from cdriver.roles.controller.desired import DAEMON_POD_CLAIM_NAME
 from cdriver.sim.world import scenario
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
-from tests.e2e.conftest import exec_in, start_world, text
+from tests.support.world import (
+    clique_nodes,
+    cliques,
+    create_domain,
+    delete_all,
+    exec_in,
+    is_char_device,
+    start_world,
+    text,
+)
 
 NON_FABRIC_NODE = "cpu-1"
 
@@ -34,45 +43,6 @@ NON_FABRIC_NODE = "cpu-1"
 @pytest.fixture(scope="module")
 def world() -> Iterator[SimWorld]:
     yield from start_world({"nodes": 4, "extra_nodes": (NON_FABRIC_NODE,)}, "dm")
-
-
-def cliques(world: SimWorld) -> list[str]:
-    return sorted({n.clique for n in world.nodes if n.clique})
-
-
-def clique_nodes(world: SimWorld, clique: str) -> list[str]:
-    return sorted(n.name for n in world.nodes if n.clique == clique)
-
-
-def create_domain(world: SimWorld, ns: str, name: str, mode: str = constants.ALLOCATION_MODE_SINGLE) -> str:
-    scenario.ensure_namespace(world.raw, ns)
-    cd = world.raw.create(scenario.CDS, scenario.compute_domain(name, ns, f"{name}-channel", mode), ns)
-    scenario.wait_for(f"workload template {ns}/{name}-channel",
-                      lambda: world.raw.get_or_none(scenario.RCTS, f"{name}-channel", ns), 60)
-    return cd["metadata"]["uid"]
-
-
-def delete_all(world: SimWorld, ns: str, pods: list[str], cd_name: str, uid: str) -> None:
-    """Delete pods and CD; assert that nothing the driver generated remains."""
-    for pod in pods:
-        try:
-            world.raw.delete(scenario.PODS, pod, ns)
-        except Exception:  # already gone
-            pass
-    world.raw.delete(scenario.CDS, cd_name, ns)
-
-    def gone() -> scenario.Seen:
-        left = scenario.generated_objects(world.raw, DRIVER_NAMESPACE, uid)
-        left["pods"] = [p for p in pods if world.raw.get_or_none(scenario.PODS, p, ns)]
-        left["cd"] = [cd_name] if world.raw.get_or_none(scenario.CDS, cd_name, ns) else []
-        return scenario.Seen(not any(left.values()), left, json.dumps(left))
-
-    scenario.wait_for("every object of the domain to be deleted", gone, 120)
-
-
-def is_char_device(world: SimWorld, ns: str, pod: dict, path: str) -> bool:
-    out = exec_in(world, ns, pod, ["test", "-c", path])
-    return out.returncode == 0
 
 
 def test_daemon_claim_from_another_namespace_is_refused_and_the_victims_daemon_starts(

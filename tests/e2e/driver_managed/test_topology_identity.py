@@ -15,7 +15,7 @@ from cdriver.sim.gpu.driver_root import rerender_driver_root
 from cdriver.sim.gpu.topology import demo_topology_path, load_topology
 from cdriver.sim.world import scenario
 from cdriver.sim.world.world import SIM_DRIVER_ROOT, SimWorld
-from tests.e2e.conftest import start_world
+from tests.support.world import start_world
 
 REBOUND_UUID = "00000000-0000-0000-0000-0000000000ff"
 REBOUND_CLIQUE = 99

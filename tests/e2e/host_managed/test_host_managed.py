@@ -13,7 +13,7 @@ from cdriver.nvml.discover import channel_device_path
 from cdriver.sim.imex.host_service import HostImexService
 from cdriver.sim.world import scenario
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
-from tests.e2e.conftest import SHORT_HOST_WAIT, exec_in, start_world
+from tests.support.world import SHORT_HOST_WAIT, exec_in, start_world
 
 
 @pytest.fixture(scope="module")

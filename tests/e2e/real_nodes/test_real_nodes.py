@@ -23,19 +23,15 @@ from cdriver.kube.resources import RESOURCES
 from cdriver.nvml.discover import channel_device_path
 from cdriver.sim.world import scenario
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
-from tests.e2e.conftest import exec_in, start_world, text
 from tests.e2e.driver_managed.test_driver_managed import (
     check_a_pod_late_for_a_deleted_domain_gets_no_channel,
     check_deletion_as_soon_as_daemons_exist_gives_starting_pods_no_channel,
-    clique_nodes,
-    cliques,
-    create_domain,
-    delete_all,
 )
 from tests.e2e.upstream.test_contract import (  # noqa: F401 - collected here, on this module's world
     test_bootstrap_injects_the_channel,
     test_domain_spanning_two_cliques_peers_within_each_clique,
 )
+from tests.support.world import clique_nodes, cliques, create_domain, delete_all, exec_in, start_world, text
 
 REAL_NODES = 2
 KUBELET_DRA_CHECKPOINT = "var/lib/kubelet/dra_manager_state"

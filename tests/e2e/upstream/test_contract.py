@@ -26,15 +26,17 @@ from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME, DOMAINS_DI
 from cdriver.sim.world import scenario
 from cdriver.sim.world.upstream_driver import PeerSourceMissing, find_source_tarball
 from cdriver.sim.world.world import DRIVER_CDRIVER, DRIVER_NAMESPACE, DRIVER_UPSTREAM, SimWorld
-from tests.e2e.conftest import exec_in, start_world, text
-from tests.e2e.driver_managed.test_driver_managed import (
+from tests.support.upstream_inputs import skip_without_upstream
+from tests.support.world import (
     clique_nodes,
     cliques,
     create_domain,
     delete_all,
+    exec_in,
     is_char_device,
+    start_world,
+    text,
 )
-from tests.support.upstream_inputs import skip_without_upstream
 
 
 @pytest.fixture(scope="module", params=[DRIVER_CDRIVER, DRIVER_UPSTREAM])

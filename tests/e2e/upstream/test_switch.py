@@ -40,9 +40,8 @@ from cdriver.sim.world.world import (
     SimNode,
     SimWorld,
 )
-from tests.e2e.conftest import start_world
-from tests.e2e.driver_managed.test_driver_managed import create_domain, is_char_device
 from tests.support.upstream_inputs import skip_without_upstream
+from tests.support.world import create_domain, is_char_device, start_world
 
 READER_BUILD = HACK_DIR / "peer-checkpoint" / "build.sh"
 

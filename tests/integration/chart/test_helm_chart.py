@@ -6,16 +6,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from cdriver.api import constants
 from cdriver.api.imex_mode import IMEX_MODE_DRIVER_MANAGED, IMEX_MODE_HOST_MANAGED
 from cdriver.checkout import CHART_DIR
 from cdriver.dra.registration import KUBELET_PLUGINS_DIR, KUBELET_REGISTRY_DIR
 from cdriver.imex.ctl import DEFAULT_HOST_IMEX_SOCKET
+from tests.support.chart import NAMESPACE, by_kind, dry_run_render, objects, remove_device_classes, render
 
-NAMESPACE = "cdriver-system"
-KUBE_VERSION = "1.37.2"
 HOST_MODE = ["--set", "imex.mode=hostManaged", "--set", "featureGates.HostManagedIMEXDaemon=true"]
 
 
@@ -24,31 +22,6 @@ def helm() -> Path:
     from cdriver.sim.controlplane.binaries import helm_binary
 
     return helm_binary(echo=False)
-
-
-def render(helm: Path, *args: str, namespace: str = NAMESPACE) -> subprocess.CompletedProcess:
-    return subprocess.run([str(helm), "template", "rel", str(CHART_DIR), "--namespace", namespace,
-                           "--kube-version", KUBE_VERSION, *args],
-                          capture_output=True, text=True, timeout=60)
-
-
-def objects(helm: Path, *args: str) -> list[dict]:
-    out = render(helm, *args)
-    assert out.returncode == 0, out.stderr
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
-
-
-def by_kind(docs: list[dict], kind: str) -> dict[str, dict]:
-    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
-
-
-def remove_device_classes(raw) -> None:
-    """DeviceClasses have fixed cluster-wide names: remove ones other tests created without Helm."""
-    from cdriver.kube.resources import RESOURCES
-
-    for name in (constants.DEVICE_CLASS_DEFAULT_CHANNEL, constants.DEVICE_CLASS_DAEMON):
-        if raw.get_or_none(RESOURCES["deviceclasses"], name):
-            raw.delete(RESOURCES["deviceclasses"], name)
 
 
 def test_helm_lint_is_clean(helm: Path) -> None:
@@ -118,24 +91,6 @@ def test_install_into_default_namespace_is_refused(helm: Path) -> None:
     out = render(helm, namespace="default")
     assert out.returncode != 0
     assert "default namespace is not supported" in out.stderr
-
-
-def dry_run_render(helm: Path, raw, *args: str) -> None:
-    """Create every rendered object with a server-side dry run (the API server validates it)."""
-    from cdriver.kube.errors import ApiError
-    from cdriver.kube.resources import RESOURCES
-
-    try:
-        raw.create(RESOURCES["namespaces"], {"metadata": {"name": NAMESPACE}})
-    except ApiError as e:
-        if not e.already_exists:
-            raise
-    remove_device_classes(raw)
-    by_kind_resource = {res.kind: res for res in RESOURCES.values()}
-    for doc in objects(helm, *args):
-        res = by_kind_resource[doc["kind"]]
-        ns = NAMESPACE if res.namespaced else None
-        raw.create(res, doc, namespace=ns, dry_run=True)
 
 
 @pytest.mark.parametrize("mode_args", [[], HOST_MODE], ids=["driverManaged", "hostManaged"])

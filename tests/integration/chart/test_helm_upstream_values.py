@@ -11,7 +11,7 @@ import pytest
 from cdriver.api.constants import DEVICE_CLASS_DEFAULT_CHANNEL
 from cdriver.api.imex_mode import IMEX_MODE_HOST_MANAGED
 from cdriver.checkout import CHART_DIR
-from tests.integration.chart.test_helm_chart import NAMESPACE, by_kind, dry_run_render, objects, render
+from tests.support.chart import NAMESPACE, by_kind, dry_run_render, objects, render
 
 UPSTREAM_VALUES = Path(__file__).parent / "data" / "upstream-values.yaml"
 

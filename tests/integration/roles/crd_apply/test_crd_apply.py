@@ -125,7 +125,7 @@ def test_upgrade_hook_job_replaces_older_crds_on_a_node(cluster: Any, raw: RawCl
     from cdriver.sim.controlplane.binaries import helm_binary
     from cdriver.sim.node.simulated.agent import start_nodes
     from cdriver.sim.node.simulated.runtime import NodeOptions
-    from tests.integration.chart.test_helm_chart import remove_device_classes
+    from tests.support.chart import remove_device_classes
 
     release, ns, pool = "crdhook", "crd-hook", f"crdhook-{uuid.uuid4().hex[:4]}"
     hook = f"{release}-cdriver-crds"

@@ -1,0 +1,100 @@
+"""Whole simulated clusters for the e2e and reliability tests: starting one per test module, and
+the helpers that read and drive it (exec into pods, domains created and deleted).
+
+A world's base directory is short because Unix socket paths under a node's root are limited to
+107 bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+from cdriver.api import constants
+from cdriver.sim.world import scenario
+from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld, WorldSettings
+
+#: chart values for host-managed worlds: a Prepare gives up on a missing host IMEX service after
+#: 5 s instead of 30 s (kubelet retries it), so tests that wait for failed attempts wait less
+SHORT_HOST_WAIT = ["--set", "kubeletPlugin.env[0].name=PREPARE_TIMEOUT",
+                   "--set", "kubeletPlugin.env[0].value=5s"]
+
+
+def start_world(settings_kwargs: dict, name: str) -> Iterator[SimWorld]:
+    """Start a world (`WorldSettings` of `settings_kwargs`, fast timings) named `name`, yield it, stop it."""
+    # one fixed directory per world: a run killed midway leaves its files and processes there,
+    # and the next run's nodes find and end those processes when they start
+    base = Path(f"/tmp/cde-{os.getuid()}-{name}")
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir()
+    # fast retries and heartbeats: the default is kubelet's timings (sim up, demo, benchmarks)
+    world = SimWorld(WorldSettings(base_dir=base, **{"fast": True, **settings_kwargs}), progress=print)
+    world.start()
+    try:
+        yield world
+    finally:
+        world.stop()
+        if os.environ.get("CDRIVER_E2E_KEEP"):
+            print(f"e2e world files kept in {base}")
+        else:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def text(data: bytes | str | None) -> str:
+    """A process's output as text."""
+    if isinstance(data, bytes):
+        return data.decode("utf-8", errors="replace")
+    return data or ""
+
+
+def exec_in(world: SimWorld, namespace: str, pod: dict, argv: list[str],
+            container: str | None = None) -> subprocess.CompletedProcess:
+    """`kubectl exec` into a pod's container (the simulated node serves the kubelet API)."""
+    return world.exec(namespace, pod["metadata"]["name"], argv, container)
+
+
+def cliques(world: SimWorld) -> list[str]:
+    """The world's clique IDs, sorted."""
+    return sorted({n.clique for n in world.nodes if n.clique})
+
+
+def clique_nodes(world: SimWorld, clique: str) -> list[str]:
+    """The names of the nodes of `clique`, sorted."""
+    return sorted(n.name for n in world.nodes if n.clique == clique)
+
+
+def create_domain(world: SimWorld, ns: str, name: str, mode: str = constants.ALLOCATION_MODE_SINGLE) -> str:
+    """Create a ComputeDomain (template `<name>-channel`), wait for its template; its UID."""
+    scenario.ensure_namespace(world.raw, ns)
+    cd = world.raw.create(scenario.CDS, scenario.compute_domain(name, ns, f"{name}-channel", mode), ns)
+    scenario.wait_for(f"workload template {ns}/{name}-channel",
+                      lambda: world.raw.get_or_none(scenario.RCTS, f"{name}-channel", ns), 60)
+    return cd["metadata"]["uid"]
+
+
+def delete_all(world: SimWorld, ns: str, pods: list[str], cd_name: str, uid: str) -> None:
+    """Delete pods and CD; assert that nothing the driver generated remains."""
+    for pod in pods:
+        try:
+            world.raw.delete(scenario.PODS, pod, ns)
+        except Exception:  # already gone
+            pass
+    world.raw.delete(scenario.CDS, cd_name, ns)
+
+    def gone() -> scenario.Seen:
+        left = scenario.generated_objects(world.raw, DRIVER_NAMESPACE, uid)
+        left["pods"] = [p for p in pods if world.raw.get_or_none(scenario.PODS, p, ns)]
+        left["cd"] = [cd_name] if world.raw.get_or_none(scenario.CDS, cd_name, ns) else []
+        return scenario.Seen(not any(left.values()), left, json.dumps(left))
+
+    scenario.wait_for("every object of the domain to be deleted", gone, 120)
+
+
+def is_char_device(world: SimWorld, ns: str, pod: dict, path: str) -> bool:
+    """Whether `path` is a character device inside the pod."""
+    out = exec_in(world, ns, pod, ["test", "-c", path])
+    return out.returncode == 0
