@@ -19,13 +19,13 @@ from cdriver.api.constants import (
     API_VERSION,
     DAEMON_SERVICE_ACCOUNT,
     GROUP,
-    KIND_COMPUTE_DOMAIN,
     KIND_COMPUTE_DOMAIN_CLIQUE,
 )
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.checkout import CHART_DIR
 from cdriver.kube.errors import ApiError
 from cdriver.kube.resources import RESOURCES
+from cdriver.sim.world.scenario import compute_domain
 from tests.reliability.figures import record
 
 pytestmark = pytest.mark.reliability
@@ -188,9 +188,7 @@ def test_plugin_can_read_domains_but_cannot_delete_daemonsets(tokens) -> None:
 
 
 def test_daemon_cannot_change_a_domain_spec(raw, namespace, tokens) -> None:
-    cd = raw.create(COMPUTE_DOMAINS, {
-        "apiVersion": API_VERSION, "kind": KIND_COMPUTE_DOMAIN, "metadata": {"name": "cd"},
-        "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": "t"}}}}, namespace=namespace)
+    cd = raw.create(COMPUTE_DOMAINS, compute_domain("cd", namespace, "t", mode=None), namespace=namespace)
     daemon = client(tokens["daemon"])
     assert daemon.get(COMPUTE_DOMAINS, "cd", namespace)["metadata"]["uid"] == cd["metadata"]["uid"]
     cd["spec"]["numNodes"] = 3
@@ -439,9 +437,7 @@ def test_daemon_may_set_only_the_clique_label_of_its_own_pod(raw, actors: Actors
 
 
 def test_daemon_cannot_rewrite_a_domains_status(raw, namespace, actors: Actors) -> None:
-    cd = raw.create(RESOURCES["computedomains"], {
-        "apiVersion": constants.API_VERSION, "kind": constants.KIND_COMPUTE_DOMAIN, "metadata": {"name": "cd"},
-        "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": "t"}}}}, namespace=namespace)
+    cd = raw.create(RESOURCES["computedomains"], compute_domain("cd", namespace, "t", mode=None), namespace=namespace)
     cd["status"] = {"status": constants.STATUS_READY, "nodes": []}
     denied(actors.daemon.update_status, RESOURCES["computedomains"], cd, namespace=namespace)
 

@@ -16,11 +16,11 @@ from typing import Any
 
 import yaml
 
-from cdriver.api import constants
 from cdriver.api.resources import COMPUTE_DOMAINS
 from cdriver.checkout import CHART_DIR
 from cdriver.kube.raw import RawClient
 from cdriver.kube.resources import RESOURCES, Resource
+from cdriver.sim.world.scenario import compute_domain
 from tests.support.waiting import wait_for
 
 CRD_DIR = CHART_DIR / "crds"
@@ -60,10 +60,7 @@ def test_apply_upgrades_an_older_crd_so_status_fields_are_kept(cluster: Any, raw
     assert status_properties(raw.get(CRDS, CD_CRD)) == status_properties(chart_crd)
 
     # What the controller writes into status now stays.
-    cd = raw.create(COMPUTE_DOMAINS, {
-        "apiVersion": constants.API_VERSION, "kind": constants.KIND_COMPUTE_DOMAIN,
-        "metadata": {"name": f"cd-{uuid.uuid4().hex[:6]}"},
-        "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": "t"}}}}, namespace)
+    cd = raw.create(COMPUTE_DOMAINS, compute_domain(f"cd-{uuid.uuid4().hex[:6]}", namespace, "t", mode=None), namespace)
     cd["status"] = {"status": "NotReady", "readyNodes": "0/2"}
     stored = raw.update_status(COMPUTE_DOMAINS, cd, namespace)
     assert stored["status"]["readyNodes"] == "0/2"

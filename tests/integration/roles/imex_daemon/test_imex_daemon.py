@@ -39,6 +39,7 @@ from cdriver.sim.imex.protocol import (
     IMEX_DOMAIN_UP,
 )
 from cdriver.sim.node.addresses import lease_block
+from cdriver.sim.world.scenario import compute_domain
 from tests.support.imex_daemon import Harness, Member, mapping_in, ready_and_reported
 from tests.support.waiting import wait_for
 
@@ -306,9 +307,7 @@ def test_missing_cdi_identity_exits_saying_cdi_was_not_applied(daemons: Harness)
 def test_legacy_ip_mode_writes_domain_status_and_restarts_on_peer_change(daemons: Harness) -> None:
     h = daemons
     h.gates = "IMEXDaemonsWithDNSNames=false,ComputeDomainCliques=false"
-    cd = h.raw.create(CDS, {
-        "apiVersion": constants.API_VERSION, "kind": constants.KIND_COMPUTE_DOMAIN, "metadata": {"name": h.cd_name},
-        "spec": {"numNodes": 2, "channel": {"resourceClaimTemplate": {"name": "cd-channel"}}}}, h.ns)
+    cd = h.raw.create(CDS, compute_domain(h.cd_name, h.ns, "cd-channel", mode=None, num_nodes=2), h.ns)
     h.cd_uid = cd["metadata"]["uid"]
     a, b = h.add(CQ0), h.add(CQ0)
     h.start(a)
@@ -412,10 +411,9 @@ def test_deleted_clique_is_rejoined_only_while_the_domain_lives(daemons: Harness
     """Someone deletes the clique: the daemon joins again. Its ComputeDomain is being deleted
     (the controller removes the cliques): it stays out, so the domain can finish deleting."""
     h = daemons
-    cd = h.raw.create(CDS, {
-        "apiVersion": constants.API_VERSION, "kind": constants.KIND_COMPUTE_DOMAIN,
-        "metadata": {"name": h.cd_name, "finalizers": ["test.cdriver/hold"]},
-        "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": "cd-channel"}}}}, h.ns)
+    body = compute_domain(h.cd_name, h.ns, "cd-channel", mode=None)
+    body["metadata"]["finalizers"] = ["test.cdriver/hold"]
+    cd = h.raw.create(CDS, body, h.ns)
     h.cd_uid = cd["metadata"]["uid"]
     a = h.start(h.add(CQ0))
     first = h.wait_entry(a)
