@@ -227,6 +227,8 @@ class Daemon:
         self.reloads = 0
         self.reload_pending = False  # peers changed while nvidia-imex was still starting
         self.trimmed = False
+        #: (pod Ready, nvidia-imex READY, blocked) the entry's status was last decided from
+        self.status_inputs: tuple[bool, bool, bool] | None = None
 
     # --- inputs from other threads ----------------------------------------------------
 
@@ -591,9 +593,16 @@ class Daemon:
         mine = clique.find_entry(self.store.entries(self.store.current()), self.settings.node_name, key)
         if mine is None:
             return
-        want = readiness.desired_status(readiness.pod_is_ready(self.pod), self.imex_ready(), bool(self.blocked))
+        inputs = (readiness.pod_is_ready(self.pod), self.imex_ready(), bool(self.blocked))
+        want = readiness.desired_status(*inputs)
         if clique.entry_status(mine) == want:
+            if inputs != self.status_inputs:
+                # the decision not to write, said once per change of what it is made from
+                log.info("Entry of node %s in %s stays %s (%s)", self.settings.node_name, self.store.description,
+                         want, readiness.describe_inputs(*inputs))
+                self.status_inputs = inputs
             return
+        self.status_inputs = inputs
         # While stopping (often because the domain is being deleted), never recreate the object.
         node_name = self.settings.node_name
         out = clique.update_with_retry(self.store, lambda e: clique.set_entry_status(e, node_name, want, key),
