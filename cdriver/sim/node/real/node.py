@@ -274,7 +274,8 @@ class RealNode:
         """Wait until the running kubelet has synced every pod of the node, first and periodically,
         and the API shows every container it started (see `evidence.pods_synced`): what it
         decides about the pods it found (after a restart: keep their containers) shows by then."""
-        from cdriver.kube.raw import RESOURCES, ApiError
+        from cdriver.kube.errors import ApiError
+        from cdriver.kube.resources import RESOURCES
 
         deadline = time.monotonic() + timeout
         state = "not asked yet"
