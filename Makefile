@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 # the release builder (packaging/cdriver_build): no part of the package, run from this checkout
 BUILDER := PYTHONPATH=packaging$${PYTHONPATH:+:$$PYTHONPATH} $(BIN)/python -m cdriver_build
 
-.PHONY: venv control-plane node-parts peer peer-if-present test unit integration e2e reliability lint typecheck protos binary demo bench clean
+.PHONY: venv control-plane node-parts peer test unit integration e2e reliability lint typecheck protos binary demo bench clean
 
 venv: $(VENV)/.installed
 
@@ -16,37 +16,61 @@ $(VENV)/.installed: pyproject.toml setup.cfg
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-control-plane:
+# What each goal builds (hack/plan.sh prints it, cached or not and a rough time, before the
+# first build starts). `make demo` builds only what the demo runs; `make test` builds the rest.
+REAL_NODES ?= 0
+DEMO_NODE_PARTS := $(if $(filter-out 0,$(REAL_NODES)),node)
+PLAN_control-plane := all
+PLAN_test-parts := kube-1.33 checkpoint-reader
+PLAN_node-parts := node
+PLAN_peer := peer
+PLAN_peer-if-any := peer
+PLAN_demo := all $(DEMO_NODE_PARTS)
+PLAN_test := all kube-1.33 checkpoint-reader node peer
+PLAN_integration := all kube-1.33 checkpoint-reader
+PLAN_e2e := all kube-1.33 checkpoint-reader node peer
+PLAN_reliability := all
+PLAN_bench := all peer
+
+.PHONY: build-plan test-parts peer-if-any
+build-plan:
+	@hack/plan.sh $(foreach goal,$(MAKECMDGOALS),$(PLAN_$(goal)))
+
+# what the demo and the tests run: etcd, kube-apiserver, -controller-manager, -scheduler, kubectl, helm
+control-plane: build-plan
 	hack/kube/build.sh all
-	hack/kube/build.sh kube-1.33  # the oldest Kubernetes minor the tests cover
-	@# upstream's checkpoint reader, from upstream's source tarball (exit 4: no tarball here; its test
-	@# says so, or fails with CDRIVER_REQUIRE_UPSTREAM=1)
+
+# what only the tests run: Kubernetes 1.33 (the oldest minor they cover) and upstream's
+# checkpoint reader, from upstream's source tarball (exit 4: no tarball here; its test says so,
+# or fails with CDRIVER_REQUIRE_UPSTREAM=1)
+test-parts: build-plan
+	hack/kube/build.sh kube-1.33
 	hack/peer-checkpoint/build.sh || { rc=$$?; [ $$rc -eq 4 ] && [ "$${CDRIVER_REQUIRE_UPSTREAM:-}" != 1 ]; }
 
 # what real nodes run: kubelet, containerd (+ ctr, runc shim), CNI plugins (built, cached), runc (Debian)
-node-parts:
+node-parts: build-plan
 	hack/kube/build.sh node
 
 # the upstream Go ComputeDomain driver, built from its source tarball (side-by-side runs; exit 4:
-# no tarball here, which fails `make peer`; `make test` then skips the upstream side, saying so,
-# unless CDRIVER_REQUIRE_UPSTREAM=1 as in CI)
-peer:
+# no tarball here, which fails `make peer`); `peer-if-any` (for the tests) goes on without the
+# tarball, and the tests that run it then say so, unless CDRIVER_REQUIRE_UPSTREAM=1 as in CI
+peer: build-plan
 	hack/peer/build.sh
 
-peer-if-present:
+peer-if-any: build-plan
 	hack/peer/build.sh || { rc=$$?; [ $$rc -eq 4 ] && [ "$${CDRIVER_REQUIRE_UPSTREAM:-}" != 1 ]; }
 
 # -rs: every skip is reported with its reason
-test: lint control-plane node-parts peer-if-present
+test: lint control-plane test-parts node-parts peer-if-any
 	$(BIN)/pytest -q -rs $(PYTEST_ARGS)
 
 unit: venv
 	$(BIN)/pytest -q -m unit $(PYTEST_ARGS)
 
-integration: venv control-plane
+integration: venv control-plane test-parts
 	$(BIN)/pytest -q -m integration $(PYTEST_ARGS)
 
-e2e: venv control-plane node-parts
+e2e: venv control-plane test-parts node-parts peer-if-any
 	$(BIN)/pytest -q -m e2e $(PYTEST_ARGS)
 
 # The reliability suite at full size (faults, fuzzed input, load, security; `make test` runs a
@@ -72,8 +96,7 @@ binary: venv
 	$(BUILDER).binary dist
 
 # `make demo REAL_NODES=2`: two of the four nodes run a real kubelet, containerd and runc
-REAL_NODES ?= 0
-demo: venv control-plane
+demo: venv control-plane $(if $(DEMO_NODE_PARTS),node-parts)
 	$(BIN)/cdriver sim demo --real-nodes $(REAL_NODES)
 
 bench: venv control-plane peer

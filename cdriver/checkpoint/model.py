@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypedDict, cast
 
+from cdriver.decoding import type_name
 from cdriver.errors import CdriverError
 
 MAX_FIELD_LENGTH = 253  # uid, name, namespace, domainID, kind
@@ -179,13 +180,6 @@ class Checkpoint:
 
 
 # --- strict decoding --------------------------------------------------------------------
-
-
-def type_name(value: object) -> str:
-    """A JSON value's kind, as error messages name it."""
-    return {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null"}.get(
-        type(value), type(value).__name__
-    )
 
 
 def as_object(value: object, where: str) -> dict:

@@ -33,6 +33,7 @@ from cdriver.checkpoint.model import (
     type_name,
 )
 from cdriver.checkpoint.upstream import UPSTREAM_KEYS, UpstreamLayoutError, from_upstream, to_upstream
+from cdriver.decoding import DecodeError, strict_json_loads
 
 log = logging.getLogger(__name__)
 
@@ -80,27 +81,14 @@ def encode(checkpoint: Checkpoint) -> bytes:
     return data
 
 
-def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
-    out: dict = {}
-    for key, value in pairs:
-        if key in out:
-            raise InvalidContent(f"key {key[:60]!r} appears twice in one object")
-        out[key] = value
-    return out
-
-
-def _reject_constant(name: str) -> None:
-    raise InvalidContent(f"{name} is not a valid JSON number")
-
-
 def decode(data: bytes) -> Checkpoint:
     """Parse and verify file content; raises `InvalidContent` with the reason."""
     if len(data) > MAX_CHECKPOINT_BYTES:
         raise InvalidContent(f"{len(data)} bytes, more than the {MAX_CHECKPOINT_BYTES}-byte limit")
     try:
-        document = json.loads(
-            data.decode("utf-8"), object_pairs_hook=_no_duplicate_keys, parse_constant=_reject_constant
-        )
+        document = strict_json_loads(data.decode("utf-8"))
+    except DecodeError as err:  # a duplicate key, NaN or Infinity
+        raise InvalidContent(err.problem) from None
     except UnicodeDecodeError as err:
         raise InvalidContent(f"not UTF-8 text ({err.reason} at byte {err.start})") from None
     except json.JSONDecodeError as err:

@@ -26,6 +26,7 @@ from typing import Any
 
 from cdriver.api.constants import DEVICE_TYPE_CHANNEL, DEVICE_TYPE_DAEMON, DRIVER_NAME
 from cdriver.checkpoint.model import Checkpoint, ClaimRecord, ClaimState, RecordedDevice, check_string, recorded_device
+from cdriver.decoding import type_name
 
 #: Keys that mark a document as one of the upstream layouts.
 UPSTREAM_KEYS = ("checksum", "v1", "v2")
@@ -135,7 +136,7 @@ def _obj(value: object, where: str) -> dict:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise UpstreamLayoutError(f"{where}: expected an object")
+        raise UpstreamLayoutError(f"{where}: expected an object, got {type_name(value)}")
     return value
 
 
@@ -143,7 +144,7 @@ def _list(value: object, where: str) -> list:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise UpstreamLayoutError(f"{where}: expected a list")
+        raise UpstreamLayoutError(f"{where}: expected a list, got {type_name(value)}")
     return value
 
 

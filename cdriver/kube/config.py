@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from cdriver.decoding import type_name, wrong_type
 from cdriver.errors import CdriverError
 
 ENV_KUBECONFIG = "KUBECONFIG"
@@ -108,8 +109,8 @@ def read_kubeconfig(path: str) -> dict[str, Any]:
         return {}
     if not isinstance(doc, dict):
         raise KubeConfigError(
-            f"kubeconfig {path!r}: expected a mapping with clusters, users and contexts at the "
-            f"top, found a {type(doc).__name__}"
+            f"kubeconfig {path!r}: expected an object with clusters, users and contexts at the "
+            f"top, got {type_name(doc)}"
         )
     return doc
 
@@ -136,7 +137,7 @@ def _named(path: str, doc: dict[str, Any], kind: str, inner: str, into: dict[str
         if body is None:
             body = {}
         if not isinstance(body, dict):
-            raise KubeConfigError(f"{where} ({item['name']!r}): {inner} must be a mapping")
+            raise KubeConfigError(f"{where} ({item['name']!r}): {inner}: {wrong_type('an object', body)}")
         into.setdefault(str(item["name"]), _Entry(path, body))
 
 

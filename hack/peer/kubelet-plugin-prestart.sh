@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The upstream image's kubelet-plugin init step, for simulated nodes: wait until the driver
 # root holds nvidia-smi and libnvidia-ml.so.1 and `nvidia-smi --version` succeeds.
-# Simulated containers share the machine's root filesystem, so unlike the image's own script
-# this one reads the driver root through the /driver-root-parent mount and creates nothing.
+# A simulated container's root is an overlay of the machine's filesystems, private to it, not
+# the image's, so the image's own script is not there: this stand-in is bound at its path. It
+# reads the driver root through the /driver-root-parent mount and makes no /driver-root link.
 set -u
 driver_root="${NVIDIA_DRIVER_ROOT:-/}"
 root="/driver-root-parent"

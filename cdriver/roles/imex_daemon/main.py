@@ -169,6 +169,8 @@ class Daemon:
         self.watchers: list[Informer] = []
         self.ports: list[int] = []
         self.cmd_endpoint: tuple[str, int] | None = None  # where `nvidia-imex-ctl -q` connects
+        #: (pod Ready, nvidia-imex READY, blocked) the entry's status was last decided from
+        self.status_inputs: tuple[bool, bool, bool] | None = None
 
     # --- inputs from other threads ----------------------------------------------------
 
@@ -522,10 +524,16 @@ class Daemon:
         mine = clique.find_entry(self.store.entries(self.store.current()), self.settings.node_name, key)
         if mine is None:
             return
-        want = readiness.desired_status(readiness.pod_is_ready(self.state.pod), self.imex_ready(),
-                                        bool(self.state.blocked))
+        inputs = (readiness.pod_is_ready(self.state.pod), self.imex_ready(), bool(self.state.blocked))
+        want = readiness.desired_status(*inputs)
         if clique.entry_status(mine) == want:
+            if inputs != self.status_inputs:
+                # the decision not to write, said once per change of what it is made from
+                log.info("Entry of node %s in %s stays %s (%s)", self.settings.node_name, self.store.description,
+                         want, readiness.describe_inputs(*inputs))
+                self.status_inputs = inputs
             return
+        self.status_inputs = inputs
         # While stopping (often because the domain is being deleted), never recreate the object.
         node_name = self.settings.node_name
         out = clique.update_with_retry(self.store, lambda e: clique.set_entry_status(e, node_name, want, key),

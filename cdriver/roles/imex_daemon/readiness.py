@@ -42,6 +42,15 @@ def desired_status(pod_ready: bool, imex_running: bool, blocked: bool) -> str:
     return constants.STATUS_READY if pod_ready and imex_running and not blocked else constants.STATUS_NOT_READY
 
 
+def describe_inputs(pod_ready: bool, imex_running: bool, blocked: bool) -> str:
+    """What `desired_status` decided from, in words: ``pod Ready, nvidia-imex not READY``."""
+    words = [f"pod {'Ready' if pod_ready else 'not Ready'}",
+             f"nvidia-imex {'READY' if imex_running else 'not READY'}"]
+    if blocked:
+        words.append("its start blocked")
+    return ", ".join(words)
+
+
 def pod_being_deleted(pod: dict | None) -> bool:
     """True when the pod has a deletion timestamp (it will not come back)."""
     return being_deleted(pod)

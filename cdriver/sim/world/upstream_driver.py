@@ -35,8 +35,8 @@ PEER_CHART_SUBDIR = "deployments/helm/dra-driver-nvidia-gpu"
 #: the image's files the binaries use, (container path, path in upstream's source tree)
 PEER_IMAGE_FILES = (("/templates", "templates"),)
 #: the chart's kubelet-plugin init command runs this image file; on simulated nodes it is a
-#: stand-in from hack/peer/ (the image's own script writes a symlink at /driver-root, and
-#: simulated containers share the machine's root filesystem)
+#: stand-in from hack/peer/ (a simulated container's root is a private overlay of the machine's
+#: filesystems, not the image's, so the image's own script is not there)
 PEER_PRESTART = "/usr/bin/kubelet-plugin-prestart.sh"
 
 

@@ -202,7 +202,7 @@ class SimWorld:
         created below the base directory (and the base directory itself when that leaves it empty)."""
         try:
             self._step("end what a dead run of this cluster left running", self._end_leftovers)
-            self._step("build or find the control-plane binaries and helm (first build: many minutes)",
+            self._step("build or find the control-plane binaries and helm (cold: about 9 min on 2 cores)",
                        self._binaries)
             self._step("start etcd, kube-apiserver, kube-controller-manager, kube-scheduler", self._start_cluster)
             if self.settings.real_nodes:

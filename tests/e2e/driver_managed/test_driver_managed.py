@@ -249,6 +249,10 @@ def check_a_pod_late_for_a_deleted_domain_gets_no_channel(world: SimWorld, ns: s
     assert scenario.nodes_labelled(raw, uid) == [held_node]
     assert [p["spec"]["nodeName"] for p in scenario.daemon_pods(raw, DRIVER_NAMESPACE, uid)] == [held_node]
     assert never_started(raw.get(scenario.PODS, "late", ns))
+    from tests.e2e.test_diagnose import first_broken, link_of  # here: not collected in this module
+
+    chain, _ = first_broken(world, ["pod", "late", "-n", ns], "computedomain")
+    assert f"{ns}/late had no IMEX channel when the deletion began" in link_of(chain, "computedomain")["summary"]
 
     # the held pod ends: the deletion completes, and the late pod is left alone, never started
     raw.delete(scenario.PODS, "held", ns)
@@ -261,6 +265,8 @@ def check_a_pod_late_for_a_deleted_domain_gets_no_channel(world: SimWorld, ns: s
     scenario.wait_for("the deletion to complete", finished, timeout)
     scenario.wait_for("a Prepare of the late pod after the deletion to be refused",
                       lambda: refusals(world, ns, "late", "not found; it was deleted"), timeout)
+    chain, _ = first_broken(world, ["pod", "late", "-n", ns], "computedomain")
+    assert "deleted before the claim was prepared" in link_of(chain, "computedomain")["summary"]
     late_pod = raw.get(scenario.PODS, "late", ns)
     assert late_pod["spec"]["nodeName"] == late_node and not late_pod["metadata"].get("deletionTimestamp")
     assert never_started(late_pod), late_pod["status"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -149,8 +148,8 @@ def test_plugin_and_kubelet_restarts_keep_workloads_and_their_claims(world: SimW
 
     kubelet = world.node(pods[1]["spec"]["nodeName"]).agent
     kubelet.restart_kubelet()
-    kubelet.wait_ready(world.raw)
-    time.sleep(3)  # several of kubelet's pod syncs: a recreated container would show by now
+    kubelet.wait_ready(world.raw)  # the new kubelet's heartbeat
+    kubelet.wait_pods_synced(world.raw)  # and its syncs of every pod: a recreated container would show by now
     assert_still_running(world, ns, before)
     delete_all(world, ns, list(before), "rs", uid)
 

@@ -23,13 +23,16 @@ from typing import Any
 
 from cdriver.errors import CdriverError
 from cdriver.sim.controlplane import pki
-from cdriver.sim.node.real import cgroups, plan
+from cdriver.sim.node.real import cgroups, evidence, plan
 from cdriver.sim.node.real.images import NodeImages
 from cdriver.sim.node.real.plan import FALLBACK_SNAPSHOTTER, SNAPSHOTTER, NodePlan
 
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT = 120.0
+#: a kubelet syncs every pod once on start, then every syncFrequency (10 s, plan.kubelet_config)
+SYNC_TIMEOUT = 90.0
+NODE_LEASE_NAMESPACE = "kube-node-lease"
 NODE_DIRS = ("var/lib/kubelet", "var/lib/containerd", "var/log/pods", "var/log/containers", "run/containerd",
              "run/cdi", "run/nvidia/driver", "etc/cni/net.d", "kubelet/pki", "containerd", "logs")
 
@@ -96,6 +99,8 @@ class RealNode:
     snapshotter: str = SNAPSHOTTER
     holder: subprocess.Popen | None = field(default=None, init=False)
     procs: dict[str, subprocess.Popen] = field(default_factory=dict, init=False)
+    #: when the running kubelet was started (seconds since the epoch)
+    kubelet_started: float = field(default=0.0, init=False)
 
     @property
     def name(self) -> str:
@@ -205,6 +210,7 @@ class RealNode:
                                     f"{out.stderr.strip() or out.stdout.strip()}")
 
     def _start_kubelet(self) -> None:
+        self.kubelet_started = time.time()
         self.procs["kubelet"] = self._spawn("kubelet", plan.kubelet_args(self.binaries.kubelet, self.plan,
                                                                          self.labels))
 
@@ -235,26 +241,59 @@ class RealNode:
         self.wait_ready(raw, timeout)
         return self
 
+    def _check_kubelet_runs(self) -> None:
+        kubelet = self.procs.get("kubelet")
+        if kubelet is not None and kubelet.poll() is not None:
+            raise RealNodeError(f"node {self.name}: kubelet exited ({kubelet.returncode}):\n"
+                                + _tail(self.log_file("kubelet")))
+
     def wait_ready(self, raw: Any, timeout: float = READY_TIMEOUT) -> None:
+        """Wait for a Ready Node and a heartbeat of the running kubelet: its Lease renewed since
+        it started (a Node stays Ready for a while after its kubelet stops)."""
         from cdriver.kube.resources import RESOURCES
 
         deadline = time.monotonic() + timeout
         state = "no Node object"
         while time.monotonic() < deadline:
-            kubelet = self.procs.get("kubelet")
-            if kubelet is not None and kubelet.poll() is not None:
-                raise RealNodeError(f"node {self.name}: kubelet exited ({kubelet.returncode}):\n"
-                                    + _tail(self.log_file("kubelet")))
+            self._check_kubelet_runs()
             node = raw.get_or_none(RESOURCES["nodes"], self.name)
             if node is not None:
                 conds = {c["type"]: c for c in (node.get("status") or {}).get("conditions") or []}
                 ready = conds.get("Ready", {})
-                if ready.get("status") == "True":
+                lease = raw.get_or_none(RESOURCES["leases"], self.name, NODE_LEASE_NAMESPACE)
+                heartbeat = evidence.lease_renewed_since(lease, self.kubelet_started)
+                if ready.get("status") == "True" and heartbeat:
                     return
-                state = f"Ready={ready.get('status')} ({ready.get('message', '')})"
+                state = (f"Ready={ready.get('status')} ({ready.get('message', '')}), Lease renewed "
+                         f"{'since' if heartbeat else 'not since'} the kubelet started")
             time.sleep(0.5)
         raise RealNodeError(f"node {self.name}: not Ready after {timeout:.0f} s: {state}; kubelet log:\n"
                             + _tail(self.log_file("kubelet")))
+
+    def wait_pods_synced(self, raw: Any, timeout: float = SYNC_TIMEOUT) -> None:
+        """Wait until the running kubelet has synced every pod of the node, first and periodically,
+        and the API shows every container it started (see `evidence.pods_synced`): what it
+        decides about the pods it found (after a restart: keep their containers) shows by then."""
+        from cdriver.kube.errors import ApiError
+        from cdriver.kube.resources import RESOURCES
+
+        deadline = time.monotonic() + timeout
+        state = "not asked yet"
+        while time.monotonic() < deadline:
+            self._check_kubelet_runs()
+            pods = evidence.live_pods(raw.list(RESOURCES["pods"], field_selector=f"spec.nodeName={self.name}")
+                                      ["items"], self.name)
+            try:
+                metrics = raw.request("GET", f"/api/v1/nodes/{self.name}/proxy/metrics")
+            except ApiError as exc:  # the kubelet may not serve yet
+                state = f"its metrics are not served: {exc}"
+            else:
+                state = evidence.pods_synced(evidence.parse_metrics(str(metrics)), self.kubelet_started, pods)
+                if not state:
+                    return
+            time.sleep(0.5)
+        raise RealNodeError(f"node {self.name}: kubelet has not synced its pods after {timeout:.0f} s: {state}; "
+                            "kubelet log:\n" + _tail(self.log_file("kubelet")))
 
     def container_log(self, namespace: str, pod: str, container: str, previous: bool = False) -> Path | None:
         """The CRI-format log kubelet keeps of a container's current (or previous) run."""
@@ -265,7 +304,8 @@ class RealNode:
         return runs[-1] if runs else None
 
     def restart_kubelet(self) -> None:
-        """Stop kubelet (SIGTERM) and start it again; pods keep running in containerd."""
+        """Stop kubelet (SIGTERM) and start it again; pods keep running in containerd. `wait_ready`
+        then waits for the new kubelet's heartbeat, `wait_pods_synced` for its work on the pods."""
         proc = self.procs.get("kubelet")
         if proc is not None:
             proc.terminate()

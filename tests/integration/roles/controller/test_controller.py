@@ -9,7 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
-import time
+import threading
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
@@ -43,6 +43,7 @@ EVENTS = RESOURCES["events"]
 LEASES = RESOURCES["leases"]
 CRDS = RESOURCES["customresourcedefinitions"]
 HOLD = "test.cdriver/hold"
+TOUCH = "test.cdriver/touch"
 
 
 def get(raw: RawClient, res, name: str, ns: str | None = None) -> dict | None:
@@ -63,6 +64,27 @@ def reconciles(controller: Controller) -> float:
     """How many reconciles the controller has finished, whatever their result."""
     return sum(sample.value for metric in controller.metrics.reconciles.collect() for sample in metric.samples
                if sample.name.endswith("_total"))
+
+
+def wait_handled(controller: Controller, raw: RawClient, name: str, namespace: str,
+                 timeout: float = 20.0) -> None:
+    """Touch the domain (an annotation) and wait until the controller has handled the touch: a
+    handler added after the controller's own has seen it, so the controller has queued the domain,
+    and then the work queue is idle: the reconcile of the domain as it now is has finished. What the
+    controller has not created by then, it does not create for this domain."""
+    token = uuid.uuid4().hex
+    seen = threading.Event()
+
+    def on_update(_old: dict, new: dict) -> None:
+        if (new["metadata"].get("annotations") or {}).get(TOUCH) == token:
+            seen.set()
+
+    controller.caches.domains.add_handler(on_update=on_update)
+    done = reconciles(controller)
+    raw.patch(CDS, name, {"metadata": {"annotations": {TOUCH: token}}}, namespace)
+    assert seen.wait(timeout), f"the controller's informer did not pass on the touch of {namespace}/{name}"
+    assert controller.queue.wait_idle(timeout), f"the controller's queue is not idle after {timeout:.0f} s"
+    assert reconciles(controller) > done
 
 
 def ready_condition(cd: dict) -> dict:
@@ -602,7 +624,7 @@ def test_host_managed_mode_creates_only_the_workload_template(raw, namespace, dr
 
     imex = resolve_imex_config(IMEX_MODE_HOST_MANAGED, "domain",
                                "HostManagedIMEXDaemon=true")
-    start_controller(settings_for(driver_ns, gates=imex.gates, host_managed=True))
+    controller = start_controller(settings_for(driver_ns, gates=imex.gates, host_managed=True))
     cd = raw.create(CDS, compute_domain("cd1", namespace, "host-chan", "All", num_nodes=4), namespace)
     uid = cd["metadata"]["uid"]
     cd = wait_for("status", lambda: (c := raw.get(CDS, "cd1", namespace)).get("status") and c)
@@ -618,7 +640,7 @@ def test_host_managed_mode_creates_only_the_workload_template(raw, namespace, dr
     assert cond["reason"] == "HostManagedAdmitted" and "NOT report the health" in cond["message"]
     wait_for("AllocationModeForced event",
              lambda: [e for e in events_for(raw, cd) if e["reason"] == "AllocationModeForced"], 10)
-    time.sleep(0.5)
+    wait_handled(controller, raw, "cd1", namespace)
     assert labelled(raw, DS, uid) == [] and labelled(raw, RCTS, uid, driver_ns) == []
     assert raw.list(CLIQUES, driver_ns)["items"] == []
     raw.delete(CDS, "cd1", namespace)

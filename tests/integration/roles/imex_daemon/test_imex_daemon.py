@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -239,7 +238,9 @@ def test_imex_start_failure_is_reported_with_its_error_line(daemons: Harness) ->
     assert "restart count" in event["message"]
     assert "SERVER_PORT='fifty'" in a.log()
     h.set_ready(a, True)  # even a (wrongly) Ready pod does not make the entry Ready
-    time.sleep(1)
+    # the daemon's decision, made from the Ready pod: it says it leaves the entry as it is
+    wait_for(lambda: f"a to decide on its Ready pod\n{a.log()[-3000:]}",
+             lambda: "stays NotReady (pod Ready, nvidia-imex not READY" in a.log(), 20)
     assert h.entry(a)["status"] == constants.STATUS_NOT_READY
     result = h.check(a)
     assert result.returncode == 1 and "IMEX daemon check failed" in result.stderr

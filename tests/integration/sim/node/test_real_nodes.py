@@ -123,8 +123,8 @@ def test_kubelet_restart_keeps_the_running_container(real: RealWorld) -> None:
     node = real.fleet.nodes[1]
     before = run_pod(real, "survivor", node.name, "sleep 3600")["status"]["containerStatuses"][0]
     node.restart_kubelet()
-    node.wait_ready(real.cluster.raw)
-    time.sleep(3)  # a few of kubelet's sync periods: a restart would show as a new container ID
+    node.wait_ready(real.cluster.raw)  # the new kubelet's heartbeat
+    node.wait_pods_synced(real.cluster.raw)  # and its syncs of every pod: a restart would show as a new container ID
     after = real.cluster.raw.get(RESOURCES["pods"], "survivor", "default")["status"]["containerStatuses"][0]
     assert after["containerID"] == before["containerID"]
     assert after["restartCount"] == 0 and "running" in after["state"]

@@ -14,7 +14,7 @@ from cdriver.sim.images.refs import ImageBuildError, image_ref
 
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def test_the_builder_is_found_in_the_checkout_next_to_the_package() -> None:

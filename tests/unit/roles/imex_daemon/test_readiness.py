@@ -36,6 +36,11 @@ def test_entry_is_ready_only_with_pod_ready_imex_running_and_nothing_blocking() 
     assert readiness.desired_status(True, True, True) == constants.STATUS_NOT_READY
 
 
+def test_the_inputs_of_the_decision_are_described_in_words() -> None:
+    assert readiness.describe_inputs(True, False, False) == "pod Ready, nvidia-imex not READY"
+    assert readiness.describe_inputs(False, True, True) == "pod not Ready, nvidia-imex READY, its start blocked"
+
+
 def test_deletion_timestamp_marks_a_leaving_pod() -> None:
     assert readiness.pod_being_deleted(pod(deleting=True))
     assert not readiness.pod_being_deleted(pod())

@@ -12,7 +12,7 @@ from cdriver.diagnose.chain import TargetNotFound, diagnose_all, diagnose_comput
 from cdriver.diagnose.model import EXIT_COULD_NOT_RUN, EXIT_FAILED, EXIT_PASS, EXIT_WAITING, Chain, Diagnosis
 from cdriver.diagnose.render import render_json, render_text
 from cdriver.diagnose.snapshot import Snapshot
-from tests.unit.diagnose_fixtures import (
+from tests.unit.diagnose.fixtures import (
     NS,
     UID,
     drop,
