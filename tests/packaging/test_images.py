@@ -112,7 +112,7 @@ def test_driver_image_userland_is_the_containerfiles(rootfs: dict[str, Path]) ->
 def shipped(path: tuple[str, ...]) -> bool:
     """False for a subcommand whose module the executable leaves out (the simulation harness)."""
     if path[0] == "sim" and len(path) > 1:
-        target = sim_cli.LAZY_COMMANDS.get(sim_cli.ALIASES.get(path[1], path[1]))
+        target = sim_cli.LAZY_COMMANDS.get(path[1])
         return target is None or not left_out(target.split(":", 1)[0])
     target = LAZY_COMMANDS.get(path[0])
     return target is None or not left_out(target.split(":", 1)[0])

@@ -3,7 +3,8 @@
 The rule, for a file `tests/unit/<path>/test_<stem>.py`:
 
 - its source folder is `cdriver/<path>`, or `packaging/<path>` for the release builder
-  (`<path>` starting with `cdriver_build`);
+  (`<path>` starting with `cdriver_build`), or `hack/<path>` for the development scripts
+  (`<path>` starting with `hack`, whose modules may be shell scripts: `<name>.sh`);
 - some `<name>` names a module of that folder (`<name>.py`), where `<name>` is `<stem>` or
   `<stem>` cut at an underscore, the rest a topic (`test_prepare_deleting.py` tests
   `prepare.py`);
@@ -32,6 +33,8 @@ def source_folder(relative_dir: Path) -> Path:
     """The source folder that `tests/unit/<relative_dir>` mirrors."""
     if relative_dir.parts[:1] == ("cdriver_build",):
         return ROOT / "packaging" / relative_dir
+    if relative_dir.parts[:1] == ("hack",):
+        return ROOT / relative_dir
     return ROOT / "cdriver" / relative_dir
 
 
@@ -45,10 +48,13 @@ def names_a_module(test_file: Path) -> bool:
     """Whether `tests/unit/<path>/test_<stem>.py` names a module (or its package) that exists."""
     relative = test_file.relative_to(UNIT)
     folder = source_folder(relative.parent)
-    if not (folder / "__init__.py").is_file():
+    scripts = relative.parts[0] == "hack"
+    if not scripts and not (folder / "__init__.py").is_file():
         return False
     stem = relative.stem.removeprefix("test_")
-    return any((folder / f"{name}.py").is_file() or name == folder.name for name in names_of(stem))
+    suffixes = (".py", ".sh") if scripts else (".py",)
+    return any(any((folder / f"{name}{suffix}").is_file() for suffix in suffixes) or name == folder.name
+               for name in names_of(stem))
 
 
 def unit_test_files() -> list[Path]:
@@ -73,5 +79,7 @@ def test_the_rule_accepts_topics_and_package_level_tests() -> None:
     assert names_a_module(UNIT / "roles" / "controller" / "test_controller_support.py")
     assert names_a_module(UNIT / "test_cdriver_version.py")
     assert names_a_module(UNIT / "cdriver_build" / "test_oci.py")
+    assert names_a_module(UNIT / "hack" / "test_plan.py")
+    assert not names_a_module(UNIT / "hack" / "test_nothing_here.py")
     assert not names_a_module(UNIT / "test_controller_desired.py")
     assert not names_a_module(UNIT / "nowhere" / "test_nowhere.py")

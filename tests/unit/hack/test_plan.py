@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from cdriver.checkout import REPO_ROOT
+
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 
 
 def plan(cache: Path, *components: str, **env: str) -> str:
