@@ -249,7 +249,7 @@ def check_a_pod_late_for_a_deleted_domain_gets_no_channel(world: SimWorld, ns: s
     assert scenario.nodes_labelled(raw, uid) == [held_node]
     assert [p["spec"]["nodeName"] for p in scenario.daemon_pods(raw, DRIVER_NAMESPACE, uid)] == [held_node]
     assert never_started(raw.get(scenario.PODS, "late", ns))
-    from tests.e2e.test_diagnose import first_broken, link_of  # here: not collected in this module
+    from tests.e2e.diagnose.test_diagnose import first_broken, link_of  # here: not collected in this module
 
     chain, _ = first_broken(world, ["pod", "late", "-n", ns], "computedomain")
     assert f"{ns}/late had no IMEX channel when the deletion began" in link_of(chain, "computedomain")["summary"]
