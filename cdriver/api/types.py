@@ -32,6 +32,14 @@ class ValidationError(CdriverError):
     """Input does not match the API schema; the message names the field and the fix."""
 
 
+class UnknownFieldError(ValidationError):
+    """Fields the schema does not know: the message explains the first, ``paths`` names them all."""
+
+    def __init__(self, message: str, paths: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.paths = paths
+
+
 # --- strict decoding helpers ----------------------------------------------------------
 class _Reader:
     """Typed, strict access to one JSON object at a field path."""
@@ -43,7 +51,10 @@ class _Reader:
             self.fail("", wrong_type("an object", obj))
         unknown = unknown_fields(obj, allowed)
         if unknown:
-            self.fail(unknown[0], unknown_field(unknown[0], allowed))
+            raise UnknownFieldError(
+                f"{where}: field {self.full(unknown[0])}: {unknown_field(unknown[0], allowed)}",
+                tuple(self.full(k) for k in unknown),
+            )
         self.obj: dict = obj
 
     def full(self, key: str) -> str:

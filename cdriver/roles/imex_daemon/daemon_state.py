@@ -1,9 +1,14 @@
 """The daemon loop's inputs, what it remembers, and what one input changes (pure).
 
 Watch handlers, the nvidia-imex supervisor, the READY probe and SIGTERM post typed events to
-one queue. `next_actions(state, event, imex_pid)` says what an event changes in the
-`DaemonState` and which effects follow, in order; the shell (`main.Daemon`) runs them, then
-reconciles. Like the controller's `deletion.plan_deletion`, it decides and does nothing.
+one queue; reconcile applies `NamesChanged` itself after it rewrote the hosts file.
+`next_actions(state, event, imex_pid)` says what an event changes in the `DaemonState` and
+which effects follow, in order; the shell (`main.Daemon`) runs them, then reconciles. Like the
+controller's `deletion.plan_deletion`, it decides and does nothing.
+
+nvidia-imex reads its own node ID (this daemon's index, the name its pod IP has in the hosts
+file) only when it starts; a SIGUSR1 re-resolves its peers but keeps that ID. So a change of
+the peers alone is a reload, a change of this daemon's own index a restart.
 """
 
 from __future__ import annotations
@@ -63,11 +68,20 @@ class ImexExited:
 
 
 @dataclass(frozen=True)
+class NamesChanged:
+    """DNS-name mode: the hosts file now maps new names; ``own_index`` is this daemon's index in
+    it (None: its pod IP has no name there)."""
+
+    own_index: int | None
+
+
+@dataclass(frozen=True)
 class Stop:
     """SIGTERM or SIGINT: leave the loop and shut down."""
 
 
-Event = Started | MembersChanged | MembersDeleted | PodChanged | PodDeleted | ImexReady | ImexExited | Stop
+Event = (Started | MembersChanged | MembersDeleted | PodChanged | PodDeleted | ImexReady | ImexExited
+         | NamesChanged | Stop)
 
 
 # --- state ----------------------------------------------------------------------------------------
@@ -81,6 +95,10 @@ class DaemonState:
     pod: dict | None = None
     #: DNS-name mode: the name -> IP mapping last written to the hosts file
     mapping: dict[str, str] | None = None
+    #: DNS-name mode: this daemon's index in the hosts file as last written
+    own_index: int | None = None
+    #: DNS-name mode: the index the running nvidia-imex read when it started (its node ID)
+    imex_index: int | None = None
     #: IP mode: the peer list last written to nodes.cfg
     ip_peers: list[str] | None = None
     #: the nvidia-imex child that answered READY since its start
@@ -118,6 +136,7 @@ class Action(enum.Enum):
     FORGET_MEMBERS = "forget-members"  # the object is gone: forget it, ask whether the domain ends
     LOG_READY = "log-ready"  # say that nvidia-imex (pid) answers READY
     RELOAD = "reload"  # SIGUSR1 to nvidia-imex: re-resolve the peers
+    RESTART = "restart"  # stop and start nvidia-imex: its own index changed; report it (Event)
     REPORT_EXIT = "report-exit"  # an unexpected exit: diagnose (port conflict?), event, probe again
 
 
@@ -129,6 +148,9 @@ class Step:
     returncode: int = 0
     #: REPORT_EXIT: the process had answered READY (a crash, not a failed start)
     was_ready: bool = False
+    #: RESTART: the index the running nvidia-imex has, and the one the new process reads
+    old_index: int | None = None
+    new_index: int | None = None
 
 
 def next_actions(state: DaemonState, event: Event, imex_pid: int | None) -> tuple[DaemonState, tuple[Step, ...]]:
@@ -153,7 +175,25 @@ def next_actions(state: DaemonState, event: Event, imex_pid: int | None) -> tupl
         case ImexExited(returncode=returncode, expected=expected):
             # the next process reads the current hosts file: no signal pending any more
             if expected:
-                return replace(state, reload_pending=False), ()
-            after = replace(state, reload_pending=False, ready_pid=None)
+                return replace(state, reload_pending=False, imex_index=state.own_index), ()
+            after = replace(state, reload_pending=False, ready_pid=None, imex_index=state.own_index)
             return after, (Step(Action.REPORT_EXIT, returncode=returncode, was_ready=state.ready_pid is not None),)
+        case NamesChanged(own_index=own_index):
+            return names_changed(state, own_index, imex_pid)
     return state, ()
+
+
+def names_changed(state: DaemonState, own_index: int | None,
+                  imex_pid: int | None) -> tuple[DaemonState, tuple[Step, ...]]:
+    """The hosts file changed: restart nvidia-imex if this daemon's own index changed, else
+    signal it to re-resolve its peers (once it is READY: a signal during start-up kills it)."""
+    after = replace(state, own_index=own_index)
+    if imex_pid is None:
+        return replace(after, imex_index=own_index), ()  # the next process reads the new file
+    old = state.imex_index
+    if own_index is not None and old is not None and own_index != old:
+        after = replace(after, imex_index=own_index, ready_pid=None, reload_pending=False)
+        return after, (Step(Action.RESTART, old_index=old, new_index=own_index),)
+    if state.ready_pid == imex_pid:
+        return after, (Step(Action.RELOAD),)
+    return replace(after, reload_pending=True), ()

@@ -2,7 +2,8 @@
 
 nodes.cfg always lists compute-domain-daemon-0000 .. <max-1>; which of those names resolve,
 and to which pod IP, is decided by the block this module maintains in the hosts file. A peer
-change therefore needs only a SIGUSR1 to nvidia-imex, never a restart.
+change therefore needs only a SIGUSR1 to nvidia-imex; a change of this daemon's own index (its
+node ID, read only at start) needs a restart (see `daemon_state`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from cdriver.imex import config as imex_config
 from cdriver.imex import hosts as imex_hosts
 from cdriver.imex.hosts import dns_name
 
-from .clique import entry_index
+from .clique import KEY_CLIQUE, entry_index, find_entry
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,16 @@ def dns_mapping(entries: list[dict], clique_id: str, max_nodes: int) -> tuple[di
             continue
         mapping[name] = ip
     return mapping, problems
+
+
+def own_index(entries: list[dict], node_name: str, mapping: dict[str, str], key: str = KEY_CLIQUE) -> int | None:
+    """This daemon's index as `mapping` names it: its entry's index when that name maps to the
+    entry's IP (None: its entry is missing or got no name)."""
+    mine = find_entry(entries, node_name, key)
+    index = entry_index(mine) if mine is not None else None
+    if mine is None or index is None or mapping.get(dns_name(index)) != mine.get("ipAddress"):
+        return None
+    return index
 
 
 def describe_mapping(mapping: dict[str, str]) -> str:

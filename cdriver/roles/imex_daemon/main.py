@@ -50,6 +50,7 @@ from .daemon_state import (
     ImexReady,
     MembersChanged,
     MembersDeleted,
+    NamesChanged,
     PodChanged,
     PodDeleted,
     Started,
@@ -347,6 +348,8 @@ class Daemon:
                     log.info("nvidia-imex (pid %d) answers READY", step.pid)
                 case Action.RELOAD:
                     self._reload()
+                case Action.RESTART:
+                    self.restart_for_new_index(step.old_index, step.new_index)
                 case Action.REPORT_EXIT:
                     self.report_exit(step.returncode, step.was_ready)
 
@@ -411,12 +414,9 @@ class Daemon:
             dnsnames.update_hosts_file(self.settings.paths.hosts_file, mapping)
             log.info("Peer names in %s: %s", self.settings.paths.hosts_file, dnsnames.describe_mapping(mapping))
             self.state.mapping = mapping
-            if self.imex_ready():
-                self._reload()
-            elif self.imex.active:
-                # Still starting: it may have read the hosts file already, and a signal
-                # before its handler is installed would kill it. Signal once it is READY.
-                self.state.reload_pending = True
+            # A reload, a reload once READY (a signal during start-up kills it), or a restart
+            # when this daemon's own index changed (nvidia-imex keeps the ID it started with).
+            self.apply(NamesChanged(dnsnames.own_index(entries, self.settings.node_name, mapping, self.store.key)))
         if self.settings.pod_ip in mapping.values() and not self.imex.active:
             self.start_imex()
 
@@ -427,6 +427,23 @@ class Daemon:
             log.info("Sent SIGUSR1 to nvidia-imex (pid %s) to re-resolve its peers", self.imex.pid)
         except SupervisorError as exc:
             log.info("peer change not signalled (%s); the next start reads the new names", exc)
+
+    def restart_for_new_index(self, old: int | None, new: int | None) -> None:
+        """Restart nvidia-imex, whose node ID is its old index, and say so on the pod (Event)."""
+        message = (f"this daemon's index in clique {self.settings.clique_name} changed from {old} to {new}: "
+                   f"restarting nvidia-imex (pid {self.imex.pid}), which reads its own node ID only at start "
+                   "(a SIGUSR1 would keep the old one, and workloads would see invalid resource handles)")
+        log.warning("%s", message)
+        self.recorder.normal(self.pod_ref, EVENT_REASON_IMEX_RESTARTED, failures.truncate_event_message(message))
+        try:
+            self.imex.restart(self.settings.stop_grace)
+        except SupervisorError as exc:
+            log.error("%s", exc)
+            self.recorder.warning(self.pod_ref, EVENT_REASON_IMEX_START_FAILED, f"{exc}")
+            self.state.start_error = f"{exc}"
+            self.state.recheck_at = time.monotonic() + self.settings.recheck_seconds
+            return
+        self.prober.arm()
 
     def sync_ips(self, cd: dict, entries: list[dict]) -> None:
         """IP mode: nodes.cfg of this clique's IPs once numNodes have joined; restart on change."""
@@ -475,6 +492,7 @@ class Daemon:
         self.state.start_error = None
         self.state.ready_pid = None
         self.state.reload_pending = False
+        self.state.imex_index = self.state.own_index  # what it reads from the hosts file now
         self.prober.arm()
 
     def block(self, message: str) -> None:

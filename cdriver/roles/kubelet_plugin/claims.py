@@ -18,10 +18,10 @@ from cdriver.api.constants import (
     KIND_CHANNEL_CONFIG,
     KIND_DAEMON_CONFIG,
 )
-from cdriver.api.types import ChannelConfig, DaemonConfig, ValidationError, decode_opaque_config
+from cdriver.api.types import ChannelConfig, DaemonConfig, UnknownFieldError, ValidationError, decode_opaque_config
 from cdriver.kube.objects import meta_of, name_of, namespace_of, owner_references_of, uid_of
 from cdriver.roles.kubelet_plugin.devices import DeviceRef, parse_device
-from cdriver.roles.kubelet_plugin.errors import ClaimError, permanent, retryable
+from cdriver.roles.kubelet_plugin.errors import ClaimError, permanent, retryable, strict_decoding
 
 SOURCE_CLASS = "FromClass"
 SOURCE_CLAIM = "FromClaim"
@@ -109,6 +109,10 @@ def decode_configs(claim: dict, driver: str = DRIVER_NAME) -> list[tuple[list[st
             continue
         try:
             config = decode_opaque_config(opaque.get("parameters"))
+        except UnknownFieldError as exc:
+            raise permanent(
+                f"{where}: error decoding config parameters: {strict_decoding(exc.paths)}; {exc}"
+            ) from None
         except ValidationError as exc:
             raise permanent(f"{where}: error decoding config parameters: {exc}") from None
         requests = [str(r) for r in entry.get("requests") or []]

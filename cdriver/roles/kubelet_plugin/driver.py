@@ -13,7 +13,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from cdriver.dra.node_service import ClaimRef, PrepareResult
-from cdriver.roles.kubelet_plugin.errors import ClaimError
+from cdriver.roles.kubelet_plugin.errors import ClaimError, prepare_failed, prepare_failed_log
 from cdriver.roles.kubelet_plugin.metrics import OP_PREPARE, OP_UNPREPARE
 from cdriver.roles.kubelet_plugin.prepare import Preparer
 from cdriver.roles.kubelet_plugin.state import PluginState
@@ -54,14 +54,12 @@ class ComputeDomainDriver:
             prepared = self.preparer.prepare(ref, deadline)
         except ClaimError as exc:
             metrics.observe_error(OP_PREPARE, "prepare_devices")
-            log.log(
-                logging.WARNING if exc.permanent else logging.INFO, "prepare %s failed (%s): %s", ref, exc.kind, exc
-            )
-            return PrepareResult(error=str(exc))
+            log.log(logging.WARNING if exc.permanent else logging.INFO, "%s", prepare_failed_log(str(ref), exc))
+            return PrepareResult(error=prepare_failed(str(ref), str(exc)))
         except Exception as exc:  # noqa: BLE001 - a bug must not take the call down
             metrics.observe_error(OP_PREPARE, "internal")
-            log.exception("prepare %s: unexpected error", ref)
-            return PrepareResult(error=f"claim {ref}: internal error: {exc}")
+            log.exception("%s", prepare_failed(str(ref), "unexpected error"))
+            return PrepareResult(error=prepare_failed(str(ref), f"claim {ref}: internal error: {exc}"))
         finally:
             inflight.dec()
         metrics.observe_success(OP_PREPARE, time.monotonic() - start)

@@ -1,6 +1,9 @@
-"""Per-claim errors of the kubelet plugin: permanent ones versus ones worth retrying."""
+"""Per-claim errors of the kubelet plugin (permanent or worth retrying) and upstream's phrases for them."""
 
 from __future__ import annotations
+
+import json
+from collections.abc import Iterable
 
 from cdriver.errors import CdriverError
 
@@ -27,3 +30,27 @@ def permanent(message: str) -> ClaimError:
 
 def retryable(message: str) -> ClaimError:
     return ClaimError(message, permanent=False)
+
+
+# Upstream's stable phrases, carried verbatim so alert rules and greps written for upstream's
+# messages match cdriver's too; cdriver's own explanation and fix follow them.
+PREPARE_FAILED = "error preparing devices for claim"
+PERMANENT_PREPARE_FAILED = "Permanent error preparing devices for claim"
+STRICT_DECODING = "strict decoding error"
+
+
+def prepare_failed(claim: str, message: str) -> str:
+    """The per-claim error kubelet gets for a failed Prepare (and shows in the pod's Events)."""
+    return f"{PREPARE_FAILED} '{claim}': {message}"
+
+
+def prepare_failed_log(claim: str, exc: ClaimError) -> str:
+    """The plugin's log line for a failed Prepare: upstream's phrase, then the kind and the message."""
+    if exc.permanent:
+        return f"{PERMANENT_PREPARE_FAILED} {claim} (permanent: kubelet's retries fail until the cause is fixed): {exc}"
+    return f"{PREPARE_FAILED} '{claim}' (retryable: kubelet retries): {exc}"
+
+
+def strict_decoding(unknown_paths: Iterable[str]) -> str:
+    """Upstream's strict decoding error for unknown fields: ``strict decoding error: unknown field "x"``."""
+    return f"{STRICT_DECODING}: " + ", ".join(f"unknown field {json.dumps(path)}" for path in unknown_paths)

@@ -618,6 +618,20 @@ def test_the_crd_refuses_bad_specs_naming_the_field(raw, namespace, crds, templa
     assert get(raw, CDS, "bad", namespace) is None
 
 
+def test_the_crd_accepts_num_nodes_omitted_zero_and_positive(raw, namespace, crds):
+    """As upstream's CRD: numNodes is optional (defaulted to 0), 0 or positive; each decodes."""
+    from cdriver.api.types import ComputeDomain
+
+    made = {}
+    for name, num_nodes in (("omitted", None), ("zero", 0), ("four", 4)):
+        obj = compute_domain(name, f"{name}-chan", num_nodes=num_nodes or 0)
+        if num_nodes is None:
+            del obj["spec"]["numNodes"]
+        made[name] = raw.create(CDS, obj, namespace)
+    assert {name: obj["spec"]["numNodes"] for name, obj in made.items()} == {"omitted": 0, "zero": 0, "four": 4}
+    assert [ComputeDomain.from_dict(obj).num_nodes for obj in made.values()] == [0, 0, 4]
+
+
 def test_host_managed_mode_creates_only_the_workload_template(raw, namespace, driver_ns,
                                                               start_controller):
     from cdriver.api.imex_mode import resolve_imex_config

@@ -189,6 +189,34 @@ def test_new_peer_is_signalled_not_restarted_and_leaving_prunes_the_entry(daemon
     assert [e["nodeName"] for e in h.entries(CQ0)] == [a.node]
 
 
+def test_a_new_own_index_restarts_imex_and_says_so(daemons: Harness) -> None:
+    """nvidia-imex reads its own node ID only at start: a re-assigned index is a restart, not a SIGUSR1."""
+    h = daemons
+    a = h.start(h.add(CQ0))
+    ready_and_reported(h, a)
+    pid = h.imex_pid(a)
+
+    def reassign() -> bool:
+        obj = h.clique(CQ0)
+        obj["daemons"][0]["index"] = 3
+        try:
+            h.raw.update(CLIQUES, obj, h.ns)
+        except ApiError as exc:
+            if exc.conflict:
+                return False
+            raise
+        return True
+
+    wait_for(reassign, 20, "the clique to give a index 3")
+    wait_for(lambda: mapping_in(a.hosts) == {dns_name(3): a.ip}, 20, "a's hosts block to name it by index 3")
+    wait_for(lambda: h.imex_pid(a) not in (None, pid), 30, lambda: f"a's nvidia-imex to restart\n{a.log()[-3000:]}")
+    (event,) = wait_for(lambda: h.events(a, EVENT_REASON_IMEX_RESTARTED), 20, "the restart Event")
+    assert event["type"] == "Normal" and "changed from 0 to 3" in event["message"], event
+    assert "Sent SIGUSR1" not in a.log()
+    ready_and_reported(h, a)
+    assert h.entry(a)["index"] == 3
+
+
 def test_concurrent_joins_end_with_distinct_indices(daemons: Harness) -> None:
     h = daemons
     group = [h.add(CQ0) for _ in range(3)]

@@ -308,6 +308,8 @@ def test_bad_opaque_config_is_rejected(plugin: PluginProcess, raw: RawClient, na
     claim = allocated_claim(raw, namespace, node.name, params)
     res = Kubelet(plugin).prepare(claim)[uid_of(claim)]
     assert "error decoding config parameters" in res.error and "allocationMod" in res.error
+    assert res.error.startswith(f"error preparing devices for claim '{namespace}/{claim['metadata']['name']}:")
+    assert 'strict decoding error: unknown field "allocationMod"' in res.error
     assert plugin.checkpoint() == {}
 
 
