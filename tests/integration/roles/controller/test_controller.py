@@ -624,7 +624,7 @@ def test_the_crd_accepts_num_nodes_omitted_zero_and_positive(raw, namespace, crd
 
     made = {}
     for name, num_nodes in (("omitted", None), ("zero", 0), ("four", 4)):
-        obj = compute_domain(name, f"{name}-chan", num_nodes=num_nodes or 0)
+        obj = compute_domain(name, namespace, f"{name}-chan", mode=None, num_nodes=num_nodes or 0)
         if num_nodes is None:
             del obj["spec"]["numNodes"]
         made[name] = raw.create(CDS, obj, namespace)

@@ -207,10 +207,10 @@ def test_a_new_own_index_restarts_imex_and_says_so(daemons: Harness) -> None:
             raise
         return True
 
-    wait_for(reassign, 20, "the clique to give a index 3")
-    wait_for(lambda: mapping_in(a.hosts) == {dns_name(3): a.ip}, 20, "a's hosts block to name it by index 3")
-    wait_for(lambda: h.imex_pid(a) not in (None, pid), 30, lambda: f"a's nvidia-imex to restart\n{a.log()[-3000:]}")
-    (event,) = wait_for(lambda: h.events(a, EVENT_REASON_IMEX_RESTARTED), 20, "the restart Event")
+    wait_for("the clique to give a index 3", reassign, 20)
+    wait_for("a's hosts block to name it by index 3", lambda: mapping_in(a.hosts) == {dns_name(3): a.ip}, 20)
+    wait_for(lambda: f"a's nvidia-imex to restart\n{a.log()[-3000:]}", lambda: h.imex_pid(a) not in (None, pid), 30)
+    (event,) = wait_for("the restart Event", lambda: h.events(a, EVENT_REASON_IMEX_RESTARTED), 20)
     assert event["type"] == "Normal" and "changed from 0 to 3" in event["message"], event
     assert "Sent SIGUSR1" not in a.log()
     ready_and_reported(h, a)
