@@ -179,21 +179,24 @@ def command(ctx: click.Context, **opts: Any) -> None:
 
 
 def build_config(opts: dict, feature_gates: str) -> PluginConfig:
-    """Validate options (IMEX mode, isolation, gates, durations) into a PluginConfig."""
+    """Validate options (IMEX mode, isolation, gates, durations, rate limit) into a PluginConfig
+    (an option left out takes its default)."""
     from cdriver.roles.kubelet_plugin.config import PluginConfig
 
     imex = resolve_imex(opts["imex_mode"], opts["imex_isolation"], feature_gates)
     check_http_endpoint(opts["http_endpoint"])
     prepare_timeout = parse_duration(opts["prepare_timeout"], "--prepare-timeout")
-    limiter_for(opts["kube_api_qps"], opts["kube_api_burst"])  # refuses an impossible limit
+    qps = opts.get("kube_api_qps", DEFAULT_KUBE_API_QPS)
+    burst = opts.get("kube_api_burst", DEFAULT_KUBE_API_BURST)
+    limiter_for(qps, burst)  # refuses an impossible limit
     if prepare_timeout >= 45:
         raise click.BadParameter("must be below kubelet's 45s call timeout", param_hint="--prepare-timeout")
     config = PluginConfig(
         node_name=opts["node_name"],
         namespace=opts["namespace"],
         kubeconfig=opts["kubeconfig"],
-        kube_api_qps=opts["kube_api_qps"],
-        kube_api_burst=opts["kube_api_burst"],
+        kube_api_qps=qps,
+        kube_api_burst=burst,
         cdi_root=Path(opts["cdi_root"]),
         driver_root=Path(opts["driver_root"]),
         container_driver_root=Path(opts["container_driver_root"]) if opts["container_driver_root"] else None,

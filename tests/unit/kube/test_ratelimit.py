@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from cdriver.kube import ratelimit
-from cdriver.kube.raw import RawClient
 from cdriver.kube.ratelimit import RateLimitSettingError, TokenBucket, limiter_for
+from cdriver.kube.raw import RawClient
 from cdriver.kube.resources import RESOURCES
 
 pytestmark = pytest.mark.unit
