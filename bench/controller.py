@@ -14,7 +14,11 @@ Reported: both durations and their ratio (controller throughput relative to the 
 domain during the phase (every client, including kube-controller-manager reacting to the new
 DaemonSets), and the controller's RSS (goal <= 120 MB at 1,000 domains).
 
-    python bench/controller.py [-n 500] [--workers 4] [--json-out FILE]
+The raw floor has no client-side rate limit, so by default neither has the controller
+(``--kube-api-qps -1``): the ratio measures the controller's own cost. ``--kube-api-qps 50``
+(its default) shows the limit instead: 500 domains x 5 writes then take about 48 s.
+
+    python bench/controller.py [-n 500] [--workers 4] [--kube-api-qps Q] [--json-out FILE]
 
 Prints a table; writes JSON to bench/results/controller.json (or --json-out).
 """
@@ -153,14 +157,14 @@ def apiserver_requests(raw: RawClient) -> float:
     return total
 
 
-def controller_phase(cluster: LocalCluster, n: int, workers: int, log: Path) -> dict:
+def controller_phase(cluster: LocalCluster, n: int, workers: int, log: Path, qps: float) -> dict:
     raw = cluster.raw
     ns, driver_ns = "bench", "bench-drv"
     cluster.create_namespace(ns)
     cluster.create_namespace(driver_ns)
     port = free_port()
     argv = [sys.executable, "-m", "cdriver", "controller", "--kubeconfig", str(cluster.kubeconfig),
-            "--namespace", driver_ns, "--workers", str(workers),
+            "--namespace", driver_ns, "--workers", str(workers), "--kube-api-qps", str(qps),
             "--http-endpoint", f"127.0.0.1:{port}"]
     with open(log, "wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
@@ -239,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="ComputeDomains to create (default 500)")
     parser.add_argument("--workers", type=int, default=4,
                         help="controller workers = raw-floor threads (default 4)")
+    parser.add_argument("--kube-api-qps", type=float, default=-1,
+                        help="the controller's client-side rate limit (default -1: none, as the floor)")
     parser.add_argument("--json-out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     n, workers = args.domains, args.workers
@@ -248,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         install_crds(cluster.raw)
         floor_s = raw_floor(cluster, n, workers)
         log = Path(tempfile.gettempdir()) / f"cdriver-controller-bench-{os.getpid()}.log"
-        phase = controller_phase(cluster, n, workers, log)
+        phase = controller_phase(cluster, n, workers, log, args.kube_api_qps)
         log.unlink(missing_ok=True)
     floor_rate = n * (MIN_WRITES_PER_DOMAIN + 1) / floor_s
     ctl_rate = n * (MIN_WRITES_PER_DOMAIN + 1) / phase["elapsed_s"]
@@ -256,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "controller",
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
-        "domains": n, "workers": workers,
+        "domains": n, "workers": workers, "kube_api_qps": args.kube_api_qps,
         "raw_floor_s": floor_s,
         "raw_floor_writes_per_s": floor_rate,
         "controller_s": phase["elapsed_s"],

@@ -3,7 +3,8 @@
 Objects stay the JSON the API server sent: no generated models, so fields the client
 library does not know survive read-modify-write, and watching ResourceClaims works. What it
 acts on is a `cdriver.kube.resources.Resource`; failures raise `cdriver.kube.errors.ApiError`;
-`watch` returns a `cdriver.kube.watch.WatchStream`.
+`watch` returns a `cdriver.kube.watch.WatchStream`. With a `cdriver.kube.ratelimit.TokenBucket`
+every request waits for a token first; a watch takes one when it opens, none per event.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from cdriver.kube import resource_versions
 from cdriver.kube.connection import as_connection
 from cdriver.kube.errors import ApiError
 from cdriver.kube.objects import meta_of
+from cdriver.kube.ratelimit import LONG_WAIT_SECONDS, TokenBucket
 from cdriver.kube.resources import Resource
 from cdriver.kube.watch import WatchStream
 
@@ -53,10 +55,13 @@ def _query(**params: Any) -> dict[str, str]:
 class RawClient:
     """CRUD + watch on raw JSON dicts. Safe to share between threads."""
 
-    def __init__(self, api_client: Any, timeout: tuple[float, float] = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, api_client: Any, timeout: tuple[float, float] = DEFAULT_TIMEOUT,
+                 rate_limiter: TokenBucket | None = None) -> None:
         """``api_client``: a connection from `cdriver.kube.client.load_api_client`, or a
-        `kubernetes.client.ApiClient` (its pool and auth settings are used)."""
+        `kubernetes.client.ApiClient` (its pool and auth settings are used).
+        ``rate_limiter``: the client-side limit of this client's requests (None: none)."""
         self.api_client = api_client
+        self.rate_limiter = rate_limiter
         self.connection = as_connection(api_client)
         self.timeout = timeout
         self._pool = self.connection.pool
@@ -75,10 +80,20 @@ class RawClient:
         headers.update(self.connection.headers())  # User-Agent, (refreshed) credentials
         return headers
 
+    def _throttle(self, method: str, path: str) -> None:
+        """Wait for this request's token of the client-side rate limit, if there is one."""
+        if self.rate_limiter is None:
+            return
+        waited = self.rate_limiter.wait()
+        if waited > LONG_WAIT_SECONDS:
+            log.debug("waited %.1fs due to client-side throttling (%s) before %s %s",
+                      waited, self.rate_limiter.describe(), method, path)
+
     def _send(
         self, method: str, path: str, query: dict[str, str] | None, body: Any,
         content_type: str | None, timeout: Any, stream: bool = False,
     ) -> urllib3.BaseHTTPResponse:
+        self._throttle(method, path)
         url = self.server.rstrip("/") + path
         if query:
             url += "?" + urlencode(query)

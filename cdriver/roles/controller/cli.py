@@ -21,11 +21,15 @@ from cdriver.errors import CdriverError
 from cdriver.imex.config import DEFAULT_MAX_NODES_PER_IMEX_DOMAIN
 from cdriver.roles.controller.settings import (
     DEFAULT_DAEMON_PRIORITY_CLASS,
+    DEFAULT_KUBE_API_BURST,
+    DEFAULT_KUBE_API_QPS,
     DEFAULT_LEASE_NAME,
 )
 from cdriver.roles.startup import (
     check_http_endpoint,
     install_signal_handlers,
+    kube_api_options,
+    rate_limiter,
     resolve_imex,
     root_options,
 )
@@ -45,6 +49,7 @@ def _fail(message: str, code: int = 2) -> None:
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--kubeconfig", default=None, envvar="KUBECONFIG",
               help="Kubeconfig file (default: the pod's service account).")
+@kube_api_options(DEFAULT_KUBE_API_QPS, DEFAULT_KUBE_API_BURST)
 @click.option("--namespace", default=constants.DEFAULT_DRIVER_NAMESPACE, envvar=constants.ENV_NAMESPACE,
               show_default=True, show_envvar=True,
               help="Driver namespace: daemon DaemonSets, daemon claim templates and cliques.")
@@ -167,11 +172,12 @@ def _build(opts: dict, root: dict) -> tuple[Runner, HttpServer | None]:
             raise CdriverError("--leader-election-renew-deadline must be shorter than "
                                "--leader-election-lease-duration")
     check_http_endpoint(opts["http_endpoint"])
+    limiter = rate_limiter(opts["kube_api_qps"], opts["kube_api_burst"])
     # Settings are valid: now load the (slow to import) Kubernetes client.
     from cdriver.kube.client import load_api_client
 
     metrics = ControllerMetrics()
-    raw = RawClient(load_api_client(opts["kubeconfig"]))
+    raw = RawClient(load_api_client(opts["kubeconfig"]), rate_limiter=limiter)
     identity = opts["pod_name"] or socket.gethostname()
     runner = Runner(raw, config, identity, leader, metrics)
     http = None

@@ -11,6 +11,14 @@ from cdriver.imex.config import DEFAULT_MAX_NODES_PER_IMEX_DOMAIN
 
 DEFAULT_DAEMON_PRIORITY_CLASS = "system-node-critical"
 DEFAULT_LEASE_NAME = "cdriver-controller"
+#: Client-side limit of the controller's API requests (``--kube-api-qps``/``--kube-api-burst``).
+#: Upstream keeps client-go's 5/s, burst 10: 500 domains created at once take it about five
+#: minutes. One controller serves the whole cluster, as kube-scheduler does, so it takes
+#: kube-scheduler's defaults, 50/s and burst 100: 10 new domains a second sustained (a domain
+#: costs 5 writes; its reads come from watches), 500 at once in about 48 s (10.5 s without
+#: the limit, bench/controller.py), and a runaway loop cannot flood the API server.
+DEFAULT_KUBE_API_QPS = 50.0
+DEFAULT_KUBE_API_BURST = 100
 
 DEFAULT_DAEMON_IMAGE = f"cdriver:{__version__}"
 

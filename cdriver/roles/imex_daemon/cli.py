@@ -19,9 +19,9 @@ from cdriver.errors import CdriverError
 from cdriver.featuregates import ENV_FEATURE_GATES
 from cdriver.imex.config import IMEX_CTL_BINARY, IMEX_DAEMON_BINARY, IMEXD_DIR
 from cdriver.imex.hosts import HOSTS_FILE
-from cdriver.roles.startup import root_options
+from cdriver.roles.startup import kube_api_options, root_options
 
-from .inputs import RawInputs
+from .inputs import DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS, RawInputs
 
 ENV_IMEXD_DIR = "IMEXD_DIR"
 ENV_IMEX_HOSTS_FILE = "IMEX_HOSTS_FILE"
@@ -66,6 +66,7 @@ def _fail(message: str) -> None:
               help="nvidia-imex-ctl executable (looked up on PATH).")
 @click.option("--kubeconfig", default=None, envvar="KUBECONFIG",
               help="Kubeconfig file (default: the pod's service account).")
+@kube_api_options(DEFAULT_KUBE_API_QPS, DEFAULT_KUBE_API_BURST)
 @click.pass_context
 def command(ctx: click.Context, **options: Any) -> None:
     """Per-ComputeDomain IMEX daemon: join the clique, run nvidia-imex, report readiness."""

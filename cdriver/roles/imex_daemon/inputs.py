@@ -38,8 +38,17 @@ from cdriver.imex.config import (
     IMEXD_TEMPLATE_NAME,
 )
 from cdriver.imex.hosts import HOSTS_FILE
+from cdriver.kube.ratelimit import RateLimitSettingError, limiter_for
 
 IMEXD_STATE_NAME = "daemon-state.json"  # written by `imex-daemon run`, read by `check`
+
+#: Client-side limit of the daemon's API requests (``--kube-api-qps``/``--kube-api-burst``).
+#: Upstream's daemon has no such flags and runs at client-go's default (5/s, burst 10). A
+#: daemon runs on every node of a domain, so the cluster-wide sum grows with the nodes: as the
+#: kubelet plugin, twice client-go's default, so that a start (pod label, clique entry, two
+#: list+watch pairs) and the conflict retries of a full clique joining at once fit the burst.
+DEFAULT_KUBE_API_QPS = 10.0
+DEFAULT_KUBE_API_BURST = 20
 
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
@@ -68,6 +77,8 @@ class RawInputs:
     imex_binary: str = IMEX_DAEMON_BINARY
     ctl_binary: str = IMEX_CTL_BINARY
     kubeconfig: str | None = None
+    kube_api_qps: float = DEFAULT_KUBE_API_QPS
+    kube_api_burst: int = DEFAULT_KUBE_API_BURST
     max_backoff: float = 30.0
     recheck_seconds: float = 5.0
     stop_grace: float = 10.0
@@ -118,6 +129,8 @@ class Settings:
     imex_binary: str
     ctl_binary: str
     kubeconfig: str | None = None
+    kube_api_qps: float = DEFAULT_KUBE_API_QPS
+    kube_api_burst: int = DEFAULT_KUBE_API_BURST
     max_backoff: float = 30.0
     recheck_seconds: float = 5.0
     stop_grace: float = 10.0
@@ -246,6 +259,10 @@ def parse_settings(raw: RawInputs) -> Settings:
                         ("--recheck-interval", raw.recheck_seconds), ("--stop-grace", raw.stop_grace)):
         if value <= 0:
             problems.append(f"{name}={value} must be a positive number of seconds")
+    try:
+        limiter_for(raw.kube_api_qps, raw.kube_api_burst)
+    except RateLimitSettingError as exc:
+        problems.append(str(exc))
     _fail(problems)
     assert gates is not None
     return Settings(
@@ -264,6 +281,8 @@ def parse_settings(raw: RawInputs) -> Settings:
         imex_binary=raw.imex_binary,
         ctl_binary=raw.ctl_binary,
         kubeconfig=raw.kubeconfig or None,
+        kube_api_qps=raw.kube_api_qps,
+        kube_api_burst=raw.kube_api_burst,
         max_backoff=raw.max_backoff,
         recheck_seconds=raw.recheck_seconds,
         stop_grace=raw.stop_grace,

@@ -39,7 +39,7 @@ from cdriver.roles.imex_daemon.failures import (
     EVENT_REASON_IMEX_RESTARTED,
     EVENT_REASON_IMEX_START_FAILED,
 )
-from cdriver.roles.startup import install_signal_handlers
+from cdriver.roles.startup import install_signal_handlers, rate_limiter
 
 from . import clique, dnsnames, domain_status, failures, readiness
 from .daemon_state import (
@@ -609,7 +609,8 @@ API_TIMEOUT = (5.0, 15.0)
 
 def run(settings: Settings) -> int:
     """Build the API client and run the daemon until SIGTERM."""
-    raw = RawClient(load_api_client(settings.kubeconfig), timeout=API_TIMEOUT)
+    raw = RawClient(load_api_client(settings.kubeconfig), timeout=API_TIMEOUT,
+                    rate_limiter=rate_limiter(settings.kube_api_qps, settings.kube_api_burst))
     daemon = Daemon(settings, raw)
     install_signal_handlers(daemon.request_stop)  # SIGTERM (kubelet) or SIGINT stop gracefully
     return daemon.run()

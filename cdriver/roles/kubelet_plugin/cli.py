@@ -22,7 +22,9 @@ from cdriver.dra.registration import KUBELET_PLUGINS_DIR, KUBELET_REGISTRY_DIR
 from cdriver.durations import parse_duration
 from cdriver.errors import CdriverError
 from cdriver.imex.ctl import DEFAULT_HOST_IMEX_SOCKET
-from cdriver.roles.startup import check_http_endpoint, resolve_imex, root_options
+from cdriver.kube.ratelimit import limiter_for
+from cdriver.roles.kubelet_plugin.config import DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS
+from cdriver.roles.startup import check_http_endpoint, kube_api_options, resolve_imex, root_options
 
 ENV_CDI_ROOT = "CDI_ROOT"
 ENV_KUBELET_REGISTRAR_DIR = "KUBELET_REGISTRAR_DIRECTORY_PATH"
@@ -54,6 +56,7 @@ def _opt(*names: str, **kw: Any) -> Callable[[Any], Any]:
     help="Driver namespace (where ComputeDomainCliques live).",
 )
 @_opt("--kubeconfig", default=None, envvar="KUBECONFIG", help="Kubeconfig file (default: in-cluster account).")
+@kube_api_options(DEFAULT_KUBE_API_QPS, DEFAULT_KUBE_API_BURST)
 @_opt(
     "--cdi-root",
     default=CDI_STATIC_DIR,
@@ -176,18 +179,24 @@ def command(ctx: click.Context, **opts: Any) -> None:
 
 
 def build_config(opts: dict, feature_gates: str) -> PluginConfig:
-    """Validate options (IMEX mode, isolation, gates, durations) into a PluginConfig."""
+    """Validate options (IMEX mode, isolation, gates, durations, rate limit) into a PluginConfig
+    (an option left out takes its default)."""
     from cdriver.roles.kubelet_plugin.config import PluginConfig
 
     imex = resolve_imex(opts["imex_mode"], opts["imex_isolation"], feature_gates)
     check_http_endpoint(opts["http_endpoint"])
     prepare_timeout = parse_duration(opts["prepare_timeout"], "--prepare-timeout")
+    qps = opts.get("kube_api_qps", DEFAULT_KUBE_API_QPS)
+    burst = opts.get("kube_api_burst", DEFAULT_KUBE_API_BURST)
+    limiter_for(qps, burst)  # refuses an impossible limit
     if prepare_timeout >= 45:
         raise click.BadParameter("must be below kubelet's 45s call timeout", param_hint="--prepare-timeout")
     config = PluginConfig(
         node_name=opts["node_name"],
         namespace=opts["namespace"],
         kubeconfig=opts["kubeconfig"],
+        kube_api_qps=qps,
+        kube_api_burst=burst,
         cdi_root=Path(opts["cdi_root"]),
         driver_root=Path(opts["driver_root"]),
         container_driver_root=Path(opts["container_driver_root"]) if opts["container_driver_root"] else None,

@@ -20,6 +20,13 @@ PLUGIN_DOMAINS_DIR_NAME = "domains"  # <plugin data dir>/domains/<cd uid>/: daem
 DEFAULT_PREPARE_TIMEOUT = 30.0  # below kubelet's 45 s per-call deadline
 DEFAULT_CLEANUP_INTERVAL = 600.0
 DEFAULT_HOST_PROBE_INTERVAL = 1.0
+#: Client-side limit of the plugin's API requests (``--kube-api-qps``/``--kube-api-burst``).
+#: One plugin runs on every node, so the cluster-wide sum grows with the nodes: twice
+#: upstream's client-go default (5/s, burst 10), so that a start (the served-version question,
+#: four list+watch pairs, the ResourceSlice and the node label) and a node's worth of
+#: Prepares at once fit into the burst and never wait.
+DEFAULT_KUBE_API_QPS = 10.0
+DEFAULT_KUBE_API_BURST = 20
 DOMAINS_DIR_NAME = PLUGIN_DOMAINS_DIR_NAME
 
 
@@ -49,6 +56,8 @@ class PluginConfig:
     cleanup_interval: float = DEFAULT_CLEANUP_INTERVAL
     host_probe_interval: float = DEFAULT_HOST_PROBE_INTERVAL
     grpc_workers: int = 16
+    kube_api_qps: float = DEFAULT_KUBE_API_QPS
+    kube_api_burst: int = DEFAULT_KUBE_API_BURST
     gates: featuregates.FeatureGates = field(default_factory=featuregates.FeatureGates)
 
     @property

@@ -41,7 +41,7 @@ from cdriver.roles.kubelet_plugin.prepare import remove_orphan_specs
 from cdriver.roles.kubelet_plugin.recovery import recover
 from cdriver.roles.kubelet_plugin.resourceslice import SlicePublisher, slice_field_selector
 from cdriver.roles.kubelet_plugin.state import UID_INDEX, BackgroundEvents, PluginState
-from cdriver.roles.startup import STOP_SIGNALS, install_signal_handlers
+from cdriver.roles.startup import STOP_SIGNALS, install_signal_handlers, rate_limiter
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,8 @@ class Plugin:
         log.info("checkpoint %s: %d claims", cfg.checkpoint_path, len(checkpoint.claims))
 
         metrics = PluginMetrics(cfg.node_name)
-        raw = self.raw or CountingRawClient(load_api_client(cfg.kubeconfig), metrics)
+        raw = self.raw or CountingRawClient(load_api_client(cfg.kubeconfig), metrics,
+                                            rate_limiter(cfg.kube_api_qps, cfg.kube_api_burst))
         self.raw = raw
         cds = Informer(raw, COMPUTE_DOMAINS)
         cds.add_index(UID_INDEX, uid_index)

@@ -11,6 +11,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from cdriver.api import constants
+from cdriver.kube.ratelimit import TokenBucket
 from cdriver.kube.raw import RawClient
 
 OP_PREPARE = "prepare"
@@ -94,8 +95,9 @@ class PluginMetrics:
 class CountingRawClient(RawClient):
     """A RawClient that counts its API requests by verb (``watch`` for watch requests)."""
 
-    def __init__(self, api_client: object, metrics: PluginMetrics) -> None:
-        super().__init__(api_client)
+    def __init__(self, api_client: object, metrics: PluginMetrics,
+                 rate_limiter: TokenBucket | None = None) -> None:
+        super().__init__(api_client, rate_limiter=rate_limiter)
         self._counter = metrics.api_requests
 
     def _send(self, method: str, path: str, query: dict[str, str] | None, body: Any,

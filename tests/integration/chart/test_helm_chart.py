@@ -93,6 +93,27 @@ def test_install_into_default_namespace_is_refused(helm: Path) -> None:
     assert "default namespace is not supported" in out.stderr
 
 
+def test_client_rate_limits_render_with_the_roles_defaults_and_as_set(helm: Path) -> None:
+    from cdriver.roles.controller import settings as controller_settings
+    from cdriver.roles.kubelet_plugin import config as plugin_config
+
+    def limits(*args: str) -> tuple:
+        docs = objects(helm, *args)
+        pods = (by_kind(docs, "Deployment")["rel-cdriver-controller"],
+                by_kind(docs, "DaemonSet")["rel-cdriver-kubelet-plugin"])
+        envs = [{e["name"]: e.get("value") for e in p["spec"]["template"]["spec"]["containers"][0]["env"]}
+                for p in pods]
+        return tuple((env["KUBE_API_QPS"], env["KUBE_API_BURST"]) for env in envs)
+
+    assert limits() == (
+        (f"{controller_settings.DEFAULT_KUBE_API_QPS:g}", str(controller_settings.DEFAULT_KUBE_API_BURST)),
+        (f"{plugin_config.DEFAULT_KUBE_API_QPS:g}", str(plugin_config.DEFAULT_KUBE_API_BURST)))
+    assert limits("--set", "controller.kubeApiQps=0.5", "--set", "controller.kubeApiBurst=3",
+                  "--set", "kubeletPlugin.kubeApiQps=-1") == (("0.5", "3"), ("-1", "20"))
+    out = render(helm, "--set", "kubeletPlugin.kubeApiBurst=-1")
+    assert out.returncode != 0 and "kubeApiBurst" in out.stderr
+
+
 @pytest.mark.parametrize("mode_args", [[], HOST_MODE], ids=["driverManaged", "hostManaged"])
 def test_rendered_objects_pass_server_side_dry_run(helm: Path, raw, mode_args: list[str]) -> None:
     dry_run_render(helm, raw, *mode_args)
