@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 
 import pytest
@@ -101,12 +102,16 @@ def test_add_after_is_not_run_early_and_runs_when_due() -> None:
     queue.add_after("later", 3600)
     queue.add("now")
     assert not queue.wait_idle(0.3)  # the delayed key keeps the queue busy
+    deadline = time.monotonic() + 10
+    while not calls and time.monotonic() < deadline:  # a loaded machine may take a while for "now"
+        time.sleep(0.01)
     assert calls == ["now"]
     queue.stop()
     queue2 = run_queue(calls.append)
     queue2.start()
-    queue2.add_after("soon", 0.01)
-    queue2.add_after("soon", 0.01)
+    # the same key twice before it is due runs once (the delay leaves room for a slow second add)
+    queue2.add_after("soon", 0.5)
+    queue2.add_after("soon", 0.5)
     assert queue2.wait_idle(10)
     queue2.stop()
     assert calls == ["now", "soon"]
