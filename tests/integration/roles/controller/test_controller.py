@@ -392,6 +392,22 @@ def test_deleting_removes_everything_then_the_domain(raw, namespace, driver_ns,
     assert constants.LABEL_COMPUTE_DOMAIN not in labels and labels["keep"] == "me"
 
 
+def reserved_channel_claim(raw, namespace: str, uid: str, node: str, pod_name: str, pod: dict) -> dict:
+    """A channel claim of domain ``uid`` allocated on ``node`` and reserved for ``pod``, as the
+    scheduler records it (no pod of these tests is ever scheduled)."""
+    params = {"apiVersion": constants.API_VERSION, "kind": constants.KIND_CHANNEL_CONFIG, "domainID": uid}
+    config = [{"requests": ["channel"], "opaque": {"driver": constants.DRIVER_NAME, "parameters": params}}]
+    claim = raw.create(RESOURCES["resourceclaims"], {"metadata": {"name": f"{pod_name}-channel"}, "spec": {
+        "devices": {"requests": [{"name": "channel", "exactly": {
+            "deviceClassName": constants.DEVICE_CLASS_DEFAULT_CHANNEL}}], "config": config}}}, namespace)
+    claim["status"] = {"allocation": {"devices": {
+        "results": [{"request": "channel", "driver": constants.DRIVER_NAME, "pool": node,
+                     "device": constants.DEVICE_CHANNEL_0}],
+        "config": [{"source": "FromClaim", **config[0]}]}},
+        "reservedFor": [{"resource": "pods", "name": pod_name, "uid": pod["metadata"]["uid"]}]}
+    return raw.update_status(RESOURCES["resourceclaims"], claim, namespace)
+
+
 def test_deleting_a_domain_in_use_waits_for_its_pods_and_says_so(raw, namespace, driver_ns,
                                                                   start_controller, nodes):
     """Running jobs keep their IMEX domain: the daemons stay until the last pod using a
@@ -404,17 +420,7 @@ def test_deleting_a_domain_in_use_waits_for_its_pods_and_says_so(raw, namespace,
     pod = raw.create(PODS, {"metadata": {"name": "trainer"}, "spec": {
         "nodeSelector": {"cdriver-test/never": "true"}, "containers": [{"name": "c", "image": "none"}]}},
         namespace)
-    params = {"apiVersion": constants.API_VERSION, "kind": constants.KIND_CHANNEL_CONFIG, "domainID": uid}
-    config = [{"requests": ["channel"], "opaque": {"driver": constants.DRIVER_NAME, "parameters": params}}]
-    claim = raw.create(RESOURCES["resourceclaims"], {"metadata": {"name": "trainer-channel"}, "spec": {
-        "devices": {"requests": [{"name": "channel", "exactly": {
-            "deviceClassName": constants.DEVICE_CLASS_DEFAULT_CHANNEL}}], "config": config}}}, namespace)
-    claim["status"] = {"allocation": {"devices": {
-        "results": [{"request": "channel", "driver": constants.DRIVER_NAME, "pool": node,
-                     "device": constants.DEVICE_CHANNEL_0}],
-        "config": [{"source": "FromClaim", **config[0]}]}},
-        "reservedFor": [{"resource": "pods", "name": "trainer", "uid": pod["metadata"]["uid"]}]}
-    claim = raw.update_status(RESOURCES["resourceclaims"], claim, namespace)
+    claim = reserved_channel_claim(raw, namespace, uid, node, "trainer", pod)
 
     raw.delete(CDS, "cd1", namespace)
     cd = wait_for("the condition of a deletion that waits",
@@ -469,17 +475,7 @@ def test_deleting_a_domain_does_not_wait_for_pods_that_never_got_a_channel(raw, 
             raise
 
     pod = wait_for("the pod's status written", report_unprepared, 10)
-    params = {"apiVersion": constants.API_VERSION, "kind": constants.KIND_CHANNEL_CONFIG, "domainID": uid}
-    config = [{"requests": ["channel"], "opaque": {"driver": constants.DRIVER_NAME, "parameters": params}}]
-    claim = raw.create(RESOURCES["resourceclaims"], {"metadata": {"name": "late-channel"}, "spec": {
-        "devices": {"requests": [{"name": "channel", "exactly": {
-            "deviceClassName": constants.DEVICE_CLASS_DEFAULT_CHANNEL}}], "config": config}}}, namespace)
-    claim["status"] = {"allocation": {"devices": {
-        "results": [{"request": "channel", "driver": constants.DRIVER_NAME, "pool": node,
-                     "device": constants.DEVICE_CHANNEL_0}],
-        "config": [{"source": "FromClaim", **config[0]}]}},
-        "reservedFor": [{"resource": "pods", "name": "late", "uid": pod["metadata"]["uid"]}]}
-    raw.update_status(RESOURCES["resourceclaims"], claim, namespace)
+    reserved_channel_claim(raw, namespace, uid, node, "late", pod)
 
     raw.delete(CDS, "cd1", namespace)
     wait_for("domain gone without waiting for the pod", lambda: get(raw, CDS, "cd1", namespace) is None, 30)
