@@ -9,9 +9,11 @@ run repeats); each test records how many it tried.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -49,14 +51,35 @@ json_values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_
 
 
 class Tally:
-    """Counts the cases one property saw: every case that ended as a clear refusal or a parse."""
+    """Counts the cases one property ran: those that ended as a clear refusal or a parse
+    survived; those where an assertion failed or an exception escaped are lost. Every example
+    hypothesis runs counts, shrinking a failure included, and the row is recorded even when the
+    property fails (so a failing run prints its losses)."""
 
     def __init__(self) -> None:
         self.tried = 0
         self.refused = 0
+        self.lost = 0
+
+    def counted(self, cases: int = 1) -> Callable[[Callable[..., None]], Callable[..., None]]:
+        """Count each call of the decorated check as `cases` cases (lost if it raises)."""
+        def decorate(check: Callable[..., None]) -> Callable[..., None]:
+            @functools.wraps(check)
+            def counting(*args: Any, **kwargs: Any) -> None:
+                self.tried += cases
+                refused = self.refused
+                try:
+                    check(*args, **kwargs)
+                except BaseException:
+                    self.refused = refused  # a lost case is neither refused nor parsed
+                    self.lost += cases
+                    raise
+            return counting
+        return decorate
 
     def report(self, test: str, what: str) -> None:
-        record(test, what, self.tried, self.tried, refused=self.refused, parsed=self.tried - self.refused)
+        survived = self.tried - self.lost
+        record(test, what, self.tried, survived, refused=self.refused, parsed=survived - self.refused)
 
 
 def paths(doc: Any, prefix: tuple = ()) -> list[tuple]:
@@ -117,11 +140,11 @@ def test_compute_domain_specs_parse_or_name_the_field() -> None:
 
     @FUZZ
     @given(mutations(VALID_CD))
+    @tally.counted()
     def check(change: tuple) -> None:
         path, action, value = change
         doc = mutate(VALID_CD, path, action, value)
         before = copy.deepcopy(doc)
-        tally.tried += 1
         try:
             cd = ComputeDomain.from_dict(doc)
         except ValidationError as exc:
@@ -135,8 +158,10 @@ def test_compute_domain_specs_parse_or_name_the_field() -> None:
             assert cd.allocation_mode in constants.ALLOCATION_MODES
         assert doc == before, "decoding changed its input"
 
-    check()
-    tally.report("fuzz", "ComputeDomain spec")
+    try:
+        check()
+    finally:
+        tally.report("fuzz", "ComputeDomain spec")
 
 
 # -- opaque configs ---------------------------------------------------------------------------
@@ -161,9 +186,9 @@ def test_opaque_configs_parse_or_name_the_field(valid: dict) -> None:
 
     @FUZZ
     @given(st.one_of(mutations(valid), st.tuples(st.just(("domainID",)), st.just("replace"), domain_ids)))
+    @tally.counted()
     def check(change: tuple) -> None:
         path, action, value = change
-        tally.tried += 1
         try:
             config = decode_opaque_config(mutate(valid, path, action, value))
         except ValidationError as exc:
@@ -175,8 +200,10 @@ def test_opaque_configs_parse_or_name_the_field(valid: dict) -> None:
             base = Path("/var/lib/kubelet/plugins/compute-domain.nvidia.com/domains")
             assert safe_component(config.domain_id, base), f"domainID {config.domain_id!r} escapes {base}"
 
-    check()
-    tally.report("fuzz", f"opaque {valid['kind']}")
+    try:
+        check()
+    finally:
+        tally.report("fuzz", f"opaque {valid['kind']}")
 
 
 # -- checkpoint files -------------------------------------------------------------------------
@@ -263,13 +290,15 @@ def test_damaged_checkpoints_are_refused_and_kept(tmp_path: Path) -> None:
 
     @FUZZ
     @given(damage_cases())
+    @tally.counted()
     def check(case: tuple) -> None:
         path.write_bytes(damaged(original, case))
-        tally.tried += 1
         tally.refused += assert_refused_and_untouched(path, want)
 
-    check()
-    tally.report("fuzz", "checkpoint file")
+    try:
+        check()
+    finally:
+        tally.report("fuzz", "checkpoint file")
 
 
 def test_a_huge_checkpoint_is_refused_without_reading_it_all(tmp_path: Path) -> None:
@@ -293,9 +322,9 @@ def test_topology_documents_parse_or_say_where() -> None:
 
     @FUZZ
     @given(st.one_of(mutations(VALID_TOPOLOGY).map(lambda c: ("doc", c)), text_cases.map(lambda t: ("text", t))))
+    @tally.counted()
     def check(case: tuple) -> None:
         kind, arg = case
-        tally.tried += 1
         try:
             if kind == "doc":
                 topo = parse_topology(mutate(VALID_TOPOLOGY, *arg), "topo.yaml")
@@ -308,8 +337,10 @@ def test_topology_documents_parse_or_say_where() -> None:
             names = topo.nodes()
             assert len(names) == len(set(names)), f"a node is in two cliques: {names}"
 
-    check()
-    tally.report("fuzz", "topology document")
+    try:
+        check()
+    finally:
+        tally.report("fuzz", "topology document")
 
 
 # -- IMEX config inputs -----------------------------------------------------------------------
@@ -327,8 +358,8 @@ def test_imex_config_inputs_parse_or_name_the_line_or_key() -> None:
 
     @FUZZ
     @given(lines, values, hosts)
+    @tally.counted(3)
     def check(config_lines: list[str], config_values: dict[str, str], peers: list[str]) -> None:
-        tally.tried += 3
         text = "\n".join(config_lines)
         try:
             parsed = parse_config(text, source="imex.cfg")
@@ -350,8 +381,10 @@ def test_imex_config_inputs_parse_or_name_the_line_or_key() -> None:
         else:
             assert parse_nodes_config(rendered) == peers, "a peer list does not survive its own nodes config"
 
-    check()
-    tally.report("fuzz", "IMEX config, values, nodes config")
+    try:
+        check()
+    finally:
+        tally.report("fuzz", "IMEX config, values, nodes config")
 
 
 # -- kubeconfigs ------------------------------------------------------------------------------
@@ -376,11 +409,11 @@ def test_kubeconfigs_resolve_or_name_the_file(tmp_path: Path) -> None:
     @FUZZ
     @given(st.one_of(mutations(VALID_KUBECONFIG).map(lambda c: ("doc", c)), text_cases.map(lambda t: ("text", t)),
                      servers.map(lambda s: ("doc", (server_path, "replace", s)))))
+    @tally.counted()
     def check(case: tuple) -> None:
         kind, arg = case
         content = yaml.safe_dump(mutate(VALID_KUBECONFIG, *arg)) if kind == "doc" else arg
         path.write_bytes(content.encode("utf-8", "surrogatepass"))
-        tally.tried += 1
         try:
             settings = settings_from_kubeconfigs([(str(path), read_kubeconfig(str(path)))])
         except KubeConfigError as exc:
@@ -392,6 +425,8 @@ def test_kubeconfigs_resolve_or_name_the_file(tmp_path: Path) -> None:
             assert urlsplit(settings.server).port in (None, *range(65536)), settings.server  # raises if not a port
         assert path.read_bytes() == content.encode("utf-8", "surrogatepass"), "the kubeconfig was changed"
 
-    check()
-    tally.report("fuzz", "kubeconfig")
+    try:
+        check()
+    finally:
+        tally.report("fuzz", "kubeconfig")
 
