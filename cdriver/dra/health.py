@@ -58,6 +58,13 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
         return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
 
 
+def listen_host(address: str) -> str:
+    """The gRPC listen host for `address`: every address when empty, IPv6 in brackets."""
+    if not address:
+        return "[::]"
+    return f"[{address}]" if ":" in address and not address.startswith("[") else address
+
+
 def serve_health_tcp(port: int, check: Callable[[], str], host: str = "[::]") -> tuple[grpc.Server, int]:
     """Serve the health service on TCP `port` (0 = random); returns (server, bound port)."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="grpc-health"))

@@ -31,6 +31,7 @@ ENV_KUBELET_REGISTRAR_DIR = "KUBELET_REGISTRAR_DIRECTORY_PATH"
 ENV_KUBELET_PLUGINS_DIR = "KUBELET_PLUGINS_DIRECTORY_PATH"
 ENV_DRIVER_ROOT_CTR_PATH = "DRIVER_ROOT_CTR_PATH"
 ENV_HEALTHCHECK_PORT = "HEALTHCHECK_PORT"
+ENV_HEALTHCHECK_ADDRESS = "HEALTHCHECK_ADDRESS"
 ENV_IMEX_HOST_SOCKET_PATH = "IMEX_HOST_SOCKET_PATH"
 ENV_GPU_CLIQUE_LABEL_ENABLED = ("GPU_CLIQUE_LABEL_ENABLED", "OWN_CLIQUE_LABEL")
 ENV_PREPARE_TIMEOUT = "PREPARE_TIMEOUT"
@@ -102,6 +103,13 @@ def _opt(*names: str, **kw: Any) -> Callable[[Any], Any]:
     envvar=ENV_HEALTHCHECK_PORT,
     show_default=True,
     help="TCP port of the gRPC health service (0: any free port, <0: off).",
+)
+@_opt(
+    "--healthcheck-address",
+    default="",
+    envvar=ENV_HEALTHCHECK_ADDRESS,
+    help="Address the gRPC health service listens on (empty: every address). The chart passes the "
+    "pod IP, which kubelet's probes dial.",
 )
 @_opt("--http-endpoint", default="", envvar="HTTP_ENDPOINT", help="HOST:PORT or :PORT for metrics (empty: off).")
 @_opt("--metrics-path", default="/metrics", envvar="METRICS_PATH", show_default=True, help="Metrics HTTP path.")
@@ -203,6 +211,7 @@ def build_config(opts: dict, feature_gates: str) -> PluginConfig:
         registrar_dir=Path(opts["registrar_dir"]),
         plugins_dir=Path(opts["plugins_dir"]),
         healthcheck_port=opts["healthcheck_port"],
+        healthcheck_address=opts.get("healthcheck_address") or "",
         http_endpoint=opts["http_endpoint"],
         metrics_path=opts["metrics_path"],
         imex_mode=imex.mode,

@@ -45,6 +45,8 @@ class PluginConfig:
     registrar_dir: Path = Path(KUBELET_REGISTRY_DIR)
     plugins_dir: Path = Path(KUBELET_PLUGINS_DIR)
     healthcheck_port: int = -1
+    #: Address the health service listens on ("" = every address; the chart passes the pod IP).
+    healthcheck_address: str = ""
     http_endpoint: str = ""
     metrics_path: str = "/metrics"
     imex_mode: str = IMEX_MODE_DRIVER_MANAGED

@@ -157,6 +157,7 @@ class Plugin:
             server, port = health.serve_health_tcp(
                 cfg.healthcheck_port,
                 lambda: health.probe_plugin_sockets(cfg.registration_socket, cfg.dra_socket, timeout=5),
+                host=health.listen_host(cfg.healthcheck_address),
             )
             self.health_port = port
             self._servers.append((server, None))

@@ -130,11 +130,9 @@ def local_helm_values(settings: WorldSettings) -> list[str]:
         # and the controller's metrics port is picked free.
         "--set", "kubeletPlugin.metrics.enabled=false",
         "--set", f"controller.metrics.port={settings.controller_metrics_port}",
-        # One fixed health port would collide on the shared network: schedule on every node,
-        # health service on a free port, no probes (the upstream values key wins over cdriver's).
-        "--set", "kubeletPlugin.affinity=null",
-        "--set", "kubeletPlugin.healthcheckPort=0",
-        "--set", "kubeletPlugin.containers.computeDomains.healthcheckPort=0",
+        # The chart's GPU-node affinity, health port and gRPC probes stay: every node carries
+        # nvidia.com/gpu.present, and the plugin's health service listens on its pod IP (each
+        # node has its own address).
     ]
 
 

@@ -284,3 +284,23 @@ def test_deleting_a_domain_as_soon_as_its_daemons_exist_gives_starting_pods_no_c
 def test_a_pod_late_for_a_deleted_domain_gets_no_channel(world: SimWorld, e2e_namespace: str) -> None:
     held_node, late_node = clique_nodes(world, cliques(world)[0])
     check_a_pod_late_for_a_deleted_domain_gets_no_channel(world, e2e_namespace, held_node, late_node, 150)
+
+
+def test_the_kubelet_plugin_runs_with_the_charts_probes_and_affinity(world: SimWorld) -> None:
+    """The world installs the chart's defaults for the plugin: GPU-node affinity and the gRPC
+    startup and liveness probes, which kubelet runs against the health service on the pod IP."""
+    plugins = [p for p in world.raw.list(scenario.PODS, DRIVER_NAMESPACE)["items"]
+               if "kubelet-plugin" in p["metadata"]["name"]]
+    assert sorted(p["spec"]["nodeName"] for p in plugins) == sorted(n.name for n in world.nodes)
+    for pod in plugins:
+        container = next(c for c in pod["spec"]["containers"] if c["name"] == "compute-domains")
+        assert container["startupProbe"]["grpc"]["service"] == "liveness"
+        assert container["livenessProbe"]["grpc"]["port"] == container["startupProbe"]["grpc"]["port"] > 0
+        assert pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert scenario.pod_ready(pod), pod["status"]
+        # the startup probe may fail while the plugin starts (that is what it is for); the
+        # liveness probe, which runs once it passed, never does
+        unhealthy = [e.get("message", "") for e in scenario.events_for(world.raw, DRIVER_NAMESPACE,
+                                                                        pod["metadata"]["name"])
+                     if e.get("reason") == "Unhealthy"]
+        assert all(m.startswith("Startup probe failed") for m in unhealthy), unhealthy

@@ -37,6 +37,9 @@ def test_upstream_values_file_keeps_its_meaning(helm: Path) -> None:
     assert penv["IMEX_HOST_SOCKET_PATH"] == "/run/nvidia-imex/ctl.sock"
     assert penv["OWN_CLIQUE_LABEL"] == "true"
     assert penv["HEALTHCHECK_PORT"] == "51600"
+    # the health service listens where kubelet's probes dial
+    assert [e.get("valueFrom") for e in plugin["env"] if e["name"] == "HEALTHCHECK_ADDRESS"] == [
+        {"fieldRef": {"fieldPath": "status.podIP"}}]
     assert penv["HTTP_ENDPOINT"] == ":8181"
     assert penv["EXTRA_PLUGIN"] == "1"
     assert "DRAListTypeAttributes=true" in penv["FEATURE_GATES"]
