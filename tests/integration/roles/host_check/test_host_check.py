@@ -28,7 +28,7 @@ from cdriver.nvml.discover import IMEX_CHANNELS_DEVICE_NAME
 from cdriver.sim.gpu import devices
 from cdriver.sim.gpu.driver_root import DriverRoot, create_driver_root
 from cdriver.sim.gpu.topology import demo_topology_path
-from cdriver.sim.imex.host_service import HostImexService
+from cdriver.sim.imex.host_service import HostImexService, host_check_args
 from cdriver.sim.node.addresses import lease_block
 from tests.support.imex_timing import fast_imex_env
 
@@ -64,7 +64,7 @@ def free_ports(ip: str) -> tuple[int, int]:
 
 def host_check(root: Path, *args: str) -> tuple[int, dict]:
     """Run `cdriver host-check --json`; (exit code, the parsed document)."""
-    proc = subprocess.run([*cdriver_argv(), "host-check", "--driver-root", str(root), "--json", *args],
+    proc = subprocess.run([*cdriver_argv(), "host-check", *host_check_args(root), "--json", *args],
                           capture_output=True, text=True, timeout=60, env={**os.environ, **FAST})
     try:
         doc = json.loads(proc.stdout)
@@ -150,7 +150,7 @@ def test_healthy_host_managed_node_passes_every_check(node: Node) -> None:
 
 def test_table_output_lists_every_check(node: Node) -> None:
     node.start_service()
-    proc = subprocess.run([*cdriver_argv(), "host-check", "--driver-root", str(node.root)],
+    proc = subprocess.run([*cdriver_argv(), "host-check", *host_check_args(node.root)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
@@ -275,7 +275,7 @@ def test_bad_options_cannot_run_and_say_why(node: Node) -> None:
     assert doc["checks"] == []
     assert "--mode" in doc["error"] and "hostManaged" in doc["error"]
 
-    proc = subprocess.run([*cdriver_argv(), "host-check", "--driver-root", str(node.root), "--socket", "imex.sock"],
+    proc = subprocess.run([*cdriver_argv(), "host-check", *host_check_args(node.root), "--socket", "imex.sock"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "--socket" in proc.stderr and "must be an absolute path" in proc.stderr
