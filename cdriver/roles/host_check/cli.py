@@ -65,10 +65,16 @@ def _absolute_socket(ctx: click.Context, param: click.Parameter, value: str) -> 
 @click.option("--mode", type=click.Choice([IMEX_MODE_HOST_MANAGED, IMEX_MODE_DRIVER_MANAGED]),
               default=IMEX_MODE_HOST_MANAGED, show_default=True, envvar="IMEX_MODE",
               help="IMEX lifecycle mode of this node (env IMEX_MODE).")
+@click.option("--only-config-under-driver-root", "only_under_root", is_flag=True,
+              envvar="HOST_CHECK_ONLY_CONFIG_UNDER_DRIVER_ROOT",
+              help="Count only nvidia-imex daemons whose config file lies below the driver root. For "
+                   "several simulated nodes sharing one machine; on a real node every nvidia-imex outside "
+                   "Kubernetes pods is the host service (env HOST_CHECK_ONLY_CONFIG_UNDER_DRIVER_ROOT).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document instead of the table.")
 @click.option("--timeout", type=click.FloatRange(0, min_open=True), default=5.0, show_default=True,
               help="Seconds to wait for nvidia-imex-ctl.")
-def command(driver_root: str, socket_path: str, mode: str, as_json: bool, timeout: float) -> None:
+def command(driver_root: str, socket_path: str, mode: str, only_under_root: bool, as_json: bool,
+            timeout: float) -> None:
     """Check this node's IMEX prerequisites: driver, channel devices, fabric, host IMEX service.
 
     Each check prints PASS, FAIL or SKIP with its evidence and, on failure, a one-line fix.
@@ -86,7 +92,8 @@ def command(driver_root: str, socket_path: str, mode: str, as_json: bool, timeou
     from cdriver.roles.host_check import checks, facts
 
     try:
-        node = facts.gather(mode, driver_root, socket_path, probe_timeout=timeout)
+        node = facts.gather(mode, driver_root, socket_path, probe_timeout=timeout,
+                            only_config_under_driver_root=only_under_root)
         results = checks.run_checks(node)
     except Exception as e:  # the report is the product; a crash here is "could not run"
         msg = f"host-check could not run: {type(e).__name__}: {e}"

@@ -163,39 +163,60 @@ def _pod_process(pid: int) -> bool:
         return False
 
 
-def imex_processes(root: str) -> list[ImexProcessFacts]:
-    """Running host nvidia-imex processes that belong to this driver root.
+def is_under(path: str, root: str) -> bool:
+    """True when the resolved `path` lies below the resolved directory `root`."""
+    return root == "/" or path.startswith(root.rstrip(os.sep) + os.sep)
 
-    Daemons in Kubernetes pods (the per-domain daemons of driver-managed mode) are not the
-    host service and do not count. With a driver root other than `/` (e.g. a simulated
-    node), only daemons whose config file lies under that root count, so neighbouring nodes
-    on the same machine are not mistaken.
+
+def counts_as_host_service(in_pod: bool, config_path: str, config_root: str | None) -> bool:
+    """Whether a running nvidia-imex is this node's host service.
+
+    A daemon in a Kubernetes pod (a per-domain daemon of driver-managed mode) never is. Every
+    other one is: a node has one host, whatever its driver root (`/`, or e.g.
+    `/run/nvidia/driver` for a containerized driver, whose IMEX config still lives on the
+    host). Only when `config_root` is given, for several simulated nodes sharing one machine,
+    one mount namespace and one root, does a daemon count solely if its config lies below it.
     """
+    if in_pod:
+        return False
+    return config_root is None or is_under(config_path, config_root)
+
+
+def _config_path(cmdline: list[str], cwd: str | None) -> str:
+    cfg = _config_arg(cmdline) or DEFAULT_IMEX_CONFIG  # what nvidia-imex reads without -c
+    if not os.path.isabs(cfg) and cwd:
+        cfg = os.path.join(cwd, cfg)
+    return os.path.realpath(cfg)
+
+
+def imex_processes(config_root: str | None = None) -> list[ImexProcessFacts]:
+    """Running nvidia-imex processes that are this node's host service (`counts_as_host_service`)."""
     found = []
-    root_real = os.path.realpath(root)
+    root_real = os.path.realpath(config_root) if config_root is not None else None
     for proc in psutil.process_iter(["pid", "name", "cmdline", "cwd"]):
         info = proc.info
         cmdline = info.get("cmdline") or []
-        if not is_imex_process(info.get("name") or "", cmdline) or _pod_process(info["pid"]):
+        if not is_imex_process(info.get("name") or "", cmdline):
             continue
-        facts = ImexProcessFacts(pid=info["pid"], cmdline=cmdline)
-        cfg = _config_arg(cmdline) or DEFAULT_IMEX_CONFIG  # what nvidia-imex reads without -c
-        if not os.path.isabs(cfg) and info.get("cwd"):
-            cfg = os.path.join(info["cwd"], cfg)
-        facts.config_path = os.path.realpath(cfg)
-        if root_real != "/" and not (facts.config_path or "").startswith(root_real + os.sep):
+        config_path = _config_path(cmdline, info.get("cwd"))
+        if not counts_as_host_service(_pod_process(info["pid"]), config_path, root_real):
             continue
-        if facts.config_path is not None:
-            try:
-                facts.config = imex_config.read_config(facts.config_path)
-            except CdriverError as e:
-                facts.config_error = str(e)
+        facts = ImexProcessFacts(pid=info["pid"], cmdline=cmdline, config_path=config_path)
+        try:
+            facts.config = imex_config.read_config(config_path)
+        except CdriverError as e:
+            facts.config_error = str(e)
         found.append(facts)
     return found
 
 
-def gather(mode: str, driver_root: str, socket: str, probe_timeout: float = 5.0) -> NodeFacts:
-    """Collect the facts for one node."""
+def gather(mode: str, driver_root: str, socket: str, probe_timeout: float = 5.0,
+           only_config_under_driver_root: bool = False) -> NodeFacts:
+    """Collect the facts for one node.
+
+    With `only_config_under_driver_root`, only nvidia-imex daemons whose config lies below the
+    driver root count (simulated nodes sharing one machine); by default every host daemon does.
+    """
     root = os.path.abspath(driver_root)
     root_exists = os.path.isdir(root)
     proc_devices = under_root(root, "/proc/devices")
@@ -224,7 +245,7 @@ def gather(mode: str, driver_root: str, socket: str, probe_timeout: float = 5.0)
         channel0=channel0,
         fabric=fabric_facts(root) if root_exists else FabricFacts(error="driver root missing"),
         expected_socket=expected_socket,
-        processes=imex_processes(root),
+        processes=imex_processes(root if only_config_under_driver_root else None),
         ctl_path=imex_ctl.find_ctl(root) if root_exists else None,
     )
     if facts.ctl_path and os.path.exists(expected_socket):

@@ -12,7 +12,9 @@ driver root's `nvidia-imex` stand-in under the production `ProcessSupervisor`::
     <root>/run/nvidia-imex/host-imex.pid     the `cdriver sim host-imex` runner (CLI only)
 
 Paths inside the config are real absolute paths (the stand-in does not chroot), so the socket
-sits where the plugin and `cdriver host-check` look for `<driver root>/<socket path>`.
+sits where the plugin and `cdriver host-check` look for `<driver root>/<socket path>`. Every
+node's service shares this machine's mount namespace, so host-check runs with the options of
+`host_check_args`, which count only the daemon whose config lies below the node's driver root.
 """
 
 from __future__ import annotations
@@ -98,6 +100,15 @@ class HostImexPaths:
 
 
 # --- pure ----------------------------------------------------------------------------------
+
+
+def host_check_args(root: str | os.PathLike[str]) -> list[str]:
+    """`cdriver host-check` options for one simulated node among neighbours on this machine.
+
+    All simulated nodes share the machine's mount namespace and root, so host-check tells
+    their host services apart only by where their config lies: below this node's driver root.
+    """
+    return ["--driver-root", str(root), "--only-config-under-driver-root"]
 
 
 def check_ip(value: str, what: str = "--ip") -> str:

@@ -28,7 +28,7 @@ from cdriver.nvml.discover import IMEX_CHANNELS_DEVICE_NAME
 from cdriver.sim.gpu import devices
 from cdriver.sim.gpu.driver_root import DriverRoot, create_driver_root
 from cdriver.sim.gpu.topology import demo_topology_path
-from cdriver.sim.imex.host_service import HostImexService
+from cdriver.sim.imex.host_service import HostImexService, host_check_args
 from cdriver.sim.node.addresses import lease_block
 from tests.support.imex_timing import fast_imex_env
 
@@ -62,9 +62,14 @@ def free_ports(ip: str) -> tuple[int, int]:
     raise RuntimeError(f"no free port pair on {ip}")
 
 
-def host_check(root: Path, *args: str) -> tuple[int, dict]:
-    """Run `cdriver host-check --json`; (exit code, the parsed document)."""
-    proc = subprocess.run([*cdriver_argv(), "host-check", "--driver-root", str(root), "--json", *args],
+def host_check(root: Path, *args: str, among_neighbours: bool = True) -> tuple[int, dict]:
+    """Run `cdriver host-check --json`; (exit code, the parsed document).
+
+    `among_neighbours` passes the simulation's options (only this node's service counts);
+    without it host-check runs as on a real node, where every host nvidia-imex counts.
+    """
+    options = host_check_args(root) if among_neighbours else ["--driver-root", str(root)]
+    proc = subprocess.run([*cdriver_argv(), "host-check", *options, "--json", *args],
                           capture_output=True, text=True, timeout=60, env={**os.environ, **FAST})
     try:
         doc = json.loads(proc.stdout)
@@ -150,7 +155,7 @@ def test_healthy_host_managed_node_passes_every_check(node: Node) -> None:
 
 def test_table_output_lists_every_check(node: Node) -> None:
     node.start_service()
-    proc = subprocess.run([*cdriver_argv(), "host-check", "--driver-root", str(node.root)],
+    proc = subprocess.run([*cdriver_argv(), "host-check", *host_check_args(node.root)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
@@ -269,13 +274,27 @@ def test_another_nodes_service_is_not_this_nodes(node: Node, short_dir: Path) ->
     assert list(failed(doc)) == ["imex-service"]
 
 
+def test_on_a_real_node_a_host_service_configured_outside_the_driver_root_counts(node: Node,
+                                                                                 short_dir: Path) -> None:
+    """A containerized driver's root does not hold the host's IMEX config: the daemon still counts."""
+    other = Node(short_dir / "b", "worker-2", PEER_IP, NODE_IP)
+    try:
+        pid = other.start_service().pid
+        rc, doc = host_check(node.root, among_neighbours=False)
+    finally:
+        other.stop_service()
+    checks = by_name(doc)
+    assert checks["imex-service"]["status"] == "PASS", checks["imex-service"]
+    assert f"pid {pid}" in checks["imex-service"]["evidence"]
+
+
 def test_bad_options_cannot_run_and_say_why(node: Node) -> None:
     rc, doc = host_check(node.root, "--mode", "bogus")
     assert rc == 2
     assert doc["checks"] == []
     assert "--mode" in doc["error"] and "hostManaged" in doc["error"]
 
-    proc = subprocess.run([*cdriver_argv(), "host-check", "--driver-root", str(node.root), "--socket", "imex.sock"],
+    proc = subprocess.run([*cdriver_argv(), "host-check", *host_check_args(node.root), "--socket", "imex.sock"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "--socket" in proc.stderr and "must be an absolute path" in proc.stderr

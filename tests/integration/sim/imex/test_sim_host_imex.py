@@ -27,7 +27,7 @@ from cdriver.imex import ctl
 from cdriver.imex.config import IMEX_CTL_BINARY
 from cdriver.sim.gpu.driver_root import DriverRoot, create_driver_root
 from cdriver.sim.gpu.topology import demo_topology_path
-from cdriver.sim.imex.host_service import HostImexError, HostImexService
+from cdriver.sim.imex.host_service import HostImexError, HostImexService, host_check_args
 from cdriver.sim.imex.protocol import (
     IMEX_DOMAIN_UP,
     IMEX_NODE_READY,
@@ -169,7 +169,7 @@ def test_cli_starts_reports_and_stops_a_detached_service(roots: tuple[DriverRoot
         again = run_cli(*start)
         assert again.returncode == 0 and "already running" in again.stdout
 
-        check = subprocess.run([*cdriver_argv(), "host-check", "--driver-root", root, "--json"],
+        check = subprocess.run([*cdriver_argv(), "host-check", *host_check_args(root), "--json"],
                                capture_output=True, text=True, timeout=60)
         assert check.returncode == 0, check.stdout
     finally:

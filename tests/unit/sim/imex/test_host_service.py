@@ -7,12 +7,14 @@ from pathlib import Path
 import pytest
 
 from cdriver.imex.config import parse_config, parse_nodes_config
+from cdriver.roles.host_check.cli import command as host_check_command
 from cdriver.sim.imex.host_service import (
     UNIX_PATH_MAX,
     HostImexError,
     HostImexPaths,
     HostImexService,
     check_ip,
+    host_check_args,
     nodes_config_members,
     render_host_config,
 )
@@ -81,3 +83,10 @@ def test_write_config_writes_both_files(tmp_path: Path) -> None:
     assert service.write_config() == tmp_path / "etc/nvidia-imex/config.cfg"
     assert parse_nodes_config(service.paths.nodes_config.read_text()) == ["127.0.1.1", "127.0.1.2"]
     assert parse_config(service.paths.config.read_text())["IMEX_CMD_UNIX_DOMAIN_PATH"] == str(service.paths.socket)
+
+
+def test_host_check_args_limit_the_check_to_the_nodes_own_service(tmp_path: Path) -> None:
+    ctx = host_check_command.make_context("host-check", host_check_args(tmp_path))
+    assert ctx.params["driver_root"] == str(tmp_path)
+    assert ctx.params["only_under_root"] is True
+    assert host_check_command.make_context("host-check", []).params["only_under_root"] is False
