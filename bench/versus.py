@@ -86,20 +86,19 @@ def role_pods(world: SimWorld, component: str) -> list[dict]:
 
 
 def role_processes(world: SimWorld, pods: Iterable[dict]) -> list[psutil.Process]:
-    """The role's own processes in the pods' containers (no shells, no IMEX stand-in)."""
+    """The role's own processes in the pods' containers: each main process and what runs below it,
+    less shells and the IMEX stand-in (not the containers' launchers)."""
     out = []
     for pod in pods:
         node = world.node(pod["spec"]["nodeName"])
         for ctr in pod["spec"]["containers"]:
-            pid = node.agent.container_pid(DRIVER_NAMESPACE, pod["metadata"]["name"], ctr["name"])
-            if not pid:
-                continue
-            try:
-                root = psutil.Process(pid)
-                tree = [root, *root.children(recursive=True)]
-                out += [p for p in tree if p.name() not in NOT_ROLE]
-            except psutil.NoSuchProcess:
-                continue
+            for pid in node.agent.container_tree_pids(DRIVER_NAMESPACE, pod["metadata"]["name"], ctr["name"]):
+                try:
+                    proc = psutil.Process(pid)
+                    if proc.name() not in NOT_ROLE:
+                        out.append(proc)
+                except psutil.NoSuchProcess:
+                    continue
     return out
 
 

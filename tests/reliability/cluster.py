@@ -99,12 +99,13 @@ def driver_pods(world: SimWorld, component: str = "", domain: str = "") -> list[
 
 
 def container_process(world: SimWorld, pod: dict) -> psutil.Process | None:
+    """The main process (the role's own, not the container's launcher) of the pod's first container."""
     node = pod["spec"].get("nodeName")
     if not node:
         return None
     try:
-        pid = world.node(node).agent.container_pid(DRIVER_NAMESPACE, pod["metadata"]["name"],
-                                                   pod["spec"]["containers"][0]["name"])
+        pid = world.node(node).agent.container_main_pid(DRIVER_NAMESPACE, pod["metadata"]["name"],
+                                                        pod["spec"]["containers"][0]["name"])
         return psutil.Process(pid) if pid else None
     except Exception:  # noqa: BLE001 - the pod is not (yet) running there
         return None
@@ -304,7 +305,7 @@ def gone(world: SimWorld, ns: str, names: list[str]) -> Callable[[dict], list[st
 
 
 def roles_memory(world: SimWorld) -> dict[str, int]:
-    """RSS (bytes) of the controller and of every kubelet plugin, summed per role."""
+    """RSS (bytes) of the controller's and every kubelet plugin's main process, summed per role."""
     out: dict[str, int] = {}
     for role, component in ((CONTROLLER_ROLE, "controller"), (PLUGIN_ROLE, "kubelet-plugin")):
         for pod in driver_pods(world, component=component):
@@ -315,7 +316,7 @@ def roles_memory(world: SimWorld) -> dict[str, int]:
 
 
 def roles_fds(world: SimWorld) -> dict[str, int]:
-    """Open file descriptors of the controller and the kubelet plugins, summed per role."""
+    """Open file descriptors of the controller's and the kubelet plugins' main processes, summed per role."""
     out: dict[str, int] = {}
     for role, component in ((CONTROLLER_ROLE, "controller"), (PLUGIN_ROLE, "kubelet-plugin")):
         for pod in driver_pods(world, component=component):

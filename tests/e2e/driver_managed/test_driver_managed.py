@@ -109,8 +109,9 @@ def test_imex_domain_ready_alone_then_up_then_degraded(world: SimWorld, e2e_name
 
     # B's IMEX daemon dies and stays dead: freeze B's daemon role so it cannot restart it.
     daemon_b = next(p for p in scenario.daemon_pods(raw, DRIVER_NAMESPACE, uid) if p["spec"]["nodeName"] == node_b)
-    pid = world.node(node_b).agent.container_pid(DRIVER_NAMESPACE, daemon_b["metadata"]["name"],
-                                                 daemon_b["spec"]["containers"][0]["name"])
+    pid = world.node(node_b).agent.container_main_pid(DRIVER_NAMESPACE, daemon_b["metadata"]["name"],
+                                                      daemon_b["spec"]["containers"][0]["name"])
+    assert pid, "B's daemon container is not running"
     role = psutil.Process(pid)
     imex = [p for p in role.children(recursive=True) if p.name() == IMEX_DAEMON_BINARY]
     assert imex, "nvidia-imex is not running under B's daemon"

@@ -39,6 +39,7 @@ from cdriver.sim.node.simulated.claim_cache import ClaimCache
 from cdriver.sim.node.simulated.claims import PodState, unprepare_pod_claims
 from cdriver.sim.node.simulated.container import run_in_container
 from cdriver.sim.node.simulated.container_store import ContainerStore
+from cdriver.sim.node.simulated.container_tree import command_pid, tree_pids
 from cdriver.sim.node.simulated.images import ImageContent
 from cdriver.sim.node.simulated.layout import NodeLayout
 from cdriver.sim.node.simulated.leftovers import kill_leftovers
@@ -477,8 +478,19 @@ class NodeAgent:
         return worker
 
     def container_pid(self, namespace: str, pod: str, container: str) -> int | None:
+        """The pid of a container's launcher (one per run of the container; not its command)."""
         live = self._require_worker(namespace, pod).container_info(container)
         return live.proc.pid if live else None
+
+    def container_main_pid(self, namespace: str, pod: str, container: str) -> int | None:
+        """The machine pid of a container's command (its PID 2: the process its image runs)."""
+        live = self._require_worker(namespace, pod).container_info(container)
+        return command_pid(live.proc.init_pid) if live and live.proc.init_pid else None
+
+    def container_tree_pids(self, namespace: str, pod: str, container: str) -> list[int]:
+        """The container's command and every process below it (empty when it is not running)."""
+        main = self.container_main_pid(namespace, pod, container)
+        return tree_pids(main) if main else []
 
     def container_log(self, namespace: str, pod: str, container: str, previous: bool = False) -> Path | None:
         """The CRI-format log file of a container's current (or previous) run."""

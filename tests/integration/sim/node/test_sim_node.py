@@ -520,7 +520,7 @@ def test_graceful_termination_sends_sigkill_after_the_grace_period(
     raw.create(PODS, pod_body("stubborn", ["sh", "-c", script], pool, node.name,
                               terminationGracePeriodSeconds=1), namespace)
     wait_for("the stubborn pod", lambda: pod_ready(raw, namespace, "stubborn"), 30)
-    pid = node.container_pid(namespace, "stubborn", "main")
+    pid = node.container_main_pid(namespace, "stubborn", "main")
     assert pid
     log_file = node.container_log(namespace, "stubborn", "main")
     raw.delete(PODS, "stubborn", namespace)
