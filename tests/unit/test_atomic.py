@@ -13,8 +13,6 @@ import pytest
 
 from cdriver import atomic
 
-pytestmark = pytest.mark.unit
-
 # A writer that is SIGKILLed after its temp file is fsynced but before the rename.
 KILLED_WRITER = textwrap.dedent(
     """

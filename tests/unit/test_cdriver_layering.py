@@ -7,10 +7,6 @@ import configparser
 import re
 from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.unit
-
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "cdriver"
 CONTRACT = "importlinter:contract:package-layers"

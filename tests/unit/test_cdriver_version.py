@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import importlib.metadata
 
-import pytest
 import yaml
 
 import cdriver
 from cdriver.checkout import CHART_DIR
-
-pytestmark = pytest.mark.unit
 
 CHART = CHART_DIR / "Chart.yaml"
 

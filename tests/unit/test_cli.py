@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from click.testing import CliRunner
 
 import cdriver
 from cdriver.cli import cli
-
-pytestmark = pytest.mark.unit
 
 
 def test_help_lists_version() -> None:

@@ -23,8 +23,6 @@ from cdriver.decoding import (
     wrong_type,
 )
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize("value, name", [
     (None, "null"), (True, "boolean"), (3, "integer"), (1.5, "number"), ("x", "string"), ([], "list"),

@@ -7,8 +7,6 @@ import pytest
 from cdriver import featuregates
 from cdriver.featuregates import FeatureGateError, FeatureGates
 
-pytestmark = pytest.mark.unit
-
 
 def test_defaults_match_the_upstream_gate_table() -> None:
     gates = FeatureGates.parse("")

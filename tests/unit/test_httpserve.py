@@ -10,8 +10,6 @@ from prometheus_client import CollectorRegistry, Counter
 
 from cdriver.httpserve import HttpServer, normalise_path
 
-pytestmark = pytest.mark.unit
-
 
 def fetch(port: int, path: str) -> tuple[int, str]:
     try:

@@ -20,10 +20,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.unit
-
 UNIT = Path(__file__).resolve().parent
 ROOT = UNIT.parents[1]
 EXEMPT = {Path("test_layout.py")}

@@ -11,8 +11,6 @@ import pytest
 from cdriver.checkpoint import CheckpointStore
 from cdriver.logs import setup_logging
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.fixture
 def debug_output() -> Iterator[io.StringIO]:

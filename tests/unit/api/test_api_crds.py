@@ -14,9 +14,6 @@ from cdriver.api.types import ComputeDomain, ComputeDomainClique, ValidationErro
 from cdriver.checkout import CRD_DIR
 from cdriver.kube.resources import RESOURCES
 
-pytestmark = pytest.mark.unit
-
-
 
 def load(plural: str) -> dict:
     path = CRD_DIR / f"{constants.GROUP}_{plural}.yaml"

@@ -10,8 +10,6 @@ from cdriver import featuregates
 from cdriver.api.imex_mode import ImexConfigError, resolve_imex_config
 from cdriver.featuregates import FeatureGateError, FeatureGates
 
-pytestmark = pytest.mark.unit
-
 # Each problem the validator can report, and the fragment its message must contain.
 MESSAGES = {
     "needs-gate": "needs the HostManagedIMEXDaemon feature gate",

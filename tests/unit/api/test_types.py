@@ -18,8 +18,6 @@ from cdriver.api.types import (
     validate_domain_id,
 )
 
-pytestmark = pytest.mark.unit
-
 UID = "6f1c1a62-27b4-4ac9-9f0e-1d2b3c4d5e6f"
 
 

@@ -10,8 +10,6 @@ from cdriver.api import constants
 from cdriver.api.types import MAX_NUM_NODES, ComputeDomain
 from cdriver.checkout import CRD_DIR
 
-pytestmark = pytest.mark.unit
-
 UID = "0d5f8a3e-1111-2222-3333-444455556666"
 OMITTED = object()
 

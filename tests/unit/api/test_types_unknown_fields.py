@@ -7,8 +7,6 @@ import pytest
 from cdriver.api import constants
 from cdriver.api.types import UnknownFieldError, ValidationError, decode_opaque_config
 
-pytestmark = pytest.mark.unit
-
 UID = "0d5f8a3e-1111-2222-3333-444455556666"
 
 

@@ -18,8 +18,6 @@ from cdriver.cdi.model import (
     validate_device_name,
 )
 
-pytestmark = pytest.mark.unit
-
 KIND = "k8s.compute-domain.nvidia.com/claim"
 
 

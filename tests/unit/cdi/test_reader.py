@@ -12,8 +12,6 @@ from cdriver.cdi.model import CDIError, ContainerEdits, Device, DeviceNode, Moun
 from cdriver.cdi.reader import CDIRegistry
 from cdriver.cdi.writer import claim_spec_name, remove_spec, write_spec
 
-pytestmark = pytest.mark.unit
-
 CLAIM = "k8s.compute-domain.nvidia.com/claim"
 DEVICE = "k8s.compute-domain.nvidia.com/device"
 UID = "0b5e3c1d-7a2f-4c1e-8d3b-9f6a2e4c1b7d"

@@ -14,8 +14,6 @@ from cdriver.cdi import writer
 from cdriver.cdi.model import CDIError, ContainerEdits, Device, DeviceNode, Spec
 from cdriver.cdi.writer import claim_spec_name, list_specs, remove_spec, write_spec
 
-pytestmark = pytest.mark.unit
-
 KIND = "k8s.compute-domain.nvidia.com/claim"
 UID = "6f1c2b9e-0c4d-4a8e-9d2a-3b7e5f1a2c3d"
 

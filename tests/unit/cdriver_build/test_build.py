@@ -14,9 +14,6 @@ import cdriver
 from cdriver.checkout import REPO_ROOT
 from cdriver_build import build, containerfile
 
-pytestmark = pytest.mark.unit
-
-
 
 def test_refs_are_local_and_the_driver_tag_is_the_chart_default() -> None:
     assert build.image_ref("cdriver") == f"localhost/cdriver:v{cdriver.__version__}"

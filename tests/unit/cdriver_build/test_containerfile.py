@@ -8,9 +8,6 @@ from cdriver.checkout import REPO_ROOT
 from cdriver_build import containerfile
 from cdriver_build.containerfile import Copy, Symlink
 
-pytestmark = pytest.mark.unit
-
-
 TWO_STAGES = """\
 # comment
 FROM python:3.11-slim-bookworm AS build

@@ -12,8 +12,6 @@ import pytest
 
 from cdriver_build import oci
 
-pytestmark = pytest.mark.unit
-
 
 def sha256_file(path: Path) -> str:
     return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()

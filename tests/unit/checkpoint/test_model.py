@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
 from cdriver.checkpoint import ClaimRecord, ClaimState, intended_device, recorded_device
-
-pytestmark = pytest.mark.unit
 
 
 def test_recorded_device_keys_are_in_written_order() -> None:

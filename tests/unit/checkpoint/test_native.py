@@ -9,8 +9,6 @@ import pytest
 from cdriver.checkpoint import CheckpointError, CheckpointStore, ClaimRecord
 from tests.unit.checkpoint.records import BOOT, RECOVERY, record, valid_claim, write_document
 
-pytestmark = pytest.mark.unit
-
 
 def test_unserialisable_or_invalid_content_is_refused_before_writing(store: CheckpointStore) -> None:
     with store.locked() as cp:

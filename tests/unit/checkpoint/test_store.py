@@ -17,8 +17,6 @@ from cdriver import atomic
 from cdriver.checkpoint import CheckpointError, CheckpointStore, ClaimState, read_boot_id
 from tests.unit.checkpoint.records import BOOT, NEXT_BOOT, record, valid_claim, write_document
 
-pytestmark = pytest.mark.unit
-
 # Holds the checkpoint lock until its stdin closes.
 LOCK_HOLDER = textwrap.dedent(
     """

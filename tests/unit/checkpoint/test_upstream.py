@@ -16,8 +16,6 @@ import pytest
 from cdriver.checkpoint import CheckpointError, CheckpointStore, ClaimRecord, ClaimState
 from cdriver.checkpoint.upstream import go_json, kubelet_checksum, to_upstream
 
-pytestmark = pytest.mark.unit
-
 DATA = Path(__file__).parent / "data"
 BOOT = "6a0f5f9e-5d5e-4d4e-9a8b-1c2d3e4f5a6b"
 CHANNEL = "0b5c7a7e-1111-4aaa-8bbb-000000000001"

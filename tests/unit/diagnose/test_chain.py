@@ -23,8 +23,6 @@ from tests.unit.diagnose.fixtures import (
     workload_pod,
 )
 
-pytestmark = pytest.mark.unit
-
 
 def run(data: dict) -> Chain:
     return diagnose_computedomain(Snapshot(data), NS, "cd")

@@ -12,8 +12,6 @@ from cdriver.diagnose.cli import command
 from cdriver.diagnose.collect import CollectError, Collector
 from cdriver.kube.errors import ApiError
 
-pytestmark = pytest.mark.unit
-
 
 class ReadOnlyApi:
     """Answers GET and LIST from fixed objects; any write fails the test."""

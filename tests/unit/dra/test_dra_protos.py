@@ -13,8 +13,6 @@ from cdriver.dra.gen.dra.v1beta1 import api_pb2 as v1beta1
 from cdriver.dra.gen.grpc_health.v1 import health_pb2
 from cdriver.dra.gen.pluginregistration.v1 import api_pb2 as reg
 
-pytestmark = pytest.mark.unit
-
 
 def _load_codegen():
     """The development-only generator in hack/ (not part of the installed package)."""

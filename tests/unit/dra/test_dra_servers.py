@@ -21,8 +21,6 @@ from cdriver.dra.gen.pluginregistration.v1 import api_pb2 as reg_pb2
 from cdriver.dra.gen.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from cdriver.dra.node_service import ClaimRef, PreparedDevice, PrepareResult
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.fixture
 def sockdir():

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import grpc
-import pytest
 
 from cdriver.dra.gen.grpc_health.v1 import health_pb2, health_pb2_grpc
 from cdriver.dra.health import listen_host, serve_health_tcp
-
-pytestmark = pytest.mark.unit
 
 
 def test_listen_host_of_an_address() -> None:

@@ -8,11 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
-
 from cdriver.checkout import REPO_ROOT
-
-pytestmark = pytest.mark.unit
 
 ROOT = REPO_ROOT
 

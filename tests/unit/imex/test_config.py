@@ -17,8 +17,6 @@ from cdriver.imex.config import (
     ImexConfigError,
 )
 
-pytestmark = pytest.mark.unit
-
 #: The 33 keys of the daemon config, in file order, with their rendered values.
 EXPECTED = [
     ("LOG_LEVEL", "4"),

@@ -7,8 +7,6 @@ import pytest
 from cdriver.imex import ctl
 from cdriver.imex.ctl import ImexCtlError, ProbeResult
 
-pytestmark = pytest.mark.unit
-
 
 def test_argv_with_config():
     assert ctl.ctl_argv("nvidia-imex-ctl", ["-q"], config_path="/imexd/imexd.cfg") == [

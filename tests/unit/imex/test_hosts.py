@@ -9,8 +9,6 @@ import pytest
 from cdriver.imex import hosts
 from cdriver.imex.hosts import HOSTS_BLOCK_HEADER, HostsError
 
-pytestmark = pytest.mark.unit
-
 KUBELET_HOSTS = (
     "# Kubernetes-managed hosts file.\n"
     "127.0.0.1\tlocalhost\n"

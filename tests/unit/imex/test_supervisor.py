@@ -6,8 +6,6 @@ import pytest
 
 from cdriver.imex.supervisor import ProcessSupervisor, backoff_delay
 
-pytestmark = pytest.mark.unit
-
 
 def test_backoff_doubles_then_caps():
     delays = [backoff_delay(n, 0.5, 5.0) for n in range(0, 9)]

@@ -17,8 +17,6 @@ from cdriver.kube.config import check_files, in_cluster_settings, resolve_settin
 from cdriver.kube.connection import ApiConnection, TokenFile
 from cdriver.kube.raw import RawClient
 
-pytestmark = pytest.mark.unit
-
 
 def kubeconfig(server: str = "https://127.0.0.1:6443", user: dict | None = None,
                cluster: dict | None = None, current: str = "c") -> dict[str, Any]:

@@ -22,8 +22,6 @@ from cdriver.kube.errors import ApiError
 from cdriver.kube.raw import RawClient
 from cdriver.sim.controlplane import pki
 
-pytestmark = pytest.mark.unit
-
 REJECTED_TOKEN = "revoked"
 
 

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
 from cdriver.kube.events import MAX_MESSAGE_LEN, involved_object, truncate
-
-pytestmark = pytest.mark.unit
 
 
 def test_involved_object_from_a_dict() -> None:

@@ -7,8 +7,6 @@ import pytest
 from cdriver.kube.informer import Informer, label_index, namespace_index, uid_index
 from cdriver.kube.resources import RESOURCES
 
-pytestmark = pytest.mark.unit
-
 
 def pod(name: str, rv: str, node: str = "", uid: str = "") -> dict:
     return {"kind": "Pod", "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv,

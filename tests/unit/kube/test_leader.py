@@ -8,8 +8,6 @@ import pytest
 
 from cdriver.kube.leader import LeaderElector, micro_time
 
-pytestmark = pytest.mark.unit
-
 
 def test_micro_time_format() -> None:
     stamp = micro_time(dt.datetime(2026, 1, 2, 3, 4, 5, 6789, tzinfo=dt.UTC))

@@ -16,8 +16,6 @@ from cdriver.kube.ratelimit import RateLimitSettingError, TokenBucket, limiter_f
 from cdriver.kube.raw import RawClient
 from cdriver.kube.resources import RESOURCES
 
-pytestmark = pytest.mark.unit
-
 
 class FakeClock:
     """Monotonic time that moves only when told to, or when a waiter sleeps."""

@@ -15,8 +15,6 @@ from cdriver.kube.raw import RawClient
 from cdriver.kube.resources import RESOURCES, Resource
 from cdriver.kube.watch import WatchStream
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize("plural,ns,name,sub,path", [
     ("pods", "default", "p1", None, "/api/v1/namespaces/default/pods/p1"),

@@ -9,8 +9,6 @@ import pytest
 
 from cdriver.kube.resource_versions import choose_version, from_served, served_versions, to_served
 
-pytestmark = pytest.mark.unit
-
 SLICE_V1 = {
     "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "n1-slice"},
     "spec": {"driver": "compute-domain.nvidia.com", "nodeName": "n1",

@@ -6,11 +6,7 @@ import threading
 import time
 from collections import Counter
 
-import pytest
-
 from cdriver.kube.workqueue import RequeueAfter, WorkQueue
-
-pytestmark = pytest.mark.unit
 
 
 def run_queue(handler, **kwargs) -> WorkQueue:

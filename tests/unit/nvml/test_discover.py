@@ -28,8 +28,6 @@ from cdriver.nvml.discover import (
 from cdriver.sim.gpu.driver_root import create_driver_root
 from cdriver.sim.gpu.topology import demo_topology_path
 
-pytestmark = pytest.mark.unit
-
 UUID_AB = "00000000-0000-0000-0000-0000000000ab"
 UUID_CD = "00000000-0000-0000-0000-0000000000cd"
 ZERO = "00000000-0000-0000-0000-000000000000"

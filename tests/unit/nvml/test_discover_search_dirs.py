@@ -10,8 +10,6 @@ import pytest
 from cdriver.nvml.discover import NVML_LIBRARY_NAME, NVML_LIBRARY_SEARCH_DIRS, NvmlError, find_library
 from cdriver.roles.host_check.facts import find_nvml_library
 
-pytestmark = pytest.mark.unit
-
 
 def plugin_finds(root: Path) -> bool:
     try:

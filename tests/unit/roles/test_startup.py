@@ -19,8 +19,6 @@ from cdriver.roles.kubelet_plugin import cli as plugin_cli
 from cdriver.roles.kubelet_plugin import config as plugin_config
 from cdriver.roles.kubelet_plugin.metrics import CountingRawClient, PluginMetrics
 
-pytestmark = pytest.mark.unit
-
 KUBECONFIG = """apiVersion: v1
 kind: Config
 clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443", insecure-skip-tls-verify: true}}]

@@ -16,8 +16,6 @@ from cdriver.sim import cli as sim_cli
 from cdriver.sim.gpu.driver_root import create_driver_root
 from cdriver.sim.gpu.topology import demo_topology_path
 
-pytestmark = pytest.mark.unit
-
 DEMO_UUID = "00000000-0000-0000-0000-0000000000ab"
 
 

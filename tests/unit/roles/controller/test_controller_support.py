@@ -21,9 +21,6 @@ from cdriver.roles.controller.trim import (
     without_managed_fields,
 )
 
-pytestmark = pytest.mark.unit
-
-
 # --- settings / flags ------------------------------------------------------------------------
 
 def test_default_settings_are_valid():

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from cdriver.roles.controller.deletion import (
     ROLE_DAEMON_SET,
     ROLE_DAEMON_TEMPLATE,
@@ -16,8 +14,6 @@ from cdriver.roles.controller.deletion import (
     plan_deletion,
     workloads_in_use,
 )
-
-pytestmark = pytest.mark.unit
 
 
 def obj(role: str, terminating: bool = False, finalizer: bool = True) -> Generated:

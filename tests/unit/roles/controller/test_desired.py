@@ -14,8 +14,6 @@ from cdriver.roles.controller.reconciler import parse_domain
 from cdriver.roles.controller.settings import ControllerSettings
 from cdriver.roles.imex_daemon.cli import CHECK_TIMEOUT
 
-pytestmark = pytest.mark.unit
-
 UID = "6a1b2c3d-0000-4000-8000-00000000abcd"
 
 

@@ -13,8 +13,6 @@ from cdriver.roles.controller.metrics import ControllerMetrics
 from cdriver.roles.controller.reconciler import EVENT_INVALID, Caches, Reconciler, parse_domain
 from cdriver.roles.controller.settings import ControllerSettings
 
-pytestmark = pytest.mark.unit
-
 
 class OneDomain:
     """The domains cache holding one object."""

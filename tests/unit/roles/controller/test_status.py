@@ -24,8 +24,6 @@ from cdriver.roles.controller.status import (
     without_fields,
 )
 
-pytestmark = pytest.mark.unit
-
 UID = "u-1"
 NOW = "2030-01-01T00:00:00Z"
 

@@ -19,8 +19,6 @@ from cdriver.roles.host_check.facts import (
     parse_channel_major,
 )
 
-pytestmark = pytest.mark.unit
-
 SOCKET = "/drv/etc/nvidia-imex/imex_ctrl.sock"
 
 

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
 from cdriver.roles.host_check.facts import counts_as_host_service, is_under
-
-pytestmark = pytest.mark.unit
 
 HOST_CONFIG = "/etc/nvidia-imex/config.cfg"
 

@@ -22,8 +22,6 @@ from cdriver.api.constants import (
 from cdriver.roles.imex_daemon.cli import ENV_IMEXD_DIR, IMEX_CHECK_NOOP_MESSAGE
 from cdriver.roles.imex_daemon.inputs import IMEXD_STATE_NAME
 
-pytestmark = pytest.mark.unit
-
 
 def fake_ctl(tmp_path: Path, output: str, code: int = 0) -> Path:
     """An nvidia-imex-ctl that records its arguments and prints `output`."""

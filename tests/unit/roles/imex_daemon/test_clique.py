@@ -7,8 +7,6 @@ import pytest
 from cdriver.api import constants
 from cdriver.roles.imex_daemon import clique as cl
 
-pytestmark = pytest.mark.unit
-
 CQ = "00000000-0000-0000-0000-0000000000ab.0"
 
 

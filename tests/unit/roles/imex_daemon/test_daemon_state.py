@@ -18,8 +18,6 @@ from cdriver.roles.imex_daemon.daemon_state import (
     next_actions,
 )
 
-pytestmark = pytest.mark.unit
-
 
 def test_membership_events_go_to_the_store() -> None:
     state = DaemonState()

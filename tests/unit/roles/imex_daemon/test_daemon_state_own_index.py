@@ -3,8 +3,6 @@ start); a change of the peers alone stays a SIGUSR1 reload."""
 
 from __future__ import annotations
 
-import pytest
-
 from cdriver.imex.hosts import dns_name
 from cdriver.roles.imex_daemon.daemon_state import (
     Action,
@@ -15,8 +13,6 @@ from cdriver.roles.imex_daemon.daemon_state import (
     next_actions,
 )
 from cdriver.roles.imex_daemon.dnsnames import dns_mapping, own_index
-
-pytestmark = pytest.mark.unit
 
 PID = 41
 

@@ -4,12 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from cdriver.imex.hosts import HOSTS_BLOCK_HEADER
 from cdriver.roles.imex_daemon import dnsnames
-
-pytestmark = pytest.mark.unit
 
 CQ = "uuid.0"
 

@@ -8,8 +8,6 @@ from cdriver.api import constants
 from cdriver.roles.imex_daemon import clique as cl
 from cdriver.roles.imex_daemon import domain_status
 
-pytestmark = pytest.mark.unit
-
 CQ = "uuid.0"
 
 

@@ -6,11 +6,7 @@ import os
 import socket
 from pathlib import Path
 
-import pytest
-
 from cdriver.roles.imex_daemon import failures
-
-pytestmark = pytest.mark.unit
 
 
 def test_imex_ports_follow_the_config() -> None:

@@ -9,8 +9,6 @@ import pytest
 from cdriver.imex.hosts import HOSTS_FILE
 from cdriver.roles.imex_daemon.inputs import InputError, RawInputs, parse_check_settings, parse_settings
 
-pytestmark = pytest.mark.unit
-
 GOOD = dict(
     clique_id="00000000-0000-0000-0000-0000000000ab.0",
     cd_uid="3f2a5c1e-0000-4000-8000-000000000001",

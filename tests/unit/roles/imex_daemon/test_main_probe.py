@@ -5,11 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 
-import pytest
-
 from cdriver.roles.imex_daemon.main import ImexReadyProbe, port_accepts
-
-pytestmark = pytest.mark.unit
 
 
 def test_probe_waits_for_the_port_then_reports_each_child_once() -> None:

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 from cdriver.api import constants
 from cdriver.roles.imex_daemon import readiness
-
-pytestmark = pytest.mark.unit
 
 
 def pod(phase: str = "Running", ready: str | None = "True", deleting: bool = False) -> dict:

@@ -6,8 +6,6 @@ import os
 import stat
 from pathlib import Path
 
-import pytest
-
 from cdriver.api import constants
 from cdriver.cdi.reader import CDIRegistry
 from cdriver.cdi.writer import claim_spec_name, write_spec
@@ -15,8 +13,6 @@ from cdriver.imex.config import IMEX_CTL_BINARY, IMEX_DAEMON_BINARY
 from cdriver.nvml.discover import FABRIC_MGMT_CAP_PATH
 from cdriver.roles.kubelet_plugin import cdi_edits
 from cdriver.roles.kubelet_plugin.discovery import base_device_nodes, fabric_mgmt_device, restrictive_mode
-
-pytestmark = pytest.mark.unit
 
 UID = "4f3c1a2b-0000-1111-2222-333344445555"
 

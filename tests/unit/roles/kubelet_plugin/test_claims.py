@@ -11,8 +11,6 @@ from cdriver.roles.kubelet_plugin import claims
 from cdriver.roles.kubelet_plugin.claims import HeldDevice
 from cdriver.roles.kubelet_plugin.devices import parse_device, published_devices, slice_device
 
-pytestmark = pytest.mark.unit
-
 NODE = "node-a"
 CD_UID = "0d5f8a3e-1111-2222-3333-444455556666"
 

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 from cdriver.checkpoint import ClaimRecord, ClaimState
 from cdriver.roles.kubelet_plugin.cleanup import stale_domain_dirs
-
-pytestmark = pytest.mark.unit
 
 
 def test_stale_domain_dirs():

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from tests.unit.roles.kubelet_plugin.fixtures import plugin_state
-
-pytestmark = pytest.mark.unit
 
 
 class RecordingLabeler:

@@ -14,8 +14,6 @@ from cdriver.roles.kubelet_plugin.driver import ComputeDomainDriver
 from cdriver.roles.kubelet_plugin.errors import permanent, retryable, strict_decoding
 from cdriver.roles.kubelet_plugin.metrics import PluginMetrics
 
-pytestmark = pytest.mark.unit
-
 REF = ClaimRef(namespace="team-a", name="wl-claim", uid="claim-uid-1")
 CD_UID = "0d5f8a3e-1111-2222-3333-444455556666"
 

@@ -17,8 +17,6 @@ from cdriver.roles.kubelet_plugin.cli import build_config
 from cdriver.roles.kubelet_plugin.discovery import DiscoveryError, check_driver_version
 from cdriver.roles.kubelet_plugin.host_imex import check_host_imex, host_socket
 
-pytestmark = pytest.mark.unit
-
 SOCK = DEFAULT_HOST_IMEX_SOCKET
 
 

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
-pytestmark = pytest.mark.unit
-
 
 def test_periodic_task_runs_on_wake_and_after_the_delay_it_returns():
     import threading

@@ -4,16 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from cdriver.cdi.model import ContainerEdits, DeviceNode
 from cdriver.cdi.writer import claim_spec_name, list_specs, write_spec
 from cdriver.checkpoint import ClaimRecord, ClaimState
 from cdriver.roles.kubelet_plugin import cdi_edits
 from cdriver.roles.kubelet_plugin.prepare import remove_orphan_specs
 from tests.unit.roles.kubelet_plugin.fixtures import plugin_state
-
-pytestmark = pytest.mark.unit
 
 
 def test_orphan_claim_specs_are_removed_and_owned_ones_kept(tmp_path: Path):

@@ -17,8 +17,6 @@ from cdriver.roles.kubelet_plugin.metrics import PluginMetrics
 from cdriver.roles.kubelet_plugin.prepare import Preparer
 from cdriver.roles.kubelet_plugin.state import BackgroundEvents, PluginState
 
-pytestmark = pytest.mark.unit
-
 NODE, CLIQUE, DOMAIN = "node-a", "cluster.1", "cd-uid"
 
 

@@ -5,11 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
-
 from cdriver.roles.kubelet_plugin.readiness import ChangeNotifier, node_readiness
-
-pytestmark = pytest.mark.unit
 
 NODE = "node-a"
 UID = "cd-uid"

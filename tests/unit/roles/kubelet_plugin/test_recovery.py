@@ -4,13 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from cdriver.api import constants
 from cdriver.checkpoint import ClaimState
 from cdriver.roles.kubelet_plugin.recovery import Rebuilt, rebuild, recovery_message, spec_claim_uids
-
-pytestmark = pytest.mark.unit
 
 NODE = "node-a"
 

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
 from cdriver.api import constants
 from cdriver.roles.kubelet_plugin.devices import published_devices
 from cdriver.roles.kubelet_plugin.resourceslice import desired_spec, owner_reference, plan_sync
-
-pytestmark = pytest.mark.unit
 
 NODE, UID = "node-a", "node-uid-1"
 DEVICES = published_devices(host_managed=False)

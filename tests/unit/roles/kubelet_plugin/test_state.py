@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
-
 from cdriver.checkpoint import ClaimRecord, ClaimState
 from cdriver.dra.node_service import PreparedDevice
 from cdriver.roles.kubelet_plugin.claims import AllocatedDevice, ClaimPlan
 from cdriver.roles.kubelet_plugin.devices import DeviceRef
 from cdriver.roles.kubelet_plugin.prepare import record_devices
 from cdriver.roles.kubelet_plugin.state import held_devices
-
-pytestmark = pytest.mark.unit
 
 
 def plan(uid: str, device: str = "channel-0") -> ClaimPlan:

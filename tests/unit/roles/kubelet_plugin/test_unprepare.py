@@ -4,12 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from cdriver.checkpoint import ClaimRecord, ClaimState
 from tests.unit.roles.kubelet_plugin.fixtures import plugin_state
-
-pytestmark = pytest.mark.unit
 
 
 def test_unprepare_of_an_unfinished_prepare_leaves_an_aborted_entry(tmp_path: Path):

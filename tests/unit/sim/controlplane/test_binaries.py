@@ -10,8 +10,6 @@ import pytest
 from cdriver.sim.controlplane import binaries
 from cdriver.sim.controlplane.binaries import BinariesError
 
-pytestmark = pytest.mark.unit
-
 
 def _fake_bins(directory: Path, names: tuple[str, ...]) -> Path:
     directory.mkdir(parents=True, exist_ok=True)

@@ -5,12 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
 from cdriver.sim.controlplane.cli import command
-
-pytestmark = pytest.mark.unit
 
 
 def invoke(*args: str) -> object:

@@ -9,8 +9,6 @@ import pytest
 
 from cdriver.sim.controlplane import cluster, pki
 
-pytestmark = pytest.mark.unit
-
 PORTS = cluster.Ports(etcd_client=2379, etcd_peer=2380, apiserver=6443, controller_manager=10257,
                       scheduler=10259)
 

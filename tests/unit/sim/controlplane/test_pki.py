@@ -15,8 +15,6 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from cdriver.sim.controlplane import pki
 
-pytestmark = pytest.mark.unit
-
 
 def _cert(path: Path) -> x509.Certificate:
     return x509.load_pem_x509_certificate(path.read_bytes())

@@ -11,8 +11,6 @@ import pytest
 from cdriver.nvml.discover import parse_device_major
 from cdriver.sim.gpu import devices
 
-pytestmark = pytest.mark.unit
-
 SOURCE = """Character devices:
   1 mem
  10 misc

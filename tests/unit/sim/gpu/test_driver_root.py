@@ -25,8 +25,6 @@ from cdriver.sim.gpu import nvml_build
 from cdriver.sim.gpu.driver_root import DriverRoot, DriverRootError, create_driver_root, rerender_driver_root
 from cdriver.sim.gpu.topology import TopologyError, demo_topology_path, load_topology
 
-pytestmark = pytest.mark.unit
-
 DEMO_UUID = "00000000-0000-0000-0000-0000000000ab"
 REBIND_UUID = "00000000-0000-0000-0000-0000000000ff"
 DEMO_NODES = {"worker-1": 0, "worker-2": 0, "worker-3": 1, "worker-4": 1}

@@ -22,8 +22,6 @@ from cdriver.sim.gpu import nvml_build
 from cdriver.sim.gpu.driver_root import DriverRoot, create_driver_root
 from cdriver.sim.gpu.topology import demo_topology_path
 
-pytestmark = pytest.mark.unit
-
 DEMO_UUID = "00000000-0000-0000-0000-0000000000ab"
 V2_TAG = 0x02000024
 V3_TAG = 0x03000028

@@ -16,8 +16,6 @@ from cdriver.sim.gpu.profiles import (
     health_summary,
 )
 
-pytestmark = pytest.mark.unit
-
 
 def test_gb200_profile() -> None:
     p = get_profile("gb200")

@@ -21,8 +21,6 @@ from cdriver.sim.gpu.topology import (
     parse_topology,
 )
 
-pytestmark = pytest.mark.unit
-
 DEMO_UUID = "00000000-0000-0000-0000-0000000000ab"
 
 

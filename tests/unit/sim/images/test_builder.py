@@ -12,8 +12,6 @@ import pytest
 from cdriver.sim.images import builder
 from cdriver.sim.images.refs import ImageBuildError, image_ref
 
-pytestmark = pytest.mark.unit
-
 ROOT = Path(__file__).resolve().parents[4]
 
 

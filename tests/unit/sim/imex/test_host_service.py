@@ -19,8 +19,6 @@ from cdriver.sim.imex.host_service import (
     render_host_config,
 )
 
-pytestmark = pytest.mark.unit
-
 
 def test_layout_sits_below_the_driver_root(tmp_path: Path) -> None:
     paths = HostImexPaths.for_root(tmp_path)

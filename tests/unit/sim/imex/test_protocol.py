@@ -18,8 +18,6 @@ from cdriver.sim.imex.protocol import (
     IMEX_NO_GPU_VERSION,
 )
 
-pytestmark = pytest.mark.unit
-
 HOSTS = "127.0.0.1 localhost\n10.0.0.1\tcompute-domain-daemon-0000\n10.0.0.2\tCompute-Domain-Daemon-0001\n"
 
 

@@ -7,8 +7,6 @@ import pytest
 from cdriver.sim.node import addresses
 from cdriver.sim.node.addresses import AddressError, lease_block, try_lease
 
-pytestmark = pytest.mark.unit
-
 
 def test_blocks_are_tried_from_127_0_1_and_never_127_0_0() -> None:
     blocks = addresses.candidate_blocks()

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
 from click.testing import CliRunner
 
 from cdriver.cli import cli
 from cdriver.sim.node import cli as node_cli
-
-pytestmark = pytest.mark.unit
 
 
 def test_node_group_lists_run_and_up() -> None:

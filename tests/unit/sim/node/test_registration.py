@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-import pytest
-
 from cdriver.sim.node import registration as nodes
-
-pytestmark = pytest.mark.unit
 
 NOW = dt.datetime(2026, 5, 4, 3, 2, 1, 123456, tzinfo=dt.UTC)
 

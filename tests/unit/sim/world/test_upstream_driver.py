@@ -10,8 +10,6 @@ from cdriver.sim.node.simulated.images import ImageContent, find_image, image_re
 from cdriver.sim.world import upstream_driver
 from cdriver.sim.world.upstream_driver import PEER_IMAGE_REPOSITORY, PeerBuild, PeerError
 
-pytestmark = pytest.mark.unit
-
 
 def _fake_build(root: Path) -> Path:
     (root / "bin").mkdir(parents=True)

@@ -9,8 +9,6 @@ import pytest
 from cdriver.errors import CdriverError
 from cdriver.sim.world.world import SimWorld, WorldError, WorldSettings
 
-pytestmark = pytest.mark.unit
-
 
 class FailingWorld(SimWorld):
     """Gets as far as writing cluster and node files, then a step fails."""

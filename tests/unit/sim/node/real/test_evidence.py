@@ -8,8 +8,6 @@ import pytest
 
 from cdriver.sim.node.real import evidence
 
-pytestmark = pytest.mark.unit
-
 STARTED = datetime(2026, 12, 2, 13, 36, 52, 497000, tzinfo=UTC).timestamp()
 
 METRICS = """# HELP kubelet_pod_worker_duration_seconds Duration in seconds to sync a single pod.

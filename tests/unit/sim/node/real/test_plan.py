@@ -11,8 +11,6 @@ import pytest
 
 from cdriver.sim.node.real import plan
 
-pytestmark = pytest.mark.unit
-
 
 def nodes(count: int, tag: str = "abc123") -> list[plan.NodePlan]:
     return [plan.NodePlan(f"n{i}", i, Path(f"/tmp/w/nodes/n{i}"), tag) for i in range(1, count + 1)]

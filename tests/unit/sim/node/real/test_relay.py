@@ -12,8 +12,6 @@ import pytest
 
 from cdriver.sim.node.real.relay import ConnectProxy
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.fixture
 def proxy(tmp_path: Path) -> Iterator[ConnectProxy]:

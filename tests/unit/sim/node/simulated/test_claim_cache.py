@@ -11,8 +11,6 @@ from cdriver.dra.node_service import ClaimRef, PreparedDevice
 from cdriver.errors import CdriverError
 from cdriver.sim.node.simulated.claim_cache import ClaimCache, ClaimCacheError
 
-pytestmark = pytest.mark.unit
-
 REF = ClaimRef("ns", "shared", "uid-1")
 
 

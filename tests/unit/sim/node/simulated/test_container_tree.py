@@ -6,8 +6,6 @@ import pytest
 
 from cdriver.sim.node.simulated.container_tree import COMMAND_NS_PID, innermost_pid
 
-pytestmark = pytest.mark.unit
-
 STATUS = "Name:\tsleep\nTgid:\t4242\nPid:\t4242\nPPid:\t4241\nNSpid:\t{}\nNSpgid:\t4240\t1\n"
 
 

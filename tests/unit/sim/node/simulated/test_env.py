@@ -18,8 +18,6 @@ from cdriver.sim.node.simulated.env import (
     resource_value,
 )
 
-pytestmark = pytest.mark.unit
-
 POD: dict[str, Any] = {
     "metadata": {"name": "web-1", "namespace": "team", "uid": "u-1", "labels": {"app": "web", "tier": "a"},
                  "annotations": {"note": 'say "hi"'}},

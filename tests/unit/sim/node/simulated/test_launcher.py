@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
 from cdriver.sim.node.simulated.launcher import layer_mounts, unescape_mount_path
-
-pytestmark = pytest.mark.unit
 
 MOUNTINFO = """\
 22 27 0:21 / /proc rw,relatime - proc proc rw

@@ -8,8 +8,6 @@ import pytest
 
 from cdriver.sim.node.simulated.layout import LayoutError, NodeLayout, normalize_node_path
 
-pytestmark = pytest.mark.unit
-
 
 def test_kubelet_and_cdi_dirs_live_below_the_root(tmp_path: Path) -> None:
     lay = NodeLayout.at(tmp_path / "n1").ensure()

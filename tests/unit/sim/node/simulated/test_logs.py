@@ -5,11 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
-
 from cdriver.sim.node.simulated import logs
-
-pytestmark = pytest.mark.unit
 
 
 def test_split_output_keeps_fragments_and_cuts_long_lines() -> None:

@@ -18,8 +18,6 @@ from cdriver.dra.gen.pluginregistration.v1 import api_pb2
 from cdriver.sim.node.simulated import plugins
 from cdriver.sim.node.simulated.layout import NodeLayout
 
-pytestmark = pytest.mark.unit
-
 
 class SlowInfo(registration.RegistrationServicer):
     """Answers GetInfo after `delay` seconds (a busy plugin)."""

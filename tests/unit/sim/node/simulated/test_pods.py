@@ -8,8 +8,6 @@ import pytest
 
 from cdriver.sim.node.simulated import claims, pods, runtime
 
-pytestmark = pytest.mark.unit
-
 
 def test_crash_loop_backoff_starts_immediately_then_doubles_up_to_the_cap() -> None:
     assert [pods.backoff_delay(n, 10, 300) for n in range(7)] == [0, 10, 20, 40, 80, 160, 300]

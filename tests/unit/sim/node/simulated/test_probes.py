@@ -11,8 +11,6 @@ import pytest
 
 from cdriver.sim.node.simulated import probes
 
-pytestmark = pytest.mark.unit
-
 
 def test_tracker_honours_success_and_failure_thresholds() -> None:
     tracker = probes.ProbeTracker(probes.ProbeSettings(success_threshold=2, failure_threshold=3), initial=False)

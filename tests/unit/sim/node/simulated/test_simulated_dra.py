@@ -23,8 +23,6 @@ from cdriver.sim.node.simulated.cdi_apply import (
 from cdriver.sim.node.simulated.container import DeviceSpec
 from cdriver.sim.node.simulated.layout import NodeLayout
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize(("versions", "chosen"), [
     (["v1.DRAPlugin", "v1beta1.DRAPlugin"], "v1.DRAPlugin"),

@@ -14,8 +14,6 @@ from cdriver.sim.node.simulated.status import (
     pod_status,
 )
 
-pytestmark = pytest.mark.unit
-
 
 def running(name: str = "main", ready: bool = True) -> ContainerRecord:
     r = ContainerRecord(name)

@@ -12,8 +12,6 @@ import pytest
 from cdriver.sim.node.simulated import volumes as vol
 from cdriver.sim.node.simulated.layout import NodeLayout
 
-pytestmark = pytest.mark.unit
-
 POD: dict[str, Any] = {
     "metadata": {"name": "p", "namespace": "ns", "uid": "uid-1", "labels": {"a": "b"}},
     "spec": {"nodeName": "n1", "serviceAccountName": "sa",

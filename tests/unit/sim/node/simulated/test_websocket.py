@@ -12,8 +12,6 @@ from cdriver.sim.node.simulated import kubelet_server as ks
 from cdriver.sim.node.simulated import logs
 from cdriver.sim.node.simulated import websocket as ws
 
-pytestmark = pytest.mark.unit
-
 
 def test_accept_key_matches_rfc_6455_example() -> None:
     assert ws.accept_key("dGhlIHNhbXBsZSBub25jZQ==") == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
