@@ -29,16 +29,22 @@ import sys
 import tarfile
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock, Timeout
 
 import cdriver
-from cdriver.sim.images.refs import IMAGE_NAMES, PAUSE_VERSION, WORKLOAD_VERSION, ImageBuildError, image_ref
+from cdriver.sim.images.refs import (
+    IMAGE_NAMES,
+    PAUSE_VERSION,
+    WORKLOAD_VERSION,
+    ImageArchive,
+    ImageBuildError,
+    image_ref,
+)
 from cdriver_build import containerfile, oci
 
-__all__ = ["IMAGE_NAMES", "PAUSE_VERSION", "WORKLOAD_VERSION", "BuiltImage", "ImageBuildError", "ensure_bundle",
+__all__ = ["IMAGE_NAMES", "PAUSE_VERSION", "WORKLOAD_VERSION", "ImageArchive", "ImageBuildError", "ensure_bundle",
            "ensure_images", "image_ref", "install_bundle"]
 
 WORKLOAD_SUITE = "bookworm"
@@ -72,19 +78,6 @@ SLIM_DPKG_OPTIONS = (
     "path-exclude=/usr/share/locale/*",
     "path-include=/usr/share/locale/locale.alias",
 )
-
-
-@dataclass(frozen=True)
-class BuiltImage:
-    """A finished image archive."""
-
-    name: str
-    ref: str
-    archive: Path
-
-    def lines(self) -> list[str]:
-        """What `cdriver sim images` prints for it: ``<name>=<path>`` and ``<name>-ref=<ref>``."""
-        return [f"{self.name}={self.archive}", f"{self.name}-ref={self.ref}"]
 
 
 def cache_root() -> Path:
@@ -330,7 +323,7 @@ def app_entries(recipe: containerfile.Recipe, root: Path, dist: Path) -> list[oc
     return entries
 
 
-def build_driver(log: Callable[[str], None]) -> BuiltImage:
+def build_driver(log: Callable[[str], None]) -> ImageArchive:
     root = source_root()
     recipe = containerfile.load(root / "Containerfile")
     ref = image_ref("cdriver")
@@ -349,10 +342,10 @@ def build_driver(log: Callable[[str], None]) -> BuiltImage:
         (tmp / "app-layer.tar").unlink()
 
     out = cached(cache_root() / f"images-cdriver-{key}", build, log)
-    return BuiltImage("cdriver", ref, out / "cdriver.tar")
+    return ImageArchive("cdriver", ref, out / "cdriver.tar")
 
 
-def build_pause(log: Callable[[str], None]) -> BuiltImage:
+def build_pause(log: Callable[[str], None]) -> ImageArchive:
     root = source_root()
     source = root / "packaging" / "pause" / "pause.c"
     cc = os.environ.get("CC", "gcc")
@@ -370,7 +363,7 @@ def build_pause(log: Callable[[str], None]) -> BuiltImage:
         (tmp / "layer.tar").unlink()
 
     out = cached(cache_root() / f"images-pause-{key}", build, log)
-    return BuiltImage("pause", ref, out / "pause.tar")
+    return ImageArchive("pause", ref, out / "pause.tar")
 
 
 PASSWD = b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n"
@@ -391,7 +384,7 @@ def busybox_entries(busybox: Path, applets: list[str]) -> list[oci.Entry]:
     return entries
 
 
-def build_workload(log: Callable[[str], None]) -> BuiltImage:
+def build_workload(log: Callable[[str], None]) -> ImageArchive:
     ref = image_ref("workload")
     key = input_hash([BUILDER_REVISION, ref, WORKLOAD_SUITE, WORKLOAD_PACKAGE], _builder_files())
 
@@ -412,10 +405,10 @@ def build_workload(log: Callable[[str], None]) -> BuiltImage:
         shutil.rmtree(tmp / "pkg")
 
     out = cached(cache_root() / f"images-workload-{key}", build, log)
-    return BuiltImage("workload", ref, out / "workload.tar")
+    return ImageArchive("workload", ref, out / "workload.tar")
 
 
-BUILDERS: dict[str, Callable[[Callable[[str], None]], BuiltImage]] = {
+BUILDERS: dict[str, Callable[[Callable[[str], None]], ImageArchive]] = {
     "cdriver": build_driver,
     "pause": build_pause,
     "workload": build_workload,
@@ -423,8 +416,8 @@ BUILDERS: dict[str, Callable[[Callable[[str], None]], BuiltImage]] = {
 
 
 def ensure_images(names: Iterable[str] = IMAGE_NAMES,
-                  log: Callable[[str], None] | None = None) -> dict[str, BuiltImage]:
-    """Build (or find cached) the named images; {name: BuiltImage}. ImageBuildError on failure."""
+                  log: Callable[[str], None] | None = None) -> dict[str, ImageArchive]:
+    """Build (or find cached) the named images; {name: ImageArchive}. ImageBuildError on failure."""
     say = log or (lambda msg: print(f"[images] {msg}", file=sys.stderr))
     wanted = list(dict.fromkeys(names))
     unknown = [n for n in wanted if n not in BUILDERS]

@@ -25,7 +25,7 @@ from cdriver.imex import config as imex_config
 from cdriver.imex.config import IMEX_CTL_BINARY, IMEX_DAEMON_BINARY
 from cdriver.sim import cli as sim_cli
 from cdriver_build import oci
-from cdriver_build.build import BuiltImage, ensure_images, image_ref
+from cdriver_build.build import ImageArchive, ensure_images, image_ref
 from cdriver_build.bundle import left_out
 from tests.support.imex_timing import fast_imex_env
 
@@ -36,12 +36,12 @@ FAST_IMEX = fast_imex_env(peer_timeout=2)
 
 
 @pytest.fixture(scope="module")
-def images() -> dict[str, BuiltImage]:
+def images() -> dict[str, ImageArchive]:
     return ensure_images()
 
 
 @pytest.fixture(scope="module")
-def rootfs(images: dict[str, BuiltImage], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+def rootfs(images: dict[str, ImageArchive], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
     roots = {}
     for name, image in images.items():
         roots[name] = tmp_path_factory.mktemp(f"rootfs-{name}")
@@ -76,7 +76,7 @@ def command_paths(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tupl
     return paths
 
 
-def test_archives_are_valid_images_under_local_refs(images: dict[str, BuiltImage]) -> None:
+def test_archives_are_valid_images_under_local_refs(images: dict[str, ImageArchive]) -> None:
     assert set(images) == {"cdriver", "pause", "workload"}
     for name, image in images.items():
         assert image.ref == image_ref(name)
@@ -90,7 +90,7 @@ def test_archives_are_valid_images_under_local_refs(images: dict[str, BuiltImage
     assert oci.read_archive(images["pause"].archive).config["config"]["Entrypoint"] == ["/pause"]
 
 
-def test_a_second_build_reuses_the_cache(images: dict[str, BuiltImage]) -> None:
+def test_a_second_build_reuses_the_cache(images: dict[str, ImageArchive]) -> None:
     again = ensure_images(log=lambda msg: pytest.fail(f"nothing should be rebuilt, but: {msg}"))
     assert {n: i.archive for n, i in again.items()} == {n: i.archive for n, i in images.items()}
     for image in images.values():

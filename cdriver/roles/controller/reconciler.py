@@ -536,32 +536,28 @@ class Reconciler:
         if self.settings.host_managed:
             return []
         namespace = meta_of(cd_obj).get("namespace")
-        try:
-            claims = self.raw.list(CLAIMS, namespace=namespace)["items"]
-        except ApiError as exc:
-            if not exc.forbidden:
-                raise
-            log.warning("%s: cannot list ResourceClaims (%s): deleting without waiting for workload pods; "
-                        "grant the controller get/list on resourceclaims (the chart does)",
-                        object_key(cd_obj), exc)
+        claims = self._list_or_none(CLAIMS, namespace, cd_obj, "deleting without waiting for workload pods; "
+                                    "grant the controller get/list on resourceclaims (the chart does)")
+        if claims is None:
             return []
         reserved = deletion.workloads_in_use(claims, uid_of(cd_obj))
         if not reserved:
             return []
-        return deletion.workloads_in_use(claims, uid_of(cd_obj), self._pods_by_uid(cd_obj, namespace))
+        # tell pods that hold a channel from pods that never got one (unknown: every reserved pod counts)
+        pods = self._list_or_none(PODS, namespace, cd_obj, "the deletion waits for every pod its claims are "
+                                  "reserved for; grant the controller list on pods (the chart does)")
+        return deletion.workloads_in_use(claims, uid_of(cd_obj), None if pods is None else {uid_of(p): p for p in pods})
 
-    def _pods_by_uid(self, cd_obj: dict, namespace: str | None) -> dict[str, dict] | None:
-        """The namespace's pods by UID (to tell pods that hold a channel from pods that never
-        got one); None where they cannot be read (then every reserved pod counts)."""
+    def _list_or_none(self, res: Resource, namespace: str | None, cd_obj: dict, consequence: str) -> list[dict] | None:
+        """The namespace's objects of `res`; None (with a warning saying `consequence`) where
+        the controller may not list them."""
         try:
-            pods = self.raw.list(PODS, namespace=namespace)["items"]
+            return self.raw.list(res, namespace=namespace)["items"]
         except ApiError as exc:
             if not exc.forbidden:
                 raise
-            log.warning("%s: cannot list pods (%s): the deletion waits for every pod its claims are reserved "
-                        "for; grant the controller list on pods (the chart does)", object_key(cd_obj), exc)
+            log.warning("%s: cannot list %s (%s): %s", object_key(cd_obj), res.plural, exc, consequence)
             return None
-        return {uid_of(p): p for p in pods}
 
     def _announce_kept(self, cd_obj: dict, in_use: list[deletion.WorkloadUse]) -> None:
         """Status and Events (once per pod) of a deletion that waits for workloads."""

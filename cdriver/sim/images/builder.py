@@ -11,27 +11,13 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
-from cdriver.sim.images.refs import IMAGE_NAMES, ImageBuildError
+from cdriver.sim.images.refs import IMAGE_NAMES, ImageArchive, ImageBuildError
 
 BUILDER_MODULE = "cdriver_build.images"
 #: lines of the builder's stderr an error message carries
 ERROR_TAIL_LINES = 30
-
-
-@dataclass(frozen=True)
-class ImageArchive:
-    """A finished image archive: its name, the reference it is imported under, the archive."""
-
-    name: str
-    ref: str
-    archive: Path
-
-    def lines(self) -> list[str]:
-        """``<name>=<path>`` and ``<name>-ref=<ref>``, as the builder prints them."""
-        return [f"{self.name}={self.archive}", f"{self.name}-ref={self.ref}"]
 
 
 def checkout_root() -> Path:

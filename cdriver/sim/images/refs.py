@@ -6,6 +6,9 @@ and real nodes refer to them without building anything.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
 import cdriver
 from cdriver.errors import CdriverError
 
@@ -17,6 +20,19 @@ WORKLOAD_VERSION = "1.0"
 
 class ImageBuildError(CdriverError):
     """An image could not be built (or is not one of the local cluster's images)."""
+
+
+@dataclass(frozen=True)
+class ImageArchive:
+    """A finished image archive: its name, the reference it is imported under, the archive."""
+
+    name: str
+    ref: str
+    archive: Path
+
+    def lines(self) -> list[str]:
+        """``<name>=<path>`` and ``<name>-ref=<ref>``: what the builder and `cdriver sim images` print."""
+        return [f"{self.name}={self.archive}", f"{self.name}-ref={self.ref}"]
 
 
 def image_ref(name: str) -> str:

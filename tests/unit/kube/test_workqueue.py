@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 
 from cdriver.kube.workqueue import RequeueAfter, WorkQueue
@@ -93,14 +92,18 @@ def test_backoff_is_exponential_capped_and_jittered() -> None:
 
 def test_add_after_is_not_run_early_and_runs_when_due() -> None:
     calls: list[str] = []
-    queue = run_queue(calls.append)
+    handled = threading.Event()
+
+    def handle(key: str) -> None:
+        calls.append(key)
+        handled.set()
+
+    queue = run_queue(handle)
     queue.start()
     queue.add_after("later", 3600)
     queue.add("now")
+    assert handled.wait(10)  # "now" runs (a loaded machine may take a while)
     assert not queue.wait_idle(0.3)  # the delayed key keeps the queue busy
-    deadline = time.monotonic() + 10
-    while not calls and time.monotonic() < deadline:  # a loaded machine may take a while for "now"
-        time.sleep(0.01)
     assert calls == ["now"]
     queue.stop()
     queue2 = run_queue(calls.append)
