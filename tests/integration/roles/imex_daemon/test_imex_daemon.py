@@ -24,7 +24,8 @@ from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.imex import config as imex_config
 from cdriver.imex import ctl as imex_ctl
 from cdriver.imex.config import IMEXD_TEMPLATE_NAME
-from cdriver.imex.hosts import HOSTS_BLOCK_HEADER, dns_name
+from cdriver.imex.hosts import HOSTS_BLOCK_HEADER, parse_hosts
+from cdriver.imex.names import UNUSED_SLOT_IP, dns_name
 from cdriver.kube.errors import ApiError
 from cdriver.kube.raw import RawClient
 from cdriver.kube.resources import RESOURCES
@@ -115,16 +116,18 @@ def test_three_daemons_two_cliques_join_name_and_connect(daemons: Harness) -> No
         pod = h.raw.get(PODS, m.pod_name, h.ns)
         assert pod["metadata"]["labels"][constants.LABEL_CLIQUE_ID] == m.clique
 
-    both = {"compute-domain-daemon-0000": a.ip, "compute-domain-daemon-0001": b.ip}
+    both = {dns_name(h.cd_uid, 0): a.ip, dns_name(h.cd_uid, 1): b.ip}
     wait_for("a's hosts block to list a and b", lambda: mapping_in(a.hosts) == both, 20)
     wait_for("b's hosts block to list a and b", lambda: mapping_in(b.hosts) == both, 20)
-    wait_for("x's hosts block", lambda: mapping_in(x.hosts) == {"compute-domain-daemon-0000": x.ip}, 20)
+    wait_for("x's hosts block", lambda: mapping_in(x.hosts) == {dns_name(h.cd_uid, 0): x.ip}, 20)
     for m in (a, b):
         text = m.hosts.read_text()
         assert text.startswith(f"127.0.0.1\tlocalhost\n{m.ip}\t{m.pod_name}\n")
         assert text.count(HOSTS_BLOCK_HEADER) == 1
         names = (m.imexd / "nodes.cfg").read_text().split()
-        assert names == [dns_name(i) for i in range(h.max_nodes)]
+        assert names == [dns_name(h.cd_uid, i) for i in range(h.max_nodes)]
+        # every listed name resolves in the pod: the slots without a daemon to the sentinel
+        assert {name: parse_hosts(text)[name] for name in names[2:]} == dict.fromkeys(names[2:], UNUSED_SLOT_IP)
         cfg = imex_config.parse_config(m.config.read_text())
         assert cfg["IMEX_CMD_BIND_INTERFACE_IP"] == m.ip
         assert cfg["IMEX_NODE_CONFIG_FILE"] == str(m.imexd / "nodes.cfg")
@@ -172,7 +175,7 @@ def test_new_peer_is_signalled_not_restarted_and_leaving_prunes_the_entry(daemon
     pid = h.imex_pid(a)
     h.start(b)
     h.wait_entry(b, index=1)
-    wait_for("a to learn b's name", lambda: mapping_in(a.hosts).get("compute-domain-daemon-0001") == b.ip, 20)
+    wait_for("a to learn b's name", lambda: mapping_in(a.hosts).get(dns_name(h.cd_uid, 1)) == b.ip, 20)
     wait_for(lambda: f"a to signal its nvidia-imex\n{a.log()[-3000:]}",
              lambda: "Sent SIGUSR1" in a.log() and "SIGUSR1: re-read" in a.log(), 20)
     assert h.imex_pid(a) == pid
@@ -184,7 +187,7 @@ def test_new_peer_is_signalled_not_restarted_and_leaving_prunes_the_entry(daemon
     assert "Successfully removed daemon" in b.log()
     assert f"from ComputeDomain {h.cd_namespace}/{h.cd_name}" in b.log()
     assert h.imex_pid(b) is None
-    wait_for("a to forget b's name", lambda: mapping_in(a.hosts) == {"compute-domain-daemon-0000": a.ip}, 20)
+    wait_for("a to forget b's name", lambda: mapping_in(a.hosts) == {dns_name(h.cd_uid, 0): a.ip}, 20)
     assert h.imex_pid(a) == pid
     assert [e["nodeName"] for e in h.entries(CQ0)] == [a.node]
 
@@ -208,7 +211,7 @@ def test_a_new_own_index_restarts_imex_and_says_so(daemons: Harness) -> None:
         return True
 
     wait_for("the clique to give a index 3", reassign, 20)
-    wait_for("a's hosts block to name it by index 3", lambda: mapping_in(a.hosts) == {dns_name(3): a.ip}, 20)
+    wait_for("a's hosts block to name it by index 3", lambda: mapping_in(a.hosts) == {dns_name(h.cd_uid, 3): a.ip}, 20)
     wait_for(lambda: f"a's nvidia-imex to restart\n{a.log()[-3000:]}", lambda: h.imex_pid(a) not in (None, pid), 30)
     (event,) = wait_for("the restart Event", lambda: h.events(a, EVENT_REASON_IMEX_RESTARTED), 20)
     assert event["type"] == "Normal" and "changed from 0 to 3" in event["message"], event
