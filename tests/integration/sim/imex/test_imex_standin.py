@@ -81,7 +81,7 @@ def test_scenario_two_daemons_up_then_degraded(world: StandInWorld) -> None:
     proc_a.send_signal(signal.SIGTERM)
     assert proc_a.wait(10) == 0
     assert "clean shutdown" in world.log(cfg_a)
-    assert f"peer {B_IP} lost" in world.log(cfg_a)
+    assert f"peer node 1 - {B_IP} at {B_IP} lost" in world.log(cfg_a)
 
 
 def test_hung_peer_is_detected_by_missing_heartbeats(world: StandInWorld) -> None:
