@@ -94,12 +94,14 @@ class Harness:
         self._next_ip = random.randint(1, 50)
 
     # -- set-up ------------------------------------------------------------------------
-    def add(self, clique: str, template: str | None = None) -> Member:
+    def add(self, clique: str, template: str | None = None, ip: str | None = None) -> Member:
+        """A daemon pod on a new node; `ip`: its pod IP (default: the next unused one)."""
         suffix = uuid.uuid4().hex[:6]
         node = f"imex-{suffix}"
         self.nodes.append(self._register(self.raw, node, wait=False))
-        self._next_ip += 1
-        ip = f"{self.ip_base}.{self._next_ip}"
+        if ip is None:
+            self._next_ip += 1
+            ip = f"{self.ip_base}.{self._next_ip}"
         pod = {
             "metadata": {"name": f"{constants.daemon_object_name(self.cd_uid)[:40]}-{suffix}",
                          "labels": {constants.LABEL_COMPUTE_DOMAIN: self.cd_uid}},

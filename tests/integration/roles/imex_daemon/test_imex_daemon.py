@@ -144,6 +144,64 @@ def test_three_daemons_two_cliques_join_name_and_connect(daemons: Harness) -> No
         assert h.check(m).stdout == ""
 
 
+def up_with(h: Harness, m: Member, nodes: int) -> bool:
+    """m's stand-in reports the domain UP with `nodes` nodes."""
+    try:
+        doc = h.domain(m)
+    except imex_ctl.ImexCtlError:
+        return False
+    return doc["status"] == IMEX_DOMAIN_UP and len(doc["nodes"]) == nodes
+
+
+def test_a_reused_pod_ip_does_not_let_an_old_domain_disturb_a_new_one(
+        daemons: Harness, raw: RawClient, cluster: Any, namespace: str, imex_bin: Path, ip_base: str,
+        tmp_path: Path) -> None:
+    """Upstream #1447: an old domain's daemon keeps dialling the name of a peer whose pod went;
+    that pod IP now serves a new domain's daemon. Each domain's own names make the new daemon
+    refuse it, so the old domain's shutdown never reaches the new domain's connections."""
+    old = daemons
+    old_0, old_1 = old.add(CQ0), old.add(CQ0)
+    for m in (old_0, old_1):
+        old.start(m)
+        ready_and_reported(old, m)
+    wait_for("the old domain UP", lambda: up_with(old, old_1, 2), 30)
+    old.kill_container(old_0)  # its pod goes; old_1 still has old_0's name at that address
+
+    new = Harness(raw, cluster, namespace, imex_bin, ip_base, tmp_path / "new-domain")
+    try:
+        new._next_ip = old._next_ip + 10
+        new_0, new_1 = new.add(CQ0, ip=old_0.ip), new.add(CQ0)
+        for m in (new_0, new_1):
+            new.start(m)
+            ready_and_reported(new, m)
+        wait_for("the new domain UP", lambda: up_with(new, new_0, 2) and up_with(new, new_1, 2), 30)
+
+        def outcome() -> str | None:
+            """What became of old_1's nvidia-imex dialling its node 0 at the reused address."""
+            if f"refused the connection of {old_1.ip}: its node map" in new_0.log():
+                return "refused"
+            return "joined" if old.domain(old_1)["nodes"]["0"]["status"] == "READY" else None
+
+        seen = wait_for(lambda: f"old_1's nvidia-imex to reach new_0\n{new_0.log()[-3000:]}", outcome, 30)
+        assert seen == "refused", "old_1's nvidia-imex was taken for a node of the new domain (upstream #1447)"
+        assert not set(mapping_in(new_0.hosts)) & set(mapping_in(old_1.hosts))
+        # the old domain goes: its last daemon stops, its nvidia-imex notifies its peers
+        assert old.stop(old_1) == 0
+        assert "clean shutdown" in old_1.log()
+        assert "received notification of shutdown" not in new_0.log() + new_1.log()
+        assert " lost: " not in new_0.log() + new_1.log()
+        assert up_with(new, new_0, 2)
+        assert all_connected(new, new_0)
+    finally:
+        new.cleanup()
+
+
+def all_connected(h: Harness, m: Member) -> bool:
+    """m's stand-in has its connection with the domain's other node."""
+    nodes = h.domain(m)["nodes"]
+    return all(conn["status"] == "CONNECTED" for node in nodes.values() for conn in node["connections"].values())
+
+
 def test_killed_imex_is_restarted_and_readiness_follows(daemons: Harness) -> None:
     h = daemons
     a = h.start(h.add(CQ0))
