@@ -19,7 +19,7 @@ from cdriver.atomic import atomic_write
 from cdriver.checkout import TEMPLATES_DIR
 from cdriver.decoding import TooLarge, read_bounded, short
 from cdriver.errors import CdriverError
-from cdriver.imex.hosts import dns_name
+from cdriver.imex.names import dns_names
 
 IMEX_SERVER_PORT = 50000
 IMEX_CMD_PORT = 50005
@@ -349,14 +349,18 @@ def render_nodes_config(hosts: Iterable[str]) -> str:
     return "".join(lines)
 
 
-def dns_nodes_config(max_nodes: int) -> str:
-    """The static DNS-name nodes config: compute-domain-daemon-0000 .. <max_nodes-1>."""
+def dns_nodes_config(cd_uid: str, max_nodes: int) -> str:
+    """The static DNS-name nodes config of a domain: its names for slots 0 .. max_nodes-1
+    (compute-domain-daemon-<hash of cd_uid>-0000 ...)."""
     if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or not 1 <= max_nodes <= 9999:
         raise ImexConfigError(
             f"{constants.ENV_MAX_NODES}={max_nodes!r}: must be an integer from 1 to 9999 "
             f"(the controller's default is {DEFAULT_MAX_NODES_PER_IMEX_DOMAIN})"
         )
-    return render_nodes_config(dns_name(i) for i in range(max_nodes))
+    if not isinstance(cd_uid, str) or not cd_uid:
+        raise ImexConfigError(f"{constants.ENV_CD_UUID} is empty: the nodes config names are derived from "
+                              "the ComputeDomain's UID; check the daemon claim's CDI edits")
+    return render_nodes_config(dns_names(cd_uid, max_nodes))
 
 
 def parse_nodes_config(text: str) -> list[str]:

@@ -1,8 +1,9 @@
 """The `# Compute Domain Daemon mappings` block of an /etc/hosts file.
 
-In DNS-name mode the nodes config lists fixed names (compute-domain-daemon-NNNN) and this
-block maps the names of the current clique members to their IPs. `render_hosts` is pure and
-idempotent: one block, no accumulating headers, every other line kept as it was.
+In DNS-name mode the nodes config lists the domain's names (`cdriver.imex.names`) and this
+block maps each of them: a current clique member's to its IP, every other slot's to the unused
+slot address. `render_hosts` is pure and idempotent: one block, no accumulating headers, every
+other line kept as it was.
 """
 
 from __future__ import annotations
@@ -13,16 +14,10 @@ import re
 from collections.abc import Mapping
 
 from cdriver.errors import CdriverError
+from cdriver.imex.names import DNS_NAME_PREFIX
 
 HOSTS_FILE = "/etc/hosts"
-DNS_NAME_PREFIX = "compute-domain-daemon-"
 HOSTS_BLOCK_HEADER = "# Compute Domain Daemon mappings"
-
-
-def dns_name(index: int) -> str:
-    """Synthetic peer hostname for clique index N (compute-domain-daemon-0000 ...)."""
-    return f"{DNS_NAME_PREFIX}{index:04d}"
-
 _HOSTNAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
 
 
@@ -31,7 +26,8 @@ class HostsError(CdriverError):
 
 
 def _is_managed_line(line: str) -> bool:
-    """True for the block header and for lines naming a compute-domain-daemon-* host."""
+    """True for the block header and for lines naming a compute-domain-daemon-* host (either
+    driver's names, so a switch leaves no stale line behind)."""
     stripped = line.strip()
     if stripped == HOSTS_BLOCK_HEADER:
         return True

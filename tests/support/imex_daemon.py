@@ -28,7 +28,7 @@ from cdriver.imex import config as imex_config
 from cdriver.imex import ctl as imex_ctl
 from cdriver.imex import hosts as imex_hosts
 from cdriver.imex.config import IMEX_CTL_BINARY, IMEXD_TEMPLATE_NAME
-from cdriver.imex.hosts import DNS_NAME_PREFIX
+from cdriver.imex.names import DNS_NAME_PREFIX, UNUSED_SLOT_IP
 from cdriver.kube.raw import RawClient
 from cdriver.kube.resources import RESOURCES
 from cdriver.roles.imex_daemon.cli import ENV_IMEX_HOSTS_FILE, ENV_IMEXD_DIR
@@ -94,12 +94,14 @@ class Harness:
         self._next_ip = random.randint(1, 50)
 
     # -- set-up ------------------------------------------------------------------------
-    def add(self, clique: str, template: str | None = None) -> Member:
+    def add(self, clique: str, template: str | None = None, ip: str | None = None) -> Member:
+        """A daemon pod on a new node; `ip`: its pod IP (default: the next unused one)."""
         suffix = uuid.uuid4().hex[:6]
         node = f"imex-{suffix}"
         self.nodes.append(self._register(self.raw, node, wait=False))
-        self._next_ip += 1
-        ip = f"{self.ip_base}.{self._next_ip}"
+        if ip is None:
+            self._next_ip += 1
+            ip = f"{self.ip_base}.{self._next_ip}"
         pod = {
             "metadata": {"name": f"{constants.daemon_object_name(self.cd_uid)[:40]}-{suffix}",
                          "labels": {constants.LABEL_COMPUTE_DOMAIN: self.cd_uid}},
@@ -241,9 +243,9 @@ class Harness:
 
 
 def mapping_in(hosts: Path) -> dict[str, str]:
-    """The daemon-name mapping of a hosts file."""
+    """The daemon names of a hosts file that point at a daemon (unused slots left out)."""
     return {name: ip for name, ip in imex_hosts.parse_hosts(hosts.read_text()).items()
-            if name.startswith(DNS_NAME_PREFIX)}
+            if name.startswith(DNS_NAME_PREFIX) and ip != UNUSED_SLOT_IP}
 
 
 def ready_and_reported(h: Harness, m: Member) -> dict:

@@ -1,7 +1,9 @@
 """DNS-name mode: a static peer list of synthetic names, resolved through this container's hosts file.
 
-nodes.cfg always lists compute-domain-daemon-0000 .. <max-1>; which of those names resolve,
-and to which pod IP, is decided by the block this module maintains in the hosts file. A peer
+nodes.cfg always lists the domain's names, compute-domain-daemon-<hash>-0000 .. <max-1>
+(`cdriver.imex.names`: the hash comes from the ComputeDomain's UID, so no two domains share
+names). Which pod IP each name stands for is decided by the block this module maintains in
+the hosts file; a slot without a daemon points at the unused-slot address. A peer
 change therefore needs only a SIGUSR1 to nvidia-imex; a change of this daemon's own index (its
 node ID, read only at start) needs a restart (see `daemon_state`).
 """
@@ -13,19 +15,21 @@ from pathlib import Path
 
 from cdriver.imex import config as imex_config
 from cdriver.imex import hosts as imex_hosts
-from cdriver.imex.hosts import dns_name
+from cdriver.imex import names as imex_names
+from cdriver.imex.names import dns_name
 
 from .clique import KEY_CLIQUE, entry_index, find_entry
 
 log = logging.getLogger(__name__)
 
 
-def static_nodes_config(max_nodes: int) -> str:
+def static_nodes_config(cd_uid: str, max_nodes: int) -> str:
     """nodes.cfg body for DNS-name mode (one name per line)."""
-    return imex_config.dns_nodes_config(max_nodes)
+    return imex_config.dns_nodes_config(cd_uid, max_nodes)
 
 
-def dns_mapping(entries: list[dict], clique_id: str, max_nodes: int) -> tuple[dict[str, str], list[str]]:
+def dns_mapping(entries: list[dict], clique_id: str, cd_uid: str,
+                max_nodes: int) -> tuple[dict[str, str], list[str]]:
     """Map name -> IP for the same-clique entries; also return a problem per unusable entry.
 
     An entry without a valid index (< max) or without an IP cannot be given a name; it is
@@ -46,7 +50,7 @@ def dns_mapping(entries: list[dict], clique_id: str, max_nodes: int) -> tuple[di
         if not ip:
             problems.append(f"entry of node {node} has no ipAddress")
             continue
-        name = dns_name(index)
+        name = dns_name(cd_uid, index)
         if name in mapping and mapping[name] != ip:
             problems.append(f"index {index} is claimed by two entries ({mapping[name]} and {ip} of {node})")
             continue
@@ -54,12 +58,13 @@ def dns_mapping(entries: list[dict], clique_id: str, max_nodes: int) -> tuple[di
     return mapping, problems
 
 
-def own_index(entries: list[dict], node_name: str, mapping: dict[str, str], key: str = KEY_CLIQUE) -> int | None:
+def own_index(entries: list[dict], node_name: str, mapping: dict[str, str], cd_uid: str,
+              key: str = KEY_CLIQUE) -> int | None:
     """This daemon's index as `mapping` names it: its entry's index when that name maps to the
     entry's IP (None: its entry is missing or got no name)."""
     mine = find_entry(entries, node_name, key)
     index = entry_index(mine) if mine is not None else None
-    if mine is None or index is None or mapping.get(dns_name(index)) != mine.get("ipAddress"):
+    if mine is None or index is None or mapping.get(dns_name(cd_uid, index)) != mine.get("ipAddress"):
         return None
     return index
 
@@ -71,10 +76,16 @@ def describe_mapping(mapping: dict[str, str]) -> str:
     return ", ".join(f"{name} -> {mapping[name]}" for name in sorted(mapping))
 
 
-def update_hosts_file(path: Path, mapping: dict[str, str]) -> bool:
-    """Rewrite the daemon block of the hosts file to `mapping` in place; True if it changed.
+def hosts_block(cd_uid: str, max_nodes: int, mapping: dict[str, str]) -> dict[str, str]:
+    """What the hosts block lists: every name of the nodes config, the members' as `mapping`
+    says, the others pointing at the unused-slot address (so no lookup leaves the pod)."""
+    return imex_names.with_unused_slots(imex_names.dns_names(cd_uid, max_nodes), mapping)
+
+
+def update_hosts_file(path: Path, block: dict[str, str]) -> bool:
+    """Rewrite the daemon block of the hosts file to `block` in place; True if it changed.
 
     Lines outside the block are kept; repeated rewrites do not accumulate headers or blank
     lines. In place, because a container's /etc/hosts is a bind mount a rename cannot replace.
     """
-    return imex_hosts.rewrite_hosts_file(path, mapping)
+    return imex_hosts.rewrite_hosts_file(path, block)

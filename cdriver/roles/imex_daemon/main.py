@@ -26,6 +26,7 @@ from cdriver.imex import config as imex_config
 from cdriver.imex import ctl
 from cdriver.imex.config import IMEX_DAEMON_BINARY, IMEXD_DIR
 from cdriver.imex.hosts import HostsError
+from cdriver.imex.names import UNUSED_SLOT_IP
 from cdriver.imex.supervisor import ProcessSupervisor, SupervisorError
 from cdriver.kube.client import load_api_client
 from cdriver.kube.errors import ApiError
@@ -249,7 +250,8 @@ class Daemon:
         bind_ip = values.get("IMEX_CMD_BIND_INTERFACE_IP") or self.settings.pod_ip
         self.cmd_endpoint = (bind_ip, cmd_port) if cmd_port else None
         if self.settings.dns_names:
-            imex_config.write_file_atomic(paths.nodes_config, dnsnames.static_nodes_config(self.settings.max_nodes))
+            imex_config.write_file_atomic(
+                paths.nodes_config, dnsnames.static_nodes_config(self.settings.cd_uid, self.settings.max_nodes))
         failures.clear_state(paths.state)
         log.info("Wrote %s (command service on %s) and %s", paths.config, self.settings.pod_ip, paths.nodes_config)
 
@@ -405,19 +407,24 @@ class Daemon:
 
     def sync_names(self, entries: list[dict]) -> None:
         """DNS-name mode: hosts block for this clique's members; SIGUSR1 on change."""
-        mapping, problems = dnsnames.dns_mapping(entries, self.settings.clique_id, self.settings.max_nodes)
+        settings = self.settings
+        mapping, problems = dnsnames.dns_mapping(entries, settings.clique_id, settings.cd_uid, settings.max_nodes)
         if problems != self.state.last_problems:
             for problem in problems:
-                log.warning("clique %s: %s; that member gets no name", self.settings.clique_name, problem)
+                log.warning("clique %s: %s; that member gets no name", settings.clique_name, problem)
             self.state.last_problems = problems
         if mapping != self.state.mapping:
-            dnsnames.update_hosts_file(self.settings.paths.hosts_file, mapping)
-            log.info("Peer names in %s: %s", self.settings.paths.hosts_file, dnsnames.describe_mapping(mapping))
+            dnsnames.update_hosts_file(settings.paths.hosts_file,
+                                       dnsnames.hosts_block(settings.cd_uid, settings.max_nodes, mapping))
+            log.info("Peer names in %s: %s (the other %d of %d slots -> %s)", settings.paths.hosts_file,
+                     dnsnames.describe_mapping(mapping), settings.max_nodes - len(mapping), settings.max_nodes,
+                     UNUSED_SLOT_IP)
             self.state.mapping = mapping
             # A reload, a reload once READY (a signal during start-up kills it), or a restart
             # when this daemon's own index changed (nvidia-imex keeps the ID it started with).
-            self.apply(NamesChanged(dnsnames.own_index(entries, self.settings.node_name, mapping, self.store.key)))
-        if self.settings.pod_ip in mapping.values() and not self.imex.active:
+            self.apply(NamesChanged(dnsnames.own_index(entries, settings.node_name, mapping, settings.cd_uid,
+                                                       self.store.key)))
+        if settings.pod_ip in mapping.values() and not self.imex.active:
             self.start_imex()
 
     def _reload(self) -> None:

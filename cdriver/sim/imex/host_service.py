@@ -121,13 +121,12 @@ def check_ip(value: str, what: str = "--ip") -> str:
 
 
 def nodes_config_members(ip: str, peers: Iterable[str]) -> list[str]:
-    """IMEX lists every node of the domain, itself included: `ip` first unless `peers` has it."""
-    members = []
-    for peer in peers:
-        peer = check_ip(peer, "peer")
-        if peer not in members:
-            members.append(peer)
-    return members if ip in members else [ip, *members]
+    """IMEX lists every node of the domain, itself included, in one file the same on every node
+    (a node's ID is its line, and daemons with different lists do not connect): `ip` and
+    `peers` in address order, each once."""
+    members = {check_ip(ip)}
+    members.update(check_ip(peer, "peer") for peer in peers)
+    return sorted(members, key=ipaddress.ip_address)
 
 
 def check_socket_path(path: Path) -> None:

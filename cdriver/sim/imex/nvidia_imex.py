@@ -3,7 +3,10 @@
 Reads the real config keys (`-c file`) and the nodes config (IPs, or names resolved through
 the hosts file), listens for peers on SERVER_PORT and for commands on IMEX_CMD_PORT (and
 IMEX_CMD_UNIX_DOMAIN_PATH), keeps a heartbeating TCP link to every peer, retries lost peers
-with backoff, re-reads the peer list on SIGUSR1 and exits cleanly on SIGTERM. A config it
+with backoff, re-reads the peer list on SIGUSR1 and exits cleanly on SIGTERM, notifying its
+peers. Peers are known as the real daemon knows them: node N is the Nth nodes config entry,
+and a connecting daemon is node N when it says so and its node map is this one's (see
+`protocol`); a notification of shutdown from node N drops every link with node N. A config it
 cannot use, or a port already taken, is reported on stderr with a non-zero exit.
 """
 
@@ -50,14 +53,15 @@ class StartupError(CdriverError):
 
 @dataclass(eq=False)
 class Link:
-    """One live TCP connection with a peer (either direction)."""
+    """One live TCP connection with node `peer` (either direction), at `address`."""
 
-    peer: str
+    peer: int
+    address: str
     writer: asyncio.StreamWriter
     outbound: bool
     version: str
     last_rx: float
-    sees: frozenset[str] = field(default_factory=frozenset)
+    sees: frozenset[int] = field(default_factory=frozenset)
 
 
 class StandinDaemon:
@@ -69,6 +73,7 @@ class StandinDaemon:
         self.hosts_path = hosts_path
         self.log = log
         self.cfg: ImexConfig = read_config(config_path)
+        self.node_map = ""
         self.members = self._load_members()
         self_ip = protocol.choose_self_address(self.cfg, self.members, protocol.local_addresses())
         if self_ip is None:
@@ -78,10 +83,11 @@ class StandinDaemon:
                 f"{KEY_BIND_INTERFACE_IP} or {KEY_CMD_BIND_INTERFACE_IP} in {config_path}"
             )
         self.self_ip = self_ip
+        self.self_index = protocol.self_index(self.members, self_ip)  # read once: the node ID
         self.state = "STARTING"
-        self.links: dict[str, set[Link]] = {}
-        self.dialers: dict[str, asyncio.Task[None]] = {}
-        self.wake: dict[str, asyncio.Event] = {}
+        self.links: dict[int, set[Link]] = {}
+        self.dialers: dict[tuple[int, str], asyncio.Task[None]] = {}
+        self.wake: dict[tuple[int, str], asyncio.Event] = {}
         self.previous_report: dict[str, str] = {}
         self.servers: list[asyncio.AbstractServer] = []
         self.unix_path_created = ""
@@ -93,11 +99,22 @@ class StandinDaemon:
     def _load_members(self) -> list[protocol.Member]:
         entries = read_nodes_config(self.cfg.node_config_file)
         hosts_text = read_hosts_file(self.hosts_path)
+        self.node_map = protocol.node_map_digest(entries)
         return protocol.resolve_members(entries, hosts_text)
+
+    def peers(self) -> dict[int, str]:
+        """Node ID -> resolved address of every member other than this node."""
+        return {m.index: m.ip for m in self.members
+                if m.ip is not None and m.ip != self.self_ip and m.index != self.self_index}
 
     def peer_ips(self) -> set[str]:
         """Resolved member addresses other than this node."""
-        return {m.ip for m in self.members if m.ip is not None and m.ip != self.self_ip}
+        return set(self.peers().values())
+
+    def describe(self, index: int | None) -> str:
+        """`node N - <nodes config entry>`, as nvidia-imex names a peer in its log."""
+        entry = next((m.entry for m in self.members if m.index == index), "?")
+        return f"node {index} - {entry}"
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -111,8 +128,8 @@ class StandinDaemon:
         loop.add_signal_handler(signal.SIGUSR1, self._on_sigusr1)
         self.state = protocol.STATE_READY
         self.log.info(
-            "%s: node %s ready (NO GPU mode); %d of %d nodes config entries resolved; peers: %s",
-            self.config_path, self.self_ip, sum(m.ip is not None for m in self.members),
+            "%s: %s at %s ready (NO GPU mode); %d of %d nodes config entries resolved; peers: %s",
+            self.config_path, self.describe(self.self_index), self.self_ip, sum(m.ip is not None for m in self.members),
             len(self.members), ", ".join(sorted(self.peer_ips())) or "none",
         )
         if self.self_ip not in {m.ip for m in self.members}:
@@ -171,6 +188,7 @@ class StandinDaemon:
             server.close()
         for task in list(self.dialers.values()):
             task.cancel()
+        await self._notify_shutdown()
         for links in self.links.values():
             for link in list(links):
                 link.writer.close()
@@ -189,6 +207,22 @@ class StandinDaemon:
             except OSError:
                 pass
         self.log.info("clean shutdown")
+
+    async def _notify_shutdown(self) -> None:
+        """Tell every connected peer that this node is going away (best effort, bounded)."""
+        message = protocol.encode(protocol.shutdown(self.self_index))
+        links = [link for links in self.links.values() for link in links]
+        for link in links:
+            link.writer.write(message)
+
+        async def drain(link: Link) -> None:
+            try:
+                await asyncio.wait_for(link.writer.drain(), self.timing.heartbeat)
+            except (OSError, TimeoutError, RuntimeError):
+                pass
+
+        if links:
+            await asyncio.gather(*(drain(link) for link in links))
 
     # --- SIGUSR1 -------------------------------------------------------------------------
 
@@ -209,25 +243,30 @@ class StandinDaemon:
         self._sync_dialers()
 
     def _sync_dialers(self) -> None:
-        wanted = self.peer_ips()
-        for ip in sorted(wanted - set(self.dialers)):
-            self.wake[ip] = asyncio.Event()
-            self.dialers[ip] = self._spawn(self._dial_loop(ip))
-        for ip in sorted(set(self.dialers) - wanted):
-            self.dialers.pop(ip).cancel()
-            self.wake.pop(ip, None)
-            for link in list(self.links.get(ip, ())):
-                link.writer.close()
+        wanted = set(self.peers().items())
+        for key in sorted(wanted - set(self.dialers)):
+            self.wake[key] = asyncio.Event()
+            self.dialers[key] = self._spawn(self._dial_loop(*key))
+        for key in sorted(set(self.dialers) - wanted):
+            self.dialers.pop(key).cancel()
+            self.wake.pop(key, None)
+            index, ip = key
+            for link in list(self.links.get(index, ())):
+                if link.outbound and link.address == ip:
+                    link.writer.close()
 
     # --- peers ---------------------------------------------------------------------------
 
-    def connected_peers(self) -> set[str]:
-        """Addresses with at least one live link."""
-        return {ip for ip, links in self.links.items() if links}
+    def connected_peers(self) -> set[int]:
+        """Node IDs with at least one live link."""
+        return {index for index, links in self.links.items() if links}
 
-    async def _dial_loop(self, ip: str) -> None:
+    def _hello(self) -> bytes:
+        return protocol.encode(protocol.hello(self.self_ip, self.state, self.self_index, self.node_map))
+
+    async def _dial_loop(self, index: int, ip: str) -> None:
         attempt = 0
-        wake = self.wake[ip]
+        wake = self.wake[(index, ip)]
         port = self.cfg.server_port
         while True:
             wake.clear()
@@ -238,27 +277,30 @@ class StandinDaemon:
                     asyncio.open_connection(ip, port, local_addr=local, limit=protocol.MAX_LINE),
                     self.timing.peer_timeout,
                 )
-                writer.write(protocol.encode(protocol.hello(self.self_ip, self.state)))
+                writer.write(self._hello())
                 await writer.drain()
                 line = await asyncio.wait_for(reader.readline(), self.timing.peer_timeout)
                 if not line:
                     raise ConnectionError("peer closed the connection before its hello")
-                _node, version, _status = protocol.parse_hello(protocol.decode(line))
+                answer = protocol.parse_hello(protocol.decode(line))
+                if answer.node_map != self.node_map:
+                    raise protocol.ProtocolError(
+                        f"its node map ({answer.node_map}) is not this node's ({self.node_map})")
             except (OSError, TimeoutError, CdriverError, ValueError) as e:
                 if writer is not None:
                     writer.close()
                 attempt += 1
                 delay = protocol.retry_delay(attempt, self.timing)
                 level = logging.INFO if attempt == 1 else logging.DEBUG
-                self.log.log(level, "peer %s:%d unreachable (%s); retry %d in %.1fs",
-                             ip, port, _reason(e), attempt, delay)
+                self.log.log(level, "%s at %s:%d unreachable (%s); retry %d in %.1fs",
+                             self.describe(index), ip, port, _reason(e), attempt, delay)
                 try:
                     await asyncio.wait_for(wake.wait(), delay)
                 except TimeoutError:
                     pass
                 continue
             attempt = 0
-            await self._run_link(Link(ip, writer, True, version, time.monotonic()), reader)
+            await self._run_link(Link(index, ip, writer, True, answer.version, time.monotonic()), reader)
             attempt = 1
             try:
                 await asyncio.wait_for(wake.wait(), protocol.retry_delay(1, self.timing))
@@ -272,22 +314,33 @@ class StandinDaemon:
             task.add_done_callback(self._tasks.discard)
         try:
             line = await asyncio.wait_for(reader.readline(), self.timing.peer_timeout)
-            node, version, _status = protocol.parse_hello(protocol.decode(line))
-            writer.write(protocol.encode(protocol.hello(self.self_ip, self.state)))
+            peer = protocol.parse_hello(protocol.decode(line))
+            why = protocol.refusal(peer, self.node_map, self.self_index, len(self.members))
+            if why is not None:
+                self.log.warning("refused the connection of %s: %s", peer.address, why)
+                writer.write(protocol.encode(protocol.refused(why)))
+                await writer.drain()
+                writer.close()
+                return
+            writer.write(self._hello())
             await writer.drain()
         except (OSError, TimeoutError, CdriverError, ValueError) as e:
             self.log.debug("rejected peer connection: %s", _reason(e))
             writer.close()
             return
-        wake = self.wake.get(node)
-        if wake is not None and not any(link.outbound for link in self.links.get(node, ())):
-            wake.set()  # the peer is back: reconnect now instead of after the backoff
-        await self._run_link(Link(node, writer, False, version, time.monotonic()), reader)
+        node = peer.index
+        assert node is not None  # refusal() accepts only a node of the map
+        if not any(link.outbound for link in self.links.get(node, ())):
+            for (index, _ip), wake in self.wake.items():
+                if index == node:
+                    wake.set()  # the peer is back: reconnect now instead of after the backoff
+        await self._run_link(Link(node, peer.address, writer, False, peer.version, time.monotonic()), reader)
 
     async def _run_link(self, link: Link, reader: asyncio.StreamReader) -> None:
         links = self.links.setdefault(link.peer, set())
         if not links:
-            self.log.info("peer %s connected (version %s)", link.peer, link.version or "?")
+            self.log.info("%s connected at %s (version %s)", self.describe(link.peer), link.address,
+                          link.version or "?")
         links.add(link)
         beats = self._spawn(self._heartbeats(link))
         reason = "connection closed"
@@ -301,10 +354,11 @@ class StandinDaemon:
                 if msg.get("type") == protocol.MSG_HEARTBEAT:
                     seen = msg.get("connected")
                     seen = seen if isinstance(seen, list) else []
-                    link.sees = frozenset(x for x in seen if isinstance(x, str))
-                    if msg.get("status") == protocol.STATE_SHUTTING_DOWN:
-                        reason = "peer is shutting down"
-                        break
+                    link.sees = frozenset(x for x in seen if isinstance(x, int) and not isinstance(x, bool))
+                elif msg.get("type") == protocol.MSG_SHUTDOWN:
+                    reason = "peer is shutting down"
+                    self._node_shut_down(link)
+                    break
         except TimeoutError:
             reason = f"no heartbeat for {self.timing.peer_timeout:g}s"
         except (OSError, CdriverError, ValueError) as e:
@@ -317,7 +371,18 @@ class StandinDaemon:
             link.writer.close()
             links.discard(link)
             if not links and self.state == protocol.STATE_READY:
-                self.log.warning("peer %s lost: %s", link.peer, reason)
+                self.log.warning("peer %s at %s lost: %s", self.describe(link.peer), link.address, reason)
+
+    def _node_shut_down(self, link: Link) -> None:
+        """A notification of shutdown from node N: every link with node N goes (whoever it
+        came from: node N is whoever announced that node ID with this node map)."""
+        self.log.info("received notification of shutdown from %s (at %s)", self.describe(link.peer), link.address)
+        others = [other for other in self.links.get(link.peer, ()) if other is not link]
+        if others:
+            self.log.warning("node disconnect event for %s: closing its %d other connection(s)",
+                             self.describe(link.peer), len(others))
+        for other in others:
+            other.writer.close()
 
     async def _heartbeats(self, link: Link) -> None:
         seq = 0
@@ -335,12 +400,12 @@ class StandinDaemon:
     def domain_report(self, hostnames: bool = False) -> dict:
         """The `-N -j` document for this node's view of the domain."""
         views = {
-            ip: protocol.PeerView(
+            index: protocol.PeerView(
                 connected=True,
                 version=next(iter(links)).version,
-                sees=frozenset().union(*(link.sees for link in links)),
+                sees=frozenset[int]().union(*(link.sees for link in links)),
             )
-            for ip, links in self.links.items()
+            for index, links in self.links.items()
             if links
         }
         report, self.previous_report = protocol.build_domain_report(

@@ -1,26 +1,32 @@
 """What the IMEX stand-ins agree on: timings, peer resolution, wire messages, domain report.
 
 Peers talk newline-delimited JSON over TCP (SERVER_PORT): each side sends `hello` (its
-address, version NO_GPU, status), then a `heartbeat` every interval carrying the peers it
-currently sees. A link is alive while messages keep arriving within the peer timeout. The
-command service (IMEX_CMD_PORT and the optional Unix socket) answers one JSON request per
-connection: `query` (local readiness) or `domain` (the `-N -j` document).
+address, its node ID, the digest of its node map, version NO_GPU, status), then a `heartbeat`
+every interval carrying the node IDs it currently sees; a daemon that stops sends `shutdown`
+on every link. As nvidia-imex does, a daemon takes a peer for a member of its IMEX domain when
+their node maps (the nodes config entries, in order) are the same, refusing it otherwise, and
+knows a peer by the node ID it announces: node N is the Nth entry of its own nodes config,
+resolved through its hosts file. A link is alive while messages keep arriving within the peer
+timeout. The command service (IMEX_CMD_PORT and the optional Unix socket) answers one JSON
+request per connection: `query` (local readiness) or `domain` (the `-N -j` document).
 
 Everything here is pure except `local_addresses` and `Timing.from_env`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import json
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cdriver.errors import CdriverError
 from cdriver.imex.config import ImexConfig
 from cdriver.imex.hosts import HOSTS_FILE, parse_hosts
+from cdriver.imex.names import UNUSED_SLOT_IP
 
 IMEX_NO_GPU_VERSION = "NO_GPU"  # node version IMEX reports in NO GPU mode
 IMEX_DOMAIN_UP = "UP"
@@ -37,6 +43,8 @@ ENV_SIM_IMEX_RETRY_MAX = "CDRIVER_SIM_IMEX_RETRY_MAX_S"
 MAX_LINE = 64 * 1024
 MSG_HELLO = "hello"
 MSG_HEARTBEAT = "heartbeat"
+MSG_SHUTDOWN = "shutdown"
+MSG_REFUSED = "refused"
 CMD_QUERY = "query"
 CMD_DOMAIN = "domain"
 
@@ -128,7 +136,11 @@ def _as_ip(text: str) -> str | None:
 
 
 def resolve_members(entries: Iterable[str], hosts_text: str) -> list[Member]:
-    """Resolve nodes-config entries: IP literals as is, names through the hosts file text."""
+    """Resolve nodes-config entries: IP literals as is, names through the hosts file text.
+
+    A name pointing at the unused-slot address (127.0.0.2) stands for a slot without a daemon:
+    it is left unresolved, as a name missing from the hosts file (not dialled, not reported).
+    """
     table = parse_hosts(hosts_text)
     members = []
     for index, entry in enumerate(entries):
@@ -136,8 +148,22 @@ def resolve_members(entries: Iterable[str], hosts_text: str) -> list[Member]:
         if ip is None:
             found = table.get(entry.lower())
             ip = _as_ip(found) if found else None
+            if ip == UNUSED_SLOT_IP:
+                ip = None
         members.append(Member(index=index, entry=entry, ip=ip))
     return members
+
+
+def node_map_digest(entries: Sequence[str]) -> str:
+    """Digest of a node map (the nodes config entries, in order), compared when two daemons
+    connect: equal digests, one IMEX domain."""
+    text = "\n".join(entry.lower() for entry in entries)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def self_index(members: Iterable[Member], self_ip: str | None) -> int | None:
+    """This node's ID: the index of the first entry resolving to its address (None: unlisted)."""
+    return next((m.index for m in members if self_ip is not None and m.ip == self_ip), None)
 
 
 def choose_self_address(cfg: ImexConfig, members: Iterable[Member], local: Iterable[str]) -> str | None:
@@ -189,26 +215,65 @@ def decode(line: bytes) -> dict:
     return msg
 
 
-def hello(node: str, status: str) -> dict:
-    """First message on a peer link."""
-    return {"type": MSG_HELLO, "node": node, "version": IMEX_NO_GPU_VERSION, "status": status}
+def hello(node: str, status: str, index: int | None, node_map: str) -> dict:
+    """First message on a peer link: who is speaking (address and node ID) and its node map."""
+    return {"type": MSG_HELLO, "node": node, "index": index, "map": node_map,
+            "version": IMEX_NO_GPU_VERSION, "status": status}
 
 
-def heartbeat(seq: int, status: str, connected: Iterable[str]) -> dict:
-    """Periodic liveness message carrying the sender's view of its peers."""
+def heartbeat(seq: int, status: str, connected: Iterable[int]) -> dict:
+    """Periodic liveness message carrying the node IDs the sender has links with."""
     return {"type": MSG_HEARTBEAT, "seq": seq, "status": status, "connected": sorted(connected)}
 
 
-def parse_hello(msg: Mapping[str, object]) -> tuple[str, str, str]:
-    """(node IP, version, status) of a hello; ProtocolError if malformed."""
+def shutdown(index: int | None) -> dict:
+    """What a stopping daemon sends on every link: node `index` is going away."""
+    return {"type": MSG_SHUTDOWN, "index": index}
+
+
+def refused(reason: str) -> dict:
+    """The answer to a hello that is not accepted, before the connection is closed."""
+    return {"type": MSG_REFUSED, "reason": reason}
+
+
+@dataclass(frozen=True)
+class Hello:
+    """A peer's hello: its address, node ID (None: not in its own node map), node map digest."""
+
+    address: str
+    index: int | None
+    node_map: str
+    version: str
+    status: str
+
+
+def parse_hello(msg: Mapping[str, object]) -> Hello:
+    """The fields of a hello; ProtocolError if malformed, or carrying the peer's refusal."""
+    if msg.get("type") == MSG_REFUSED:
+        raise ProtocolError(f"the peer refused the connection: {msg.get('reason')}")
     if msg.get("type") != MSG_HELLO:
         raise ProtocolError(f"expected a hello, got {msg.get('type')!r}")
     node, version, status = msg.get("node"), msg.get("version", ""), msg.get("status", "")
+    index, node_map = msg.get("index"), msg.get("map", "")
     if not isinstance(node, str) or _as_ip(node) is None:
         raise ProtocolError(f"hello carries no valid node address: {node!r}")
-    if not isinstance(version, str) or not isinstance(status, str):
-        raise ProtocolError("hello version/status must be strings")
-    return str(ipaddress.ip_address(node)), version, status
+    if not isinstance(version, str) or not isinstance(status, str) or not isinstance(node_map, str):
+        raise ProtocolError("hello version/status/map must be strings")
+    if index is not None and (isinstance(index, bool) or not isinstance(index, int) or index < 0):
+        raise ProtocolError(f"hello carries no valid node ID: {index!r}")
+    return Hello(str(ipaddress.ip_address(node)), index, node_map, version, status)
+
+
+def refusal(peer: Hello, node_map: str, own_index: int | None, size: int) -> str | None:
+    """Why a peer's hello is not accepted (None: accepted as node `peer.index`)."""
+    if peer.node_map != node_map:
+        return (f"its node map ({peer.node_map}) is not this node's ({node_map}): its nodes config "
+                "lists other entries, so it belongs to another IMEX domain")
+    if peer.index is None or peer.index >= size:
+        return "it is not a node of its own node map"
+    if peer.index == own_index:
+        return f"it claims this node's ID {own_index}"
+    return None
 
 
 # --- domain report (`-N -j`) -----------------------------------------------------------
@@ -220,7 +285,7 @@ class PeerView:
 
     connected: bool = False
     version: str = ""
-    sees: frozenset[str] = field(default_factory=frozenset)  # peers the peer reports connected
+    sees: frozenset[int] = field(default_factory=frozenset)  # node IDs the peer reports connected
 
 
 def format_timestamp(epoch: float) -> str:
@@ -245,15 +310,16 @@ def build_domain_report(
     members: Iterable[Member],
     self_ip: str | None,
     self_state: str,
-    peers: Mapping[str, PeerView],
+    peers: Mapping[int, PeerView],
     now: float,
     previous: Mapping[str, str] | None = None,
     hostnames: bool = False,
 ) -> tuple[dict, dict[str, str]]:
     """The `-N -j` document and the statuses to compare against next time (`changed` flags).
 
-    `nodes` is keyed by the index in the nodes config; entries whose names do not resolve
-    are left out (a DNS-mode nodes config lists more names than there are members).
+    `nodes` is keyed by the index in the nodes config (the node ID `peers` is keyed by);
+    entries whose names do not resolve are left out (a DNS-mode nodes config lists more names
+    than there are members).
     """
     prev = previous or {}
     seen: dict[str, str] = {}
@@ -264,12 +330,12 @@ def build_domain_report(
     for m in resolved:
         key = str(m.index)
         is_self = m.ip == self_ip
-        view = peers.get(m.ip or "", PeerView())
+        view = peers.get(m.index, PeerView())
         if is_self:
             self_is_member = True
             status = IMEX_NODE_READY if self_state == STATE_READY else IMEX_NODE_UNAVAILABLE
             version = IMEX_NO_GPU_VERSION
-            sees = {ip for ip, v in peers.items() if v.connected}
+            sees = {index for index, v in peers.items() if v.connected}
         elif view.connected:
             status, version, sees = IMEX_NODE_READY, view.version, set(view.sees)
         else:
@@ -281,7 +347,7 @@ def build_domain_report(
                 if other.index == m.index:
                     continue
                 okey = f"{key}/{other.index}"
-                cstatus = CONN_CONNECTED if other.ip in sees else CONN_INVALID
+                cstatus = CONN_CONNECTED if other.index in sees else CONN_INVALID
                 connections[str(other.index)] = {
                     "host": other.ip, "status": cstatus, "changed": prev.get(okey) != cstatus,
                 }

@@ -20,7 +20,8 @@ import pytest
 from cdriver.api import constants
 from cdriver.checkpoint import CheckpointStore
 from cdriver.imex.config import IMEX_CTL_BINARY, IMEXD_CONFIG
-from cdriver.imex.hosts import HOSTS_BLOCK_HEADER
+from cdriver.imex.hosts import HOSTS_BLOCK_HEADER, parse_hosts
+from cdriver.imex.names import UNUSED_SLOT_IP, dns_names
 from cdriver.nvml.discover import IMEX_CHANNELS_DEV_DIR, channel_device_path
 from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME, DOMAINS_DIR_NAME
 from cdriver.sim.world import scenario
@@ -164,8 +165,13 @@ def test_domain_spanning_two_cliques_peers_within_each_clique(world: SimWorld, e
             assert hosts == member_ips, f"{node_name} peers {hosts}, want its clique {member_ips}"
             if is_cdriver(world):
                 hosts_file = text(exec_in(world, DRIVER_NAMESPACE, daemon, ["cat", "/etc/hosts"]).stdout)
-                block = hosts_file.split(HOSTS_BLOCK_HEADER, 1)[1]
-                assert sorted(line.split()[0] for line in block.strip().splitlines()) == member_ips
+                block = parse_hosts(hosts_file.split(HOSTS_BLOCK_HEADER, 1)[1])
+                # the domain's own names (upstream #1465): the members' at their pod IPs, every
+                # other slot of the nodes config at the sentinel; and no DNS search list walk
+                env = {e["name"]: e.get("value") for e in daemon["spec"]["containers"][0]["env"]}
+                assert sorted(block) == dns_names(uid, int(env[constants.ENV_MAX_NODES]))
+                assert sorted(ip for ip in block.values() if ip != UNUSED_SLOT_IP) == member_ips
+                assert daemon["spec"]["dnsConfig"] == {"options": [{"name": "ndots", "value": "1"}]}
     scenario.wait_for("the domain's status to be Ready",
                       lambda: domain_status(world, ns, "wide") == constants.STATUS_READY, 60)
     for pod in pods:

@@ -16,6 +16,7 @@ from cdriver.imex.config import (
     ImexConfig,
     ImexConfigError,
 )
+from cdriver.imex.names import dns_names, domain_hash
 
 #: The 33 keys of the daemon config, in file order, with their rendered values.
 EXPECTED = [
@@ -223,15 +224,19 @@ def test_render_nodes_config_rejects_bad_entries(hosts):
         config.render_nodes_config(hosts)
 
 
-def test_dns_nodes_config_lists_max_names():
-    text = config.dns_nodes_config(18)
+def test_dns_nodes_config_lists_the_domains_names_up_to_max():
+    uid = "6a1b2c3d-0000-4000-8000-00000000abcd"
+    text = config.dns_nodes_config(uid, 18)
     lines = text.splitlines()
-    assert len(lines) == 18
-    assert lines[0] == "compute-domain-daemon-0000"
-    assert lines[-1] == "compute-domain-daemon-0017"
+    assert lines == dns_names(uid, 18)
+    assert lines[0] == f"compute-domain-daemon-{domain_hash(uid)}-0000"
+    assert lines[-1] == f"compute-domain-daemon-{domain_hash(uid)}-0017"
     with pytest.raises(ImexConfigError) as err:
-        config.dns_nodes_config(0)
+        config.dns_nodes_config(uid, 0)
     assert constants.ENV_MAX_NODES in str(err.value)
+    with pytest.raises(ImexConfigError) as err:
+        config.dns_nodes_config("", 18)
+    assert constants.ENV_CD_UUID in str(err.value)
 
 
 def test_write_file_atomic_writes_mode_and_content(tmp_path):

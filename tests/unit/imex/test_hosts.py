@@ -8,6 +8,7 @@ import pytest
 
 from cdriver.imex import hosts
 from cdriver.imex.hosts import HOSTS_BLOCK_HEADER, HostsError
+from cdriver.imex.names import UNUSED_SLOT_IP, dns_names, with_unused_slots
 
 KUBELET_HOSTS = (
     "# Kubernetes-managed hosts file.\n"
@@ -122,3 +123,16 @@ def _umask() -> int:
 
 def test_read_hosts_file_missing_is_empty(tmp_path):
     assert hosts.read_hosts_file(tmp_path / "none") == ""
+
+
+def test_per_domain_block_replaces_the_fixed_names_and_lists_unused_slots_at_the_sentinel():
+    # a hosts file written with the fixed names (upstream 95932046) gets the domain's names,
+    # each slot resolving: a member to its pod IP, the others to 127.0.0.2
+    old = hosts.render_hosts(KUBELET_HOSTS, MAP_A)
+    names = dns_names("6a1b2c3d-0000-4000-8000-00000000abcd", 4)
+    out = hosts.render_hosts(old, with_unused_slots(names, {names[0]: "10.244.1.7"}))
+    assert out == (KUBELET_HOSTS + "\n" + HOSTS_BLOCK_HEADER + "\n"
+                   + "".join(f"{'10.244.1.7' if name == names[0] else UNUSED_SLOT_IP}\t{name}\n"
+                             for name in sorted(names)))
+    assert "compute-domain-daemon-0000" not in out and "compute-domain-daemon-0001" not in out
+    assert {hosts.parse_hosts(out)[name] for name in names[1:]} == {"127.0.0.2"}

@@ -24,7 +24,8 @@ from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.imex import config as imex_config
 from cdriver.imex import ctl as imex_ctl
 from cdriver.imex.config import IMEXD_TEMPLATE_NAME
-from cdriver.imex.hosts import HOSTS_BLOCK_HEADER, dns_name
+from cdriver.imex.hosts import HOSTS_BLOCK_HEADER, parse_hosts
+from cdriver.imex.names import UNUSED_SLOT_IP, dns_name
 from cdriver.kube.errors import ApiError
 from cdriver.kube.raw import RawClient
 from cdriver.kube.resources import RESOURCES
@@ -115,16 +116,18 @@ def test_three_daemons_two_cliques_join_name_and_connect(daemons: Harness) -> No
         pod = h.raw.get(PODS, m.pod_name, h.ns)
         assert pod["metadata"]["labels"][constants.LABEL_CLIQUE_ID] == m.clique
 
-    both = {"compute-domain-daemon-0000": a.ip, "compute-domain-daemon-0001": b.ip}
+    both = {dns_name(h.cd_uid, 0): a.ip, dns_name(h.cd_uid, 1): b.ip}
     wait_for("a's hosts block to list a and b", lambda: mapping_in(a.hosts) == both, 20)
     wait_for("b's hosts block to list a and b", lambda: mapping_in(b.hosts) == both, 20)
-    wait_for("x's hosts block", lambda: mapping_in(x.hosts) == {"compute-domain-daemon-0000": x.ip}, 20)
+    wait_for("x's hosts block", lambda: mapping_in(x.hosts) == {dns_name(h.cd_uid, 0): x.ip}, 20)
     for m in (a, b):
         text = m.hosts.read_text()
         assert text.startswith(f"127.0.0.1\tlocalhost\n{m.ip}\t{m.pod_name}\n")
         assert text.count(HOSTS_BLOCK_HEADER) == 1
         names = (m.imexd / "nodes.cfg").read_text().split()
-        assert names == [dns_name(i) for i in range(h.max_nodes)]
+        assert names == [dns_name(h.cd_uid, i) for i in range(h.max_nodes)]
+        # every listed name resolves in the pod: the slots without a daemon to the sentinel
+        assert {name: parse_hosts(text)[name] for name in names[2:]} == dict.fromkeys(names[2:], UNUSED_SLOT_IP)
         cfg = imex_config.parse_config(m.config.read_text())
         assert cfg["IMEX_CMD_BIND_INTERFACE_IP"] == m.ip
         assert cfg["IMEX_NODE_CONFIG_FILE"] == str(m.imexd / "nodes.cfg")
@@ -139,6 +142,64 @@ def test_three_daemons_two_cliques_join_name_and_connect(daemons: Harness) -> No
     for m in (a, b, x):
         ready_and_reported(h, m)
         assert h.check(m).stdout == ""
+
+
+def up_with(h: Harness, m: Member, nodes: int) -> bool:
+    """m's stand-in reports the domain UP with `nodes` nodes."""
+    try:
+        doc = h.domain(m)
+    except imex_ctl.ImexCtlError:
+        return False
+    return doc["status"] == IMEX_DOMAIN_UP and len(doc["nodes"]) == nodes
+
+
+def test_a_reused_pod_ip_does_not_let_an_old_domain_disturb_a_new_one(
+        daemons: Harness, raw: RawClient, cluster: Any, namespace: str, imex_bin: Path, ip_base: str,
+        tmp_path: Path) -> None:
+    """Upstream #1447: an old domain's daemon keeps dialling the name of a peer whose pod went;
+    that pod IP now serves a new domain's daemon. Each domain's own names make the new daemon
+    refuse it, so the old domain's shutdown never reaches the new domain's connections."""
+    old = daemons
+    old_0, old_1 = old.add(CQ0), old.add(CQ0)
+    for m in (old_0, old_1):
+        old.start(m)
+        ready_and_reported(old, m)
+    wait_for("the old domain UP", lambda: up_with(old, old_1, 2), 30)
+    old.kill_container(old_0)  # its pod goes; old_1 still has old_0's name at that address
+
+    new = Harness(raw, cluster, namespace, imex_bin, ip_base, tmp_path / "new-domain")
+    try:
+        new._next_ip = old._next_ip + 10
+        new_0, new_1 = new.add(CQ0, ip=old_0.ip), new.add(CQ0)
+        for m in (new_0, new_1):
+            new.start(m)
+            ready_and_reported(new, m)
+        wait_for("the new domain UP", lambda: up_with(new, new_0, 2) and up_with(new, new_1, 2), 30)
+
+        def outcome() -> str | None:
+            """What became of old_1's nvidia-imex dialling its node 0 at the reused address."""
+            if f"refused the connection of {old_1.ip}: its node map" in new_0.log():
+                return "refused"
+            return "joined" if old.domain(old_1)["nodes"]["0"]["status"] == "READY" else None
+
+        seen = wait_for(lambda: f"old_1's nvidia-imex to reach new_0\n{new_0.log()[-3000:]}", outcome, 30)
+        assert seen == "refused", "old_1's nvidia-imex was taken for a node of the new domain (upstream #1447)"
+        assert not set(mapping_in(new_0.hosts)) & set(mapping_in(old_1.hosts))
+        # the old domain goes: its last daemon stops, its nvidia-imex notifies its peers
+        assert old.stop(old_1) == 0
+        assert "clean shutdown" in old_1.log()
+        assert "received notification of shutdown" not in new_0.log() + new_1.log()
+        assert " lost: " not in new_0.log() + new_1.log()
+        assert up_with(new, new_0, 2)
+        assert all_connected(new, new_0)
+    finally:
+        new.cleanup()
+
+
+def all_connected(h: Harness, m: Member) -> bool:
+    """m's stand-in has its connection with the domain's other node."""
+    nodes = h.domain(m)["nodes"]
+    return all(conn["status"] == "CONNECTED" for node in nodes.values() for conn in node["connections"].values())
 
 
 def test_killed_imex_is_restarted_and_readiness_follows(daemons: Harness) -> None:
@@ -172,7 +233,7 @@ def test_new_peer_is_signalled_not_restarted_and_leaving_prunes_the_entry(daemon
     pid = h.imex_pid(a)
     h.start(b)
     h.wait_entry(b, index=1)
-    wait_for("a to learn b's name", lambda: mapping_in(a.hosts).get("compute-domain-daemon-0001") == b.ip, 20)
+    wait_for("a to learn b's name", lambda: mapping_in(a.hosts).get(dns_name(h.cd_uid, 1)) == b.ip, 20)
     wait_for(lambda: f"a to signal its nvidia-imex\n{a.log()[-3000:]}",
              lambda: "Sent SIGUSR1" in a.log() and "SIGUSR1: re-read" in a.log(), 20)
     assert h.imex_pid(a) == pid
@@ -184,7 +245,7 @@ def test_new_peer_is_signalled_not_restarted_and_leaving_prunes_the_entry(daemon
     assert "Successfully removed daemon" in b.log()
     assert f"from ComputeDomain {h.cd_namespace}/{h.cd_name}" in b.log()
     assert h.imex_pid(b) is None
-    wait_for("a to forget b's name", lambda: mapping_in(a.hosts) == {"compute-domain-daemon-0000": a.ip}, 20)
+    wait_for("a to forget b's name", lambda: mapping_in(a.hosts) == {dns_name(h.cd_uid, 0): a.ip}, 20)
     assert h.imex_pid(a) == pid
     assert [e["nodeName"] for e in h.entries(CQ0)] == [a.node]
 
@@ -208,7 +269,7 @@ def test_a_new_own_index_restarts_imex_and_says_so(daemons: Harness) -> None:
         return True
 
     wait_for("the clique to give a index 3", reassign, 20)
-    wait_for("a's hosts block to name it by index 3", lambda: mapping_in(a.hosts) == {dns_name(3): a.ip}, 20)
+    wait_for("a's hosts block to name it by index 3", lambda: mapping_in(a.hosts) == {dns_name(h.cd_uid, 3): a.ip}, 20)
     wait_for(lambda: f"a's nvidia-imex to restart\n{a.log()[-3000:]}", lambda: h.imex_pid(a) not in (None, pid), 30)
     (event,) = wait_for("the restart Event", lambda: h.events(a, EVENT_REASON_IMEX_RESTARTED), 20)
     assert event["type"] == "Normal" and "changed from 0 to 3" in event["message"], event

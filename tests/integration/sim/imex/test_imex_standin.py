@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from cdriver.imex import ctl
-from cdriver.imex.hosts import dns_name, rewrite_hosts_file
+from cdriver.imex.hosts import rewrite_hosts_file
+from cdriver.imex.names import dns_names
 from cdriver.imex.supervisor import ProcessSupervisor
 from cdriver.sim.imex.protocol import (
     ENV_SIM_HOSTS_FILE,
@@ -80,7 +81,7 @@ def test_scenario_two_daemons_up_then_degraded(world: StandInWorld) -> None:
     proc_a.send_signal(signal.SIGTERM)
     assert proc_a.wait(10) == 0
     assert "clean shutdown" in world.log(cfg_a)
-    assert f"peer {B_IP} lost" in world.log(cfg_a)
+    assert f"peer node 1 - {B_IP} at {B_IP} lost" in world.log(cfg_a)
 
 
 def test_hung_peer_is_detected_by_missing_heartbeats(world: StandInWorld) -> None:
@@ -101,7 +102,7 @@ def test_hung_peer_is_detected_by_missing_heartbeats(world: StandInWorld) -> Non
 
 
 def test_sigusr1_rereads_peer_names_from_hosts_file(world: StandInWorld) -> None:
-    names = [dns_name(0), dns_name(1)]
+    names = dns_names("4f0c8a52-6d1e-4b7a-9c3e-2a5b7d9e1f00", 2)
     hosts_a = world.dir / "hosts-a"
     hosts_b = world.dir / "hosts-b"
     hosts_a.write_text("127.0.0.1\tlocalhost\n")

@@ -128,6 +128,14 @@ def test_daemon_set_targets_labelled_nodes_and_runs_the_daemon():
     assert set(env) >= {"NODE_NAME", "POD_IP", "POD_NAME", "POD_NAMESPACE", "POD_UID"}
 
 
+def test_daemon_pods_resolve_dotless_names_without_the_dns_search_list():
+    """ndots:1 (upstream #1465): a peer name missing from /etc/hosts is one DNS query, not one
+    per search domain of the cluster; the pod keeps the cluster DNS (no dnsPolicy change)."""
+    pod = desired.daemon_set(domain(), settings(), "t")["spec"]["template"]["spec"]
+    assert pod["dnsConfig"] == {"options": [{"name": "ndots", "value": "1"}]}
+    assert "dnsPolicy" not in pod and "hostNetwork" not in pod
+
+
 def test_daemon_pods_are_guaranteed_qos_with_priority_class():
     ds = desired.daemon_set(domain(), settings(daemon_cpu="250m", daemon_memory="128Mi",
                                                daemon_priority_class="imex-critical"), "t")

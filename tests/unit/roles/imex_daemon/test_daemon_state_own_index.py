@@ -3,7 +3,7 @@ start); a change of the peers alone stays a SIGUSR1 reload."""
 
 from __future__ import annotations
 
-from cdriver.imex.hosts import dns_name
+from cdriver.imex.names import dns_name
 from cdriver.roles.imex_daemon.daemon_state import (
     Action,
     DaemonState,
@@ -15,6 +15,7 @@ from cdriver.roles.imex_daemon.daemon_state import (
 from cdriver.roles.imex_daemon.dnsnames import dns_mapping, own_index
 
 PID = 41
+UID = "6a1b2c3d-0000-4000-8000-00000000abcd"
 
 
 def running(index: int, ready: bool = True) -> DaemonState:
@@ -66,11 +67,11 @@ def test_after_a_crash_the_respawned_process_reads_the_current_index():
 def test_own_index_is_the_name_the_hosts_file_gives_this_node():
     entries = [{"nodeName": "n1", "ipAddress": "10.0.0.1", "cliqueID": "c", "index": 2},
                {"nodeName": "n2", "ipAddress": "10.0.0.2", "cliqueID": "c", "index": 0}]
-    mapping, _ = dns_mapping(entries, "c", 4)
-    assert mapping[dns_name(2)] == "10.0.0.1"
-    assert own_index(entries, "n1", mapping) == 2 and own_index(entries, "n2", mapping) == 0
-    assert own_index(entries, "n3", mapping) is None
+    mapping, _ = dns_mapping(entries, "c", UID, 4)
+    assert mapping[dns_name(UID, 2)] == "10.0.0.1"
+    assert own_index(entries, "n1", mapping, UID) == 2 and own_index(entries, "n2", mapping, UID) == 0
+    assert own_index(entries, "n3", mapping, UID) is None
     outside = [{**entries[0], "index": 9}, entries[1]]
-    assert own_index(outside, "n1", dns_mapping(outside, "c", 4)[0]) is None
+    assert own_index(outside, "n1", dns_mapping(outside, "c", UID, 4)[0], UID) is None
     legacy = [{"name": "n1", "ipAddress": "10.0.0.1", "cliqueID": "c", "index": 1}]
-    assert own_index(legacy, "n1", dns_mapping(legacy, "c", 4)[0], key="name") == 1
+    assert own_index(legacy, "n1", dns_mapping(legacy, "c", UID, 4)[0], UID, key="name") == 1

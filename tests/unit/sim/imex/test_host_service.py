@@ -50,6 +50,9 @@ def test_nodes_config_lists_this_node_and_each_peer_once() -> None:
     assert nodes_config_members("127.0.1.1", []) == ["127.0.1.1"]
     assert nodes_config_members("127.0.1.1", ["127.0.1.2", "127.0.1.2"]) == ["127.0.1.1", "127.0.1.2"]
     assert nodes_config_members("127.0.1.2", ["127.0.1.1", "127.0.1.2"]) == ["127.0.1.1", "127.0.1.2"]
+    # the same file on every node of the domain, whichever node writes it
+    assert nodes_config_members("127.0.1.2", ["127.0.1.1"]) == nodes_config_members("127.0.1.1", ["127.0.1.2"])
+    assert nodes_config_members("127.0.1.10", ["127.0.1.9"]) == ["127.0.1.9", "127.0.1.10"]
     with pytest.raises(HostImexError, match="peer 'worker-2' is not an IP address"):
         nodes_config_members("127.0.1.1", ["worker-2"])
 

@@ -69,15 +69,50 @@ def test_self_address_precedence():
 
 
 def test_messages_round_trip_and_reject_garbage():
-    msg = protocol.hello("10.0.0.1", protocol.STATE_READY)
-    assert protocol.parse_hello(protocol.decode(protocol.encode(msg))) == ("10.0.0.1", IMEX_NO_GPU_VERSION, "READY")
+    msg = protocol.hello("10.0.0.1", protocol.STATE_READY, 1, "abc")
+    assert protocol.parse_hello(protocol.decode(protocol.encode(msg))) == protocol.Hello(
+        "10.0.0.1", 1, "abc", IMEX_NO_GPU_VERSION, "READY")
     for bad in (b"not json\n", b"[1,2]\n", b"\xff\n", b"{" + b" " * protocol.MAX_LINE + b"}"):
         with pytest.raises(protocol.ProtocolError):
             protocol.decode(bad)
     with pytest.raises(protocol.ProtocolError):
         protocol.parse_hello({"type": "hello", "node": "../x"})
     with pytest.raises(protocol.ProtocolError):
+        protocol.parse_hello({"type": "hello", "node": "10.0.0.1", "index": -1})
+    with pytest.raises(protocol.ProtocolError):
         protocol.parse_hello(protocol.heartbeat(1, "READY", []))
+    with pytest.raises(protocol.ProtocolError, match="refused the connection: not ours"):
+        protocol.parse_hello(protocol.refused("not ours"))
+
+
+def test_a_peer_is_accepted_only_with_this_nodes_node_map():
+    entries = ["compute-domain-daemon-0000", "compute-domain-daemon-0001"]
+    ours = protocol.node_map_digest(entries)
+    assert protocol.node_map_digest([e.upper() for e in entries]) == ours  # names are case-blind
+    assert protocol.node_map_digest(entries[::-1]) != ours  # the order is the node IDs
+
+    def peer(index, node_map=ours):
+        return protocol.Hello("10.0.0.2", index, node_map, IMEX_NO_GPU_VERSION, "READY")
+
+    assert protocol.refusal(peer(1), ours, 0, 2) is None
+    other = protocol.node_map_digest(["compute-domain-daemon-abc-0000", "compute-domain-daemon-abc-0001"])
+    assert "another IMEX domain" in protocol.refusal(peer(1, other), ours, 0, 2)
+    assert "not a node" in protocol.refusal(peer(None), ours, 0, 2)
+    assert "not a node" in protocol.refusal(peer(2), ours, 0, 2)
+    assert "this node's ID 0" in protocol.refusal(peer(0), ours, 0, 2)
+
+
+def test_self_index_is_the_first_entry_at_this_address():
+    members = protocol.resolve_members(["10.0.0.1", "10.0.0.2", "10.0.0.2"], "")
+    assert protocol.self_index(members, "10.0.0.2") == 1
+    assert protocol.self_index(members, "10.0.0.9") is None
+    assert protocol.self_index(members, None) is None
+
+
+def test_a_name_at_the_unused_slot_address_is_no_member():
+    hosts = HOSTS + "127.0.0.2\tcompute-domain-daemon-0002\n"
+    members = protocol.resolve_members(["compute-domain-daemon-0000", "compute-domain-daemon-0002"], hosts)
+    assert [(m.index, m.ip) for m in members] == [(0, "10.0.0.1"), (1, None)]
 
 
 @pytest.mark.parametrize(
@@ -97,7 +132,7 @@ def test_domain_status(is_member, statuses, want):
 def test_domain_report_shape():
     members = protocol.resolve_members(["10.0.0.1", "10.0.0.2", "10.0.0.3"], "")
     peers = {
-        "10.0.0.2": protocol.PeerView(connected=True, version="NO_GPU", sees=frozenset({"10.0.0.1"})),
+        1: protocol.PeerView(connected=True, version="NO_GPU", sees=frozenset({0})),
     }
     report, seen = protocol.build_domain_report(members, "10.0.0.1", protocol.STATE_READY, peers, 0.0, hostnames=True)
     json.dumps(report)  # serialisable
