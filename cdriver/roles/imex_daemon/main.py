@@ -26,6 +26,7 @@ from cdriver.imex import config as imex_config
 from cdriver.imex import ctl
 from cdriver.imex.config import IMEX_DAEMON_BINARY, IMEXD_DIR
 from cdriver.imex.hosts import HostsError
+from cdriver.imex.settings import describe_config
 from cdriver.imex.supervisor import ProcessSupervisor, SupervisorError
 from cdriver.kube.client import load_api_client
 from cdriver.kube.errors import ApiError
@@ -251,7 +252,8 @@ class Daemon:
         if self.settings.dns_names:
             imex_config.write_file_atomic(paths.nodes_config, dnsnames.static_nodes_config(self.settings.max_nodes))
         failures.clear_state(paths.state)
-        log.info("Wrote %s (command service on %s) and %s", paths.config, self.settings.pod_ip, paths.nodes_config)
+        log.info("Wrote %s (command service on %s; %s) and %s", paths.config, self.settings.pod_ip,
+                 describe_config(values), paths.nodes_config)
 
     def _membership_store(self) -> clique.MembershipStore:
         """Where this node's entry lives: its clique object, or (legacy) the ComputeDomain status."""

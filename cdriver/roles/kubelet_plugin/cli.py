@@ -22,6 +22,7 @@ from cdriver.dra.registration import KUBELET_PLUGINS_DIR, KUBELET_REGISTRY_DIR
 from cdriver.durations import parse_duration
 from cdriver.errors import CdriverError
 from cdriver.imex.ctl import DEFAULT_HOST_IMEX_SOCKET
+from cdriver.imex.settings import TUNABLES, ImexSettings
 from cdriver.kube.ratelimit import limiter_for
 from cdriver.roles.kubelet_plugin.config import DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS
 from cdriver.roles.startup import check_http_endpoint, kube_api_options, resolve_imex, root_options
@@ -45,6 +46,21 @@ log = logging.getLogger(__name__)
 def _opt(*names: str, **kw: Any) -> Callable[[Any], Any]:
     kw.setdefault("show_envvar", True)
     return click.option(*names, **kw)
+
+
+def _imex_setting_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """One option per tunable nvidia-imex setting (chart `imex.daemonConfig.*`)."""
+    for tunable in reversed(TUNABLES):
+        command = _opt(
+            tunable.flag, f"imex_{tunable.variable}", default=None, envvar=tunable.env,
+            help=f"{tunable.key} of every IMEX daemon's config: {tunable.allowed} (default {tunable.default}).",
+        )(command)
+    return command
+
+
+def imex_settings(opts: dict) -> ImexSettings:
+    """The tuned nvidia-imex settings of these options (ImexSettingError names the flag)."""
+    return ImexSettings.parse({t.key: opts.get(f"imex_{t.variable}") for t in TUNABLES}, lambda t: t.option)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -146,6 +162,7 @@ def _opt(*names: str, **kw: Any) -> Callable[[Any], Any]:
     envvar="IMEX_CONFIG_TEMPLATE",
     help="IMEX config template copied into each domain directory (default: the bundled one).",
 )
+@_imex_setting_options
 @_opt(
     "--prepare-timeout",
     default="30s",
@@ -197,6 +214,7 @@ def build_config(opts: dict, feature_gates: str) -> PluginConfig:
     qps = opts.get("kube_api_qps", DEFAULT_KUBE_API_QPS)
     burst = opts.get("kube_api_burst", DEFAULT_KUBE_API_BURST)
     limiter_for(qps, burst)  # refuses an impossible limit
+    settings = imex_settings(opts)
     if prepare_timeout >= 45:
         raise click.BadParameter("must be below kubelet's 45s call timeout", param_hint="--prepare-timeout")
     config = PluginConfig(
@@ -223,13 +241,16 @@ def build_config(opts: dict, feature_gates: str) -> PluginConfig:
         cleanup_interval=parse_duration(opts["cleanup_interval"], "--cleanup-interval"),
         host_probe_interval=parse_duration(opts["host_probe_interval"], "--host-probe-interval"),
         gates=imex.gates,
+        imex_settings=settings,
     )
     log.info(
-        "kubelet plugin settings: node %s, mode %s, driver root %s, CDI root %s, feature gates %s",
+        "kubelet plugin settings: node %s, mode %s, driver root %s, CDI root %s, feature gates %s, IMEX daemon "
+        "config %s",
         config.node_name,
         config.imex_mode,
         config.driver_root,
         config.cdi_root,
         imex.gates.to_env(),
+        settings.describe(),
     )
     return config
