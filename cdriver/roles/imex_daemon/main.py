@@ -335,6 +335,8 @@ class Daemon:
     def apply(self, event: Event) -> None:
         """Record what an event says (`next_actions`) and run its effects; `reconcile` acts on it."""
         self.state, steps = next_actions(self.state, event, self.imex.pid)
+        log.debug("daemon event %s: %s", type(event).__name__,
+                  ", ".join(step.action.value for step in steps) or "no action")
         for step in steps:
             match step.action:
                 case Action.OBSERVE_MEMBERS:

@@ -26,6 +26,7 @@ from cdriver.imex.settings import TUNABLES, ImexSettings
 from cdriver.kube.ratelimit import limiter_for
 from cdriver.roles.kubelet_plugin.config import DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS
 from cdriver.roles.startup import check_http_endpoint, kube_api_options, resolve_imex, root_options
+from cdriver.roles.startup_log import log_startup_configuration
 
 ENV_CDI_ROOT = "CDI_ROOT"
 ENV_KUBELET_REGISTRAR_DIR = "KUBELET_REGISTRAR_DIRECTORY_PATH"
@@ -187,13 +188,16 @@ def imex_settings(opts: dict) -> ImexSettings:
 @click.pass_context
 def command(ctx: click.Context, **opts: Any) -> None:
     """Serve the DRA node API for IMEX channels and daemons on this node."""
+    root = root_options(ctx)
     try:
-        config = build_config(opts, root_options(ctx).get("feature_gates", ""))
+        config = build_config(opts, root.get("feature_gates", ""))
     except click.BadParameter:
         raise
     except CdriverError as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(2)
+    log_startup_configuration("kubelet-plugin", {**opts, "imex_daemon_config": config.imex_settings.describe()},
+                              config.gates, root)
     from cdriver.roles.kubelet_plugin.main import run
 
     try:
@@ -242,15 +246,5 @@ def build_config(opts: dict, feature_gates: str) -> PluginConfig:
         host_probe_interval=parse_duration(opts["host_probe_interval"], "--host-probe-interval"),
         gates=imex.gates,
         imex_settings=settings,
-    )
-    log.info(
-        "kubelet plugin settings: node %s, mode %s, driver root %s, CDI root %s, feature gates %s, IMEX daemon "
-        "config %s",
-        config.node_name,
-        config.imex_mode,
-        config.driver_root,
-        config.cdi_root,
-        imex.gates.to_env(),
-        settings.describe(),
     )
     return config
