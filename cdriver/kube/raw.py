@@ -129,7 +129,8 @@ class RawClient:
         except urllib3.exceptions.HTTPError as exc:
             _log_request(method, url, type(exc).__name__, started)
             raise ApiError(0, type(exc).__name__, f"{method} {path}: {exc}") from exc
-        _log_request(method, url, f"{resp.status}{' (watch opened)' if stream else ''}", started)
+        _log_request(method, url, f"{resp.status}{' (stream opened)' if stream and resp.status < 300 else ''}",
+                     started)
         if resp.status >= 300:
             if resp.status == 401:  # a rotated token: read it again for the next request
                 expire = getattr(self.connection, "expire_token", None)
