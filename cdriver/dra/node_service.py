@@ -104,6 +104,7 @@ def _call_prepare(driver: NodeDriver, claims: list[ClaimRef]) -> dict[str, Prepa
     out: dict[str, PrepareResult] = {}
     for c in claims:
         out[c.uid] = results.get(c.uid) or PrepareResult(error=f"claim {c} was not processed by the driver")
+        log.debug("NodePrepareResources %s: %s", c, out[c.uid].error or f"{len(out[c.uid].devices)} devices")
     return out
 
 
@@ -115,7 +116,10 @@ def _call_unprepare(driver: NodeDriver, claims: list[ClaimRef]) -> dict[str, str
     except Exception as exc:  # noqa: BLE001
         log.exception("unprepare failed for %s", [str(c) for c in claims])
         results = {c.uid: f"internal error unpreparing claim: {exc}" for c in claims}
-    return {c.uid: results.get(c.uid, f"claim {c} was not processed by the driver") for c in claims}
+    out = {c.uid: results.get(c.uid, f"claim {c} was not processed by the driver") for c in claims}
+    for c in claims:
+        log.debug("NodeUnprepareResources %s: %s", c, out[c.uid] or "done")
+    return out
 
 
 def _devices_to_pb(pb, devices: list[PreparedDevice], with_share_id: bool) -> list:

@@ -20,6 +20,7 @@ from cdriver.checkout import TEMPLATES_DIR
 from cdriver.decoding import TooLarge, read_bounded, short
 from cdriver.errors import CdriverError
 from cdriver.imex.names import dns_names
+from cdriver.imex.settings import DEFAULT_SETTINGS, TUNABLES, ImexSettings, config_problems, mismatches
 
 IMEX_SERVER_PORT = 50000
 IMEX_CMD_PORT = 50005
@@ -124,16 +125,24 @@ def from_upstream_syntax(template: str, source: str = "IMEX config template") ->
     return _UPSTREAM_FIELD_RE.sub(swap, template)
 
 
-def domain_template(template: str, *, server_port: int = IMEX_SERVER_PORT, cmd_port: int = IMEX_CMD_PORT) -> str:
-    """The template the kubelet plugin places in a domain's directory: the ports filled in, and
-    the per-daemon slots (nodes config path, pod IP) in upstream's syntax, so that cdriver's
-    daemon and the upstream driver's daemon both render it (either may serve the domain while
-    the cluster switches drivers)."""
+def domain_template(template: str, *, server_port: int = IMEX_SERVER_PORT, cmd_port: int = IMEX_CMD_PORT,
+                    settings: ImexSettings = DEFAULT_SETTINGS, source: str = "IMEX config template") -> str:
+    """The template the kubelet plugin places in a domain's directory: the ports and the tuned
+    settings (`cdriver.imex.settings`) filled in, and the per-daemon slots (nodes config path,
+    pod IP) in upstream's syntax, so that cdriver's daemon and the upstream driver's daemon
+    both render it (either may serve the domain while the cluster switches drivers).
+
+    Raises ImexConfigError when the result does not carry `settings` (a template that
+    hard-codes a tuned key)."""
     _check_port("SERVER_PORT", server_port)
     _check_port("IMEX_CMD_PORT", cmd_port)
     slots = {name: "{{ ." + field + " }}" for field, name in UPSTREAM_TEMPLATE_FIELDS.items()}
-    return _render(template, "IMEX config template", **slots, cmd_unix_socket="", server_port=server_port,
-                   cmd_port=cmd_port)
+    text = _render(template, source, **slots, cmd_unix_socket="", server_port=server_port,
+                   cmd_port=cmd_port, **settings.variables())
+    problems = mismatches(parse_config(text, source=f"{source} (rendered)"), settings, source)
+    if problems:
+        raise ImexConfigError("; ".join(problems))
+    return text
 
 
 def _render(template: str, source: str, **variables: object) -> str:
@@ -149,7 +158,7 @@ def _render(template: str, source: str, **variables: object) -> str:
     except jinja2.UndefinedError as e:
         raise ImexConfigError(
             f"{source}: {e.message}; the template may only use nodes_config_file, cmd_bind_ip, "
-            "cmd_unix_socket, server_port and cmd_port"
+            f"cmd_unix_socket, server_port, cmd_port, {', '.join(t.variable for t in TUNABLES)}"
         ) from None
 
 
@@ -163,7 +172,8 @@ def render_config(
     cmd_port: int = IMEX_CMD_PORT,
     source: str = "IMEX config template",
 ) -> str:
-    """Render the IMEX config template; the result is parsed back to prove it is well formed.
+    """Render the IMEX config template; the result is parsed back to prove it is well formed,
+    and its tuned keys (`cdriver.imex.settings`) to hold values nvidia-imex accepts.
 
     `bind_ip` becomes IMEX_CMD_BIND_INTERFACE_IP (the pod IP); `cmd_unix_socket` the optional
     IMEX_CMD_UNIX_DOMAIN_PATH. The upstream daemon's `{{ .Field }}` slots are understood too.
@@ -185,8 +195,12 @@ def render_config(
     _check_port("IMEX_CMD_PORT", cmd_port)
 
     text = _render(template, source, nodes_config_file=nodes_config_file, cmd_bind_ip=bind_ip,
-                   cmd_unix_socket=cmd_unix_socket or "", server_port=server_port, cmd_port=cmd_port)
+                   cmd_unix_socket=cmd_unix_socket or "", server_port=server_port, cmd_port=cmd_port,
+                   **DEFAULT_SETTINGS.variables())
     values = parse_config(text, source=f"{source} (rendered)")
+    problems = config_problems(values, source)
+    if problems:
+        raise ImexConfigError("; ".join(problems))
     for key, want in REQUIRED_VALUES.items():
         if values.get(key, None) != want:
             raise ImexConfigError(

@@ -19,8 +19,9 @@ from typing import Any, Protocol
 from cdriver.kube.errors import ApiError
 from cdriver.kube.objects import labels_of, meta_of, namespace_of, object_key, resource_version_of, uid_of
 from cdriver.kube.resources import Resource
+from cdriver.logs import WATCH_EVENTS_LOGGER
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(WATCH_EVENTS_LOGGER)  # its debug lines: logVerbosity 2
 
 Handler = Callable[..., None]
 IndexFunc = Callable[[dict], list[str]]
@@ -235,6 +236,7 @@ class Informer:
             return old
 
     def _emit(self, kind: str, obj: dict, old: dict | None = None) -> None:
+        log.debug("informer %s: %s %s (resourceVersion %s)", self.name, kind, object_key(obj), _rv(obj) or "-")
         self._events.put((kind, obj, old, None))
 
     def _relist(self) -> None:

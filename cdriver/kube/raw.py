@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from dataclasses import replace
 from typing import Any
 from urllib.parse import urlencode
@@ -25,8 +26,11 @@ from cdriver.kube.objects import meta_of
 from cdriver.kube.ratelimit import LONG_WAIT_SECONDS, TokenBucket
 from cdriver.kube.resources import Resource
 from cdriver.kube.watch import WatchStream
+from cdriver.logs import API_REQUESTS_LOGGER
 
 log = logging.getLogger(__name__)
+#: One debug line per request (logVerbosity 6): method, path, status, latency.
+requests_log = logging.getLogger(API_REQUESTS_LOGGER)
 
 #: Default (connect, read) timeout of a non-watch request, in seconds.
 DEFAULT_TIMEOUT = (10.0, 60.0)
@@ -50,6 +54,12 @@ def _query(**params: Any) -> dict[str, str]:
             value = "true" if value else "false"
         out[key] = str(value)
     return out
+
+
+def _log_request(method: str, url: str, outcome: str, started: float) -> None:
+    """The request's debug line: method, URL, status (or the failure) and milliseconds."""
+    if requests_log.isEnabledFor(logging.DEBUG):
+        requests_log.debug("%s %s %s in %d ms", method, url, outcome, (time.monotonic() - started) * 1000)
 
 
 class RawClient:
@@ -110,13 +120,17 @@ class RawClient:
             to = urllib3.Timeout(connect=self.timeout[0], read=None)
         else:
             to = urllib3.Timeout(total=timeout)
+        started = time.monotonic()
         try:
             resp = self._pool.request(
                 method, url, body=data, headers=headers, timeout=to,
                 preload_content=False, retries=False if method != "GET" else None,
             )
         except urllib3.exceptions.HTTPError as exc:
+            _log_request(method, url, type(exc).__name__, started)
             raise ApiError(0, type(exc).__name__, f"{method} {path}: {exc}") from exc
+        _log_request(method, url, f"{resp.status}{' (stream opened)' if stream and resp.status < 300 else ''}",
+                     started)
         if resp.status >= 300:
             if resp.status == 401:  # a rotated token: read it again for the next request
                 expire = getattr(self.connection, "expire_token", None)

@@ -33,6 +33,7 @@ from cdriver.roles.startup import (
     resolve_imex,
     root_options,
 )
+from cdriver.roles.startup_log import log_startup_configuration
 
 if TYPE_CHECKING:
     from cdriver.roles.controller.main import Runner
@@ -188,5 +189,5 @@ def _build(opts: dict, root: dict) -> tuple[Runner, HttpServer | None]:
         except OSError as exc:
             raise CdriverError(f"cannot serve on --http-endpoint {opts['http_endpoint']!r} ({exc}); "
                                "choose a free port") from None
-    log.info("feature gates: %s", imex.gates.to_env())
+    log_startup_configuration("controller", opts, imex.gates, root)
     return runner, http

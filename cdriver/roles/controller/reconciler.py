@@ -297,6 +297,7 @@ class Reconciler:
 
     # --- reconcile ----------------------------------------------------------------------
     def reconcile(self, key: str) -> None:
+        log.debug("reconciling ComputeDomain %s", key)
         obj = self.domain(key)
         if obj is None:
             return

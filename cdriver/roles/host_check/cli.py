@@ -10,6 +10,8 @@ import click
 
 from cdriver.api.imex_mode import IMEX_MODE_DRIVER_MANAGED, IMEX_MODE_HOST_MANAGED
 from cdriver.imex.ctl import DEFAULT_HOST_IMEX_SOCKET
+from cdriver.roles.startup import root_options
+from cdriver.roles.startup_log import log_startup_configuration
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +93,10 @@ def command(driver_root: str, socket_path: str, mode: str, only_under_root: bool
     """
     from cdriver.roles.host_check import checks, facts
 
+    log_startup_configuration(
+        "host-check", {"driver_root": driver_root, "socket": socket_path, "mode": mode,
+                       "only_config_under_driver_root": only_under_root, "json": as_json, "timeout": timeout},
+        None, root_options(click.get_current_context()))
     try:
         node = facts.gather(mode, driver_root, socket_path, probe_timeout=timeout,
                             only_config_under_driver_root=only_under_root)

@@ -20,6 +20,7 @@ from cdriver.featuregates import ENV_FEATURE_GATES
 from cdriver.imex.config import IMEX_CTL_BINARY, IMEX_DAEMON_BINARY, IMEXD_DIR
 from cdriver.imex.hosts import HOSTS_FILE
 from cdriver.roles.startup import kube_api_options, root_options
+from cdriver.roles.startup_log import log_startup_configuration
 
 from .inputs import DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS, RawInputs
 
@@ -87,13 +88,15 @@ def command(ctx: click.Context, **options: Any) -> None:
 def run_command(raw: RawInputs, max_restart_backoff: float = 30.0, recheck_interval: float = 5.0,
                 stop_grace: float = 10.0) -> None:
     """Run the daemon until SIGTERM (the default subcommand)."""
-    from dataclasses import replace
+    from dataclasses import asdict, replace
 
     from .inputs import parse_settings
 
     try:
-        settings = parse_settings(replace(raw, max_backoff=max_restart_backoff,
-                                          recheck_seconds=recheck_interval, stop_grace=stop_grace))
+        given = replace(raw, max_backoff=max_restart_backoff, recheck_seconds=recheck_interval, stop_grace=stop_grace)
+        settings = parse_settings(given)
+        log_startup_configuration("imex-daemon", asdict(given), settings.gates,
+                                  root_options(click.get_current_context()))
         from .main import run
 
         code = run(settings)

@@ -27,6 +27,7 @@ from cdriver.imex import ctl
 from cdriver.imex.config import IMEX_DAEMON_BINARY, IMEXD_DIR
 from cdriver.imex.hosts import HostsError
 from cdriver.imex.names import UNUSED_SLOT_IP
+from cdriver.imex.settings import describe_config
 from cdriver.imex.supervisor import ProcessSupervisor, SupervisorError
 from cdriver.kube.client import load_api_client
 from cdriver.kube.errors import ApiError
@@ -253,7 +254,8 @@ class Daemon:
             imex_config.write_file_atomic(
                 paths.nodes_config, dnsnames.static_nodes_config(self.settings.cd_uid, self.settings.max_nodes))
         failures.clear_state(paths.state)
-        log.info("Wrote %s (command service on %s) and %s", paths.config, self.settings.pod_ip, paths.nodes_config)
+        log.info("Wrote %s (command service on %s; %s) and %s", paths.config, self.settings.pod_ip,
+                 describe_config(values), paths.nodes_config)
 
     def _membership_store(self) -> clique.MembershipStore:
         """Where this node's entry lives: its clique object, or (legacy) the ComputeDomain status."""
@@ -335,6 +337,8 @@ class Daemon:
     def apply(self, event: Event) -> None:
         """Record what an event says (`next_actions`) and run its effects; `reconcile` acts on it."""
         self.state, steps = next_actions(self.state, event, self.imex.pid)
+        log.debug("daemon event %s: %s", type(event).__name__,
+                  ", ".join(step.action.value for step in steps) or "no action")
         for step in steps:
             match step.action:
                 case Action.OBSERVE_MEMBERS:

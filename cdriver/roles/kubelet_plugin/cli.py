@@ -22,9 +22,11 @@ from cdriver.dra.registration import KUBELET_PLUGINS_DIR, KUBELET_REGISTRY_DIR
 from cdriver.durations import parse_duration
 from cdriver.errors import CdriverError
 from cdriver.imex.ctl import DEFAULT_HOST_IMEX_SOCKET
+from cdriver.imex.settings import TUNABLES, ImexSettings
 from cdriver.kube.ratelimit import limiter_for
 from cdriver.roles.kubelet_plugin.config import DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS
 from cdriver.roles.startup import check_http_endpoint, kube_api_options, resolve_imex, root_options
+from cdriver.roles.startup_log import log_startup_configuration
 
 ENV_CDI_ROOT = "CDI_ROOT"
 ENV_KUBELET_REGISTRAR_DIR = "KUBELET_REGISTRAR_DIRECTORY_PATH"
@@ -45,6 +47,21 @@ log = logging.getLogger(__name__)
 def _opt(*names: str, **kw: Any) -> Callable[[Any], Any]:
     kw.setdefault("show_envvar", True)
     return click.option(*names, **kw)
+
+
+def _imex_setting_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """One option per tunable nvidia-imex setting (chart `imex.daemonConfig.*`)."""
+    for tunable in reversed(TUNABLES):
+        command = _opt(
+            tunable.flag, f"imex_{tunable.variable}", default=None, envvar=tunable.env,
+            help=f"{tunable.key} of every IMEX daemon's config: {tunable.allowed} (default {tunable.default}).",
+        )(command)
+    return command
+
+
+def imex_settings(opts: dict) -> ImexSettings:
+    """The tuned nvidia-imex settings of these options (ImexSettingError names the flag)."""
+    return ImexSettings.parse({t.key: opts.get(f"imex_{t.variable}") for t in TUNABLES}, lambda t: t.option)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -146,6 +163,7 @@ def _opt(*names: str, **kw: Any) -> Callable[[Any], Any]:
     envvar="IMEX_CONFIG_TEMPLATE",
     help="IMEX config template copied into each domain directory (default: the bundled one).",
 )
+@_imex_setting_options
 @_opt(
     "--prepare-timeout",
     default="30s",
@@ -170,13 +188,16 @@ def _opt(*names: str, **kw: Any) -> Callable[[Any], Any]:
 @click.pass_context
 def command(ctx: click.Context, **opts: Any) -> None:
     """Serve the DRA node API for IMEX channels and daemons on this node."""
+    root = root_options(ctx)
     try:
-        config = build_config(opts, root_options(ctx).get("feature_gates", ""))
+        config = build_config(opts, root.get("feature_gates", ""))
     except click.BadParameter:
         raise
     except CdriverError as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(2)
+    log_startup_configuration("kubelet-plugin", {**opts, "imex_daemon_config": config.imex_settings.describe()},
+                              config.gates, root)
     from cdriver.roles.kubelet_plugin.main import run
 
     try:
@@ -197,6 +218,7 @@ def build_config(opts: dict, feature_gates: str) -> PluginConfig:
     qps = opts.get("kube_api_qps", DEFAULT_KUBE_API_QPS)
     burst = opts.get("kube_api_burst", DEFAULT_KUBE_API_BURST)
     limiter_for(qps, burst)  # refuses an impossible limit
+    settings = imex_settings(opts)
     if prepare_timeout >= 45:
         raise click.BadParameter("must be below kubelet's 45s call timeout", param_hint="--prepare-timeout")
     config = PluginConfig(
@@ -223,13 +245,6 @@ def build_config(opts: dict, feature_gates: str) -> PluginConfig:
         cleanup_interval=parse_duration(opts["cleanup_interval"], "--cleanup-interval"),
         host_probe_interval=parse_duration(opts["host_probe_interval"], "--host-probe-interval"),
         gates=imex.gates,
-    )
-    log.info(
-        "kubelet plugin settings: node %s, mode %s, driver root %s, CDI root %s, feature gates %s",
-        config.node_name,
-        config.imex_mode,
-        config.driver_root,
-        config.cdi_root,
-        imex.gates.to_env(),
+        imex_settings=settings,
     )
     return config

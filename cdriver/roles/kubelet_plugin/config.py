@@ -11,6 +11,7 @@ from cdriver.api.imex_mode import IMEX_ISOLATION_DOMAIN, IMEX_MODE_DRIVER_MANAGE
 from cdriver.cdi.model import CDI_STATIC_DIR
 from cdriver.dra.registration import KUBELET_PLUGINS_DIR, KUBELET_REGISTRY_DIR
 from cdriver.imex.ctl import DEFAULT_HOST_IMEX_SOCKET
+from cdriver.imex.settings import DEFAULT_SETTINGS, ImexSettings
 
 DRA_SOCKET_NAME = "dra.sock"
 REGISTRATION_SOCKET_NAME = f"{constants.DRIVER_NAME}-reg.sock"
@@ -61,6 +62,8 @@ class PluginConfig:
     kube_api_qps: float = DEFAULT_KUBE_API_QPS
     kube_api_burst: int = DEFAULT_KUBE_API_BURST
     gates: featuregates.FeatureGates = field(default_factory=featuregates.FeatureGates)
+    #: nvidia-imex settings filled into the config template of every domain directory.
+    imex_settings: ImexSettings = DEFAULT_SETTINGS
 
     @property
     def host_managed(self) -> bool:

@@ -22,6 +22,7 @@ from cdriver.checkpoint import CheckpointStore, CorruptCheckpoint
 from cdriver.dra import health, node_service, registration, sockets
 from cdriver.errors import CdriverError
 from cdriver.httpserve import HttpServer
+from cdriver.imex.config import ImexConfigError, domain_template, load_template
 from cdriver.kube.client import load_api_client
 from cdriver.kube.errors import ApiError
 from cdriver.kube.events import EventRecorder
@@ -83,6 +84,11 @@ class Plugin:
             ) from None
         if not cfg.cdi_root.is_dir():
             raise StartupError(f"--cdi-root {cfg.cdi_root} is not a directory")
+        if not cfg.host_managed:  # every daemon claim would fail on it later, far from the cause
+            try:
+                domain_template(load_template(cfg.imex_config_template), settings=cfg.imex_settings)
+            except ImexConfigError as exc:
+                raise StartupError(f"{exc}; fix --imex-config-template or the IMEX settings") from None
         found = discover(cfg)
         self._write_base_spec(found)
         store = CheckpointStore(cfg.checkpoint_path)

@@ -359,7 +359,8 @@ class Preparer:
 
     def _write_domain_dir(self, domain_dir: Path) -> None:
         if self._template is None:
-            self._template = domain_template(load_template(self.config.imex_config_template))
+            self._template = domain_template(load_template(self.config.imex_config_template),
+                                             settings=self.config.imex_settings)
         try:
             domain_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
             target = domain_dir / IMEXD_TEMPLATE_NAME

@@ -1,13 +1,14 @@
 """`nvidia-imex` stand-in: a NO GPU mode IMEX daemon with real peer connections.
 
-Reads the real config keys (`-c file`) and the nodes config (IPs, or names resolved through
-the hosts file), listens for peers on SERVER_PORT and for commands on IMEX_CMD_PORT (and
-IMEX_CMD_UNIX_DOMAIN_PATH), keeps a heartbeating TCP link to every peer, retries lost peers
-with backoff, re-reads the peer list on SIGUSR1 and exits cleanly on SIGTERM, notifying its
-peers. Peers are known as the real daemon knows them: node N is the Nth nodes config entry,
-and a connecting daemon is node N when it says so and its node map is this one's (see
-`protocol`); a notification of shutdown from node N drops every link with node N. A config it
-cannot use, or a port already taken, is reported on stderr with a non-zero exit.
+Reads the real config keys (`-c file`; LOG_LEVEL filters its log as nvidia-imex's does) and
+the nodes config (IPs, or names resolved through the hosts file), listens for peers on
+SERVER_PORT and for commands on IMEX_CMD_PORT (and IMEX_CMD_UNIX_DOMAIN_PATH), keeps a
+heartbeating TCP link to every peer, retries lost peers with backoff, re-reads the peer list
+on SIGUSR1 and exits cleanly on SIGTERM, notifying its peers. Peers are known as the real
+daemon knows them: node N is the Nth nodes config entry, and a connecting daemon is node N
+when it says so and its node map is this one's (see `protocol`); a notification of shutdown
+from node N drops every link with node N. A config it cannot use, or a port already taken, is
+reported on stderr with a non-zero exit.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from cdriver.imex.config import (
     read_nodes_config,
 )
 from cdriver.imex.hosts import read_hosts_file
+from cdriver.imex.settings import log_threshold
 from cdriver.sim.imex import protocol
 
 PROG = IMEX_DAEMON_BINARY
@@ -489,7 +491,10 @@ def _clear_stale_socket(path: str) -> None:
 def _make_logger(cfg: ImexConfig | None) -> logging.Logger:
     log = logging.getLogger("cdriver.sim.imex.nvidia_imex")
     log.propagate = False
-    log.setLevel(logging.DEBUG if os.environ.get("CDRIVER_SIM_IMEX_DEBUG") else logging.INFO)
+    if os.environ.get("CDRIVER_SIM_IMEX_DEBUG"):
+        log.setLevel(logging.DEBUG)
+    else:  # LOG_LEVEL as nvidia-imex reads it: 0 off .. 4 INFO and above
+        log.setLevel(log_threshold(cfg.values) if cfg is not None else logging.INFO)
     handler: logging.Handler
     if cfg is not None and cfg.log_file_name:
         try:

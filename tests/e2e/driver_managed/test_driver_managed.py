@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from cdriver.api import constants
-from cdriver.imex.config import IMEX_CTL_BINARY, IMEX_DAEMON_BINARY, IMEXD_CONFIG
+from cdriver.imex.config import IMEX_CTL_BINARY, IMEX_DAEMON_BINARY, IMEXD_CONFIG, parse_config
 from cdriver.nvml.discover import channel_device_path
 from cdriver.roles.controller.desired import DAEMON_POD_CLAIM_NAME
 from cdriver.sim.world import scenario
@@ -40,9 +40,32 @@ from tests.support.world import (
 NON_FABRIC_NODE = "cpu-1"
 
 
+#: A chart value of imex.daemonConfig other than upstream's default, set for this world.
+GRACE_TIME = "300"
+
+
 @pytest.fixture(scope="module")
 def world() -> Iterator[SimWorld]:
-    yield from start_world({"nodes": 4, "extra_nodes": (NON_FABRIC_NODE,)}, "dm")
+    yield from start_world({"nodes": 4, "extra_nodes": (NON_FABRIC_NODE,), "extra_values": [
+        "--set", f"imex.daemonConfig.nodeDisconnectedGraceTime={GRACE_TIME}"]}, "dm")
+
+
+def test_the_charts_imex_settings_reach_the_config_each_daemon_writes(world: SimWorld, e2e_namespace: str) -> None:
+    """imex.daemonConfig.* set at install is in the config every IMEX daemon wrote for nvidia-imex;
+    the settings left alone keep upstream's defaults."""
+    ns, raw = e2e_namespace, world.raw
+    node_a, node_b = clique_nodes(world, cliques(world)[0])
+    uid = create_domain(world, ns, "tuned")
+    for name, node in (("a", node_a), ("b", node_b)):
+        raw.create(scenario.PODS, scenario.workload_pod(name, ns, "tuned-channel", node=node), ns)
+    scenario.wait_pods_running(raw, ns, ["a", "b"], 150)
+    daemons = scenario.daemon_pods(raw, DRIVER_NAMESPACE, uid)
+    assert sorted(d["spec"]["nodeName"] for d in daemons) == [node_a, node_b]
+    for daemon in daemons:
+        written = parse_config(text(exec_in(world, DRIVER_NAMESPACE, daemon, ["cat", IMEXD_CONFIG]).stdout))
+        assert (written["IMEX_NODE_DISCONNECTED_GRACE_TIME"], written["LOG_LEVEL"],
+                written["IMEX_WAIT_FOR_QUORUM"]) == (GRACE_TIME, "4", "RECOVERY")
+    delete_all(world, ns, ["a", "b"], "tuned", uid)
 
 
 def test_daemon_claim_from_another_namespace_is_refused_and_the_victims_daemon_starts(

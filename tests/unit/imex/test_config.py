@@ -17,6 +17,7 @@ from cdriver.imex.config import (
     ImexConfigError,
 )
 from cdriver.imex.names import dns_names, domain_hash
+from cdriver.imex.settings import ImexSettings
 
 #: The 33 keys of the daemon config, in file order, with their rendered values.
 EXPECTED = [
@@ -262,3 +263,29 @@ def test_write_file_atomic_failure_keeps_old_file(tmp_path, monkeypatch):
     assert "previous file is unchanged" in str(err.value)
     assert target.read_text() == "10.0.0.1\n"
     assert [p.name for p in tmp_path.iterdir()] == ["nodes.cfg"]
+
+
+def test_domain_template_carries_the_tuned_settings_into_every_daemons_config():
+    tuned = ImexSettings.parse({"IMEX_NODE_DISCONNECTED_GRACE_TIME": "300", "LOG_LEVEL": "3",
+                                "IMEX_WAIT_FOR_QUORUM": "NONE"})
+    placed = config.domain_template(config.load_template(), settings=tuned)
+    values = config.parse_config(render(template=placed))
+    assert (values["IMEX_NODE_DISCONNECTED_GRACE_TIME"], values["LOG_LEVEL"], values["IMEX_WAIT_FOR_QUORUM"]) == (
+        "300", "3", "NONE")
+
+
+def test_domain_template_refuses_a_template_that_hard_codes_a_tuned_key():
+    template = config.load_template().replace("{{ node_disconnected_grace_time }}", "-1")
+    tuned = ImexSettings.parse({"IMEX_NODE_DISCONNECTED_GRACE_TIME": "60"})
+    with pytest.raises(ImexConfigError) as err:
+        config.domain_template(template, settings=tuned, source="custom.cfg")
+    assert "custom.cfg: IMEX_NODE_DISCONNECTED_GRACE_TIME is '-1' but the driver is set to '60'" in str(err.value)
+    assert config.domain_template(template)  # at the defaults it is the same config
+
+
+def test_render_refuses_a_tuned_key_nvidia_imex_does_not_accept():
+    template = config.load_template().replace("{{ log_level }}", "7")
+    with pytest.raises(ImexConfigError) as err:
+        config.render_config(template, IMEXD_NODES_CONFIG, "10.1.2.3", source="/imexd/imexd.cfg.tmpl")
+    assert "/imexd/imexd.cfg.tmpl: LOG_LEVEL='7' is not valid" in str(err.value)
+    assert "(default 4)" in str(err.value)

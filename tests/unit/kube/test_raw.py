@@ -1,8 +1,11 @@
-"""RawClient pure parts: resource paths, error classification, watch stream decoding."""
+"""RawClient pure parts: resource paths, error classification, watch stream decoding, the
+request log lines."""
 
 from __future__ import annotations
 
 import json
+import logging
+import re
 import threading
 from collections.abc import Iterator
 
@@ -171,3 +174,50 @@ def test_resource_is_hashable_and_custom() -> None:
     res = Resource("example.com", "v1", "widgets", True, "Widget")
     assert res.path("ns", "w") == "/apis/example.com/v1/namespaces/ns/widgets/w"
     assert {res: 1}[Resource("example.com", "v1", "widgets", True, "Widget")] == 1
+
+
+class _Reply:
+    def __init__(self, status: int, data: bytes) -> None:
+        self.status, self.reason, self.data = status, "", data
+
+    def release_conn(self) -> None:
+        pass
+
+
+class _Connection:
+    """A connection whose pool answers every request with one status."""
+
+    host = "https://api.test"
+
+    def __init__(self, status: int, data: bytes = b"{}") -> None:
+        self.pool = self
+        self.reply = _Reply(status, data)
+
+    def request(self, method: str, url: str, **_kw: object) -> _Reply:
+        return self.reply
+
+    def headers(self) -> dict[str, str]:
+        return {}
+
+
+def test_each_request_logs_method_path_status_and_latency(caplog: pytest.LogCaptureFixture) -> None:
+    from cdriver.logs import API_REQUESTS_LOGGER
+
+    with caplog.at_level(logging.DEBUG, logger=API_REQUESTS_LOGGER):
+        RawClient(_Connection(200)).list(RESOURCES["pods"], "default", label_selector="a=b")
+        with pytest.raises(ApiError):
+            RawClient(_Connection(404, b'{"kind": "Status", "reason": "NotFound"}')).get(
+                RESOURCES["pods"], "p1", "default")
+    lines = [r.getMessage() for r in caplog.records if r.name == API_REQUESTS_LOGGER]
+    assert len(lines) == 2
+    assert re.fullmatch(r"GET https://api\.test/api/v1/namespaces/default/pods\?labelSelector=a%3Db 200 in \d+ ms",
+                        lines[0])
+    assert re.fullmatch(r"GET https://api\.test/api/v1/namespaces/default/pods/p1 404 in \d+ ms", lines[1])
+
+
+def test_requests_are_not_logged_below_their_grade(caplog: pytest.LogCaptureFixture) -> None:
+    from cdriver.logs import API_REQUESTS_LOGGER
+
+    with caplog.at_level(logging.INFO, logger=API_REQUESTS_LOGGER):
+        RawClient(_Connection(200)).list(RESOURCES["pods"], "default")
+    assert [r for r in caplog.records if r.name == API_REQUESTS_LOGGER] == []

@@ -162,6 +162,9 @@ def test_table_output_lists_every_check(node: Node) -> None:
     for name in CHECK_NAMES:
         assert any(line.startswith("PASS") and f" {name} " in line for line in lines), proc.stdout
     assert "To fix:" not in proc.stdout
+    # logVerbosity 0 (the default): the start-up configuration, once, on stderr (stdout is the report)
+    starts = [line for line in proc.stderr.splitlines() if "start-up configuration of host-check" in line]
+    assert len(starts) == 1 and f"driver_root='{node.root}'" in starts[0], proc.stderr
 
 
 def test_wrong_major_fails_the_channel_device_check(node: Node) -> None:

@@ -569,13 +569,14 @@ def one_node_driver_root(tmp_path: Path, name: str, **kwargs: Any) -> Any:
     return create_driver_root(tmp_path / "root", name, topology, channel_count=1, **kwargs)
 
 
-def start_plugin_alone(tmp_path: Path, name: str, root: Any) -> subprocess.CompletedProcess:
-    """`cdriver kubelet-plugin` on `root`, without a cluster: only a start that fails returns."""
+def start_plugin_alone(tmp_path: Path, name: str, root: Any, **env: str) -> subprocess.CompletedProcess:
+    """`cdriver kubelet-plugin` on `root` (with `env` added), without a cluster: only a start that
+    fails returns."""
     return subprocess.run([sys.executable, "-m", "cdriver", "kubelet-plugin", "--node-name", name,
                            "--nvidia-driver-root", str(root.root), "--kubelet-plugins-directory-path",
                            str(tmp_path / "p"), "--kubelet-registrar-directory-path", str(tmp_path / "r"),
                            "--cdi-root", str(tmp_path / "cdi")],
-                          env=root.process_env(), capture_output=True, text=True, timeout=60)
+                          env={**root.process_env(), **env}, capture_output=True, text=True, timeout=60)
 
 
 def test_incomplete_fabric_fails_start_with_a_clear_message(tmp_path: Path) -> None:
@@ -726,3 +727,25 @@ def test_lost_checkpoint_is_rebuilt_without_removing_specs_running_pods_use(
     assert kubelet.unprepare({"metadata": {"namespace": namespace, "name": "gone", "uid": stranger_uid}}) == {
         stranger_uid: ""}
     assert plugin.claim_specs() == [] and plugin.checkpoint() == {}
+
+
+def test_an_imex_setting_nvidia_imex_refuses_fails_start_naming_range_and_default(tmp_path: Path) -> None:
+    root = one_node_driver_root(tmp_path, "kp-badimex")
+    out = start_plugin_alone(tmp_path, "kp-badimex", root, IMEX_NODE_DISCONNECTED_GRACE_TIME="-7")
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr
+    (error,) = [line for line in out.stderr.splitlines() if line.startswith("Error:")]
+    assert "IMEX_NODE_DISCONNECTED_GRACE_TIME)='-7' is not valid" in error and "(default -1)" in error
+
+
+def test_a_template_that_hard_codes_a_tuned_setting_fails_start(tmp_path: Path) -> None:
+    from cdriver.imex.config import load_template
+
+    root = one_node_driver_root(tmp_path, "kp-hardcoded")
+    template = tmp_path / "imexd.tmpl.cfg"
+    template.write_text(load_template().replace("{{ log_level }}", "4"))
+    out = start_plugin_alone(tmp_path, "kp-hardcoded", root, IMEX_LOG_LEVEL="2", IMEX_CONFIG_TEMPLATE=str(template))
+    assert out.returncode == 1, out.stderr
+    assert "Traceback" not in out.stderr
+    (error,) = [line for line in out.stderr.splitlines() if line.startswith("Error:")]
+    assert "LOG_LEVEL is '4' but the driver is set to '2'" in error and "LOG_LEVEL={{ log_level }}" in error
