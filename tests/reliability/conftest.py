@@ -40,7 +40,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     path = figures.json_path()
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(figures.document(figures.RECORDED, **run), indent=1, sort_keys=True) + "\n")
+        path.write_text(json.dumps(figures.document(figures.RECORDED, **run), indent=1) + "\n")
         terminalreporter.write_line(f"JSON: {path} (table: python -m tests.reliability.figures {path})")
 
 

@@ -83,7 +83,7 @@ def document(figures: list[Figure], **run: Any) -> dict[str, Any]:
 
 
 def json_line(figures: list[Figure], **run: Any) -> str:
-    return json.dumps(document(figures, **run), sort_keys=True)
+    return json.dumps(document(figures, **run))
 
 
 def json_path() -> Path | None:
