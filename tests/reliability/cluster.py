@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from cdriver.api import constants
 from cdriver.cdi.writer import claim_spec_name, list_specs
 from cdriver.checkpoint import decode
 from cdriver.diagnose.collect import SOURCES, CollectError, Collector
+from cdriver.diagnose.snapshot import Snapshot
 from cdriver.imex.config import IMEX_DAEMON_BINARY
 from cdriver.kube.errors import ApiError
 from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME, PLUGIN_DOMAINS_DIR_NAME
@@ -29,6 +32,7 @@ from cdriver.sim.controlplane.cluster import APISERVER, ETCD, ClusterError
 from cdriver.sim.node.simulated.layout import NodeLayout
 from cdriver.sim.world import scenario
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
+from tests.reliability import inside
 from tests.reliability.invariants import INVARIANTS, Check, violations
 
 CDI_ROOT = "/var/run/cdi"  # the chart's kubeletPlugin.cdiRoot
@@ -74,14 +78,66 @@ def snapshot(world: SimWorld) -> dict[str, Any]:
     return data
 
 
+@dataclass
+class ExecCounts:
+    """How many containers `look_inside` read, and the seconds it spent reading them."""
+
+    workloads: int = 0
+    daemons: int = 0
+    seconds: float = 0.0
+
+    def count(self, workloads: int, daemons: int, seconds: float) -> None:
+        self.workloads += workloads
+        self.daemons += daemons
+        self.seconds += seconds
+
+    def since(self, before: ExecCounts) -> dict[str, float]:
+        """What was read after `before` (a copy taken earlier), as figures."""
+        return {"workload_execs": self.workloads - before.workloads, "daemon_execs": self.daemons - before.daemons,
+                "exec_s": round(self.seconds - before.seconds, 1)}
+
+
+#: Every read of this test session.
+EXECS = ExecCounts()
+#: How long one exec into a container may take.
+EXEC_TIMEOUT = 30.0
+
+
+def look_inside(world: SimWorld, data: dict[str, Any]) -> None:
+    """Exec into the containers `inside.probes` names, as a user would (kubectl exec), and add
+    what they show to `data` (``inPods``: the channels a workload sees; ``imexDomains``: the
+    domain its IMEX daemon reports)."""
+    wanted = inside.probes(Snapshot(data))
+    started = time.monotonic()
+
+    def run(ns: str, pod: str, argv: list[str]) -> tuple[int, str]:
+        try:
+            out = world.exec(ns, pod, argv, timeout=EXEC_TIMEOUT)
+            return out.returncode, out.stdout + out.stderr
+        except (subprocess.TimeoutExpired, OSError) as exc:
+            return 124, str(exc)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        channels = {inside.key(ns, n): pool.submit(run, ns, n, inside.LIST_CHANNELS) for ns, n in wanted.workloads}
+        domains = {inside.key(ns, n): pool.submit(run, ns, n, inside.QUERY_DOMAIN) for ns, n in wanted.daemons}
+        data["inPods"] = {k: inside.parse_channel_listing(*f.result()) for k, f in channels.items()}
+        data["imexDomains"] = {k: inside.parse_domain_report(*f.result()) for k, f in domains.items()}
+    EXECS.count(len(channels), len(domains), time.monotonic() - started)
+
+
 def converged(world: SimWorld, what: str, timeout: float, checks: tuple[Check, ...] = INVARIANTS,
-              extra: Callable[[dict], list[str]] | None = None) -> list[str]:
-    """Wait until the invariants hold; the violations still seen at the deadline ([] = converged)."""
+              extra: Callable[[dict], list[str]] | None = None,
+              in_containers: tuple[Check, ...] = inside.INSIDE) -> list[str]:
+    """Wait until the invariants hold (and, once they do, what the containers show agrees); the
+    violations still seen at the deadline ([] = converged)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
             data = snapshot(world)
             found = violations(data, checks) + (extra(data) if extra else [])
+            if not found and in_containers:
+                look_inside(world, data)
+                found = violations(data, in_containers)
         except (CollectError, ApiError, OSError) as exc:  # the API server may be restarting
             found = [f"cannot read the cluster: {exc}"]
         if not found or time.monotonic() > deadline:
@@ -111,26 +167,26 @@ def container_process(world: SimWorld, pod: dict) -> psutil.Process | None:
         return None
 
 
-def role_process(world: SimWorld, role: str, domain: str, nodes: list[str]) -> psutil.Process | None:
-    """The live process of `role` that serves `domain` on one of `nodes`, if there is one now."""
+def role_process(world: SimWorld, role: str, domain: str, nodes: list[str]) -> tuple[psutil.Process, str] | None:
+    """The live process of `role` that serves `domain` on one of `nodes`, and its node, if there is one now."""
     if role == PLUGIN_ROLE:
         pods = [p for p in driver_pods(world, component="kubelet-plugin") if p["spec"].get("nodeName") in nodes]
     elif role == CONTROLLER_ROLE:
         pods = driver_pods(world, component="controller")
     else:
-        pods = driver_pods(world, domain=domain)
+        pods = [p for p in driver_pods(world, domain=domain) if p["spec"].get("nodeName") in nodes]
     for pod in pods:
         proc = container_process(world, pod)
         if proc is None:
             continue
         if role != IMEX_ROLE:
-            return proc
+            return proc, pod["spec"]["nodeName"]
         try:
             imex = [c for c in proc.children(recursive=True) if c.name() == IMEX_DAEMON_BINARY]
         except psutil.Error:
             continue
         if imex:
-            return imex[0]
+            return imex[0], pod["spec"]["nodeName"]
     return None
 
 
@@ -146,6 +202,10 @@ class Kill:
     at: float = 0.0
     phase: str = ""
     pid: int = 0
+    node: str = ""
+    #: seconds from the kill until the domain ran again (workloads with their channel, its IMEX
+    #: domain UP, the role back); None unless the kill hit a live domain and it recovered
+    recovered_after: float | None = None
 
 
 @dataclass
@@ -211,8 +271,9 @@ def killer(world: SimWorld, kill: Kill, cycle: Cycle, nodes: list[str], stop: th
                     os.kill(pid, signal.SIGKILL)
                     kill.done, kill.at, kill.pid = True, time.monotonic() - cycle.started, pid
                     return
-            proc = role_process(world, kill.role, cycle.uid, nodes)
-            if proc is not None:
+            found = role_process(world, kill.role, cycle.uid, nodes)
+            if found is not None:
+                proc, kill.node = found
                 try:
                     os.kill(proc.pid, signal.SIGKILL)
                     kill.done, kill.at, kill.pid = True, time.monotonic() - cycle.started, proc.pid
@@ -224,6 +285,27 @@ def killer(world: SimWorld, kill: Kill, cycle: Cycle, nodes: list[str], stop: th
     thread = threading.Thread(target=run, daemon=True, name=f"kill-{kill.role}")
     thread.start()
     return thread
+
+
+def role_back(world: SimWorld, kill: Kill, domain: str) -> Callable[[dict], list[str]]:
+    """An extra check: the killed process is gone and a new process of its role runs in its place
+    (on its node: the kubelet restarted the container, or the daemon restarted nvidia-imex)."""
+    def check(_: dict) -> list[str]:
+        if not kill.done:
+            return []
+        if kill.role in CONTROL_PLANE:
+            now = world.cluster.pid(kill.role)
+            return [] if now and now != kill.pid else [f"{kill.role} does not run again (killed pid {kill.pid})"]
+        found = role_process(world, kill.role, domain, [kill.node])
+        if found is None or found[0].pid == kill.pid:
+            return [f"{kill.role} does not run again on {kill.node or 'its node'} (killed pid {kill.pid})"]
+        return []
+    return check
+
+
+def all_of(*checks: Callable[[dict], list[str]]) -> Callable[[dict], list[str]]:
+    """One extra check made of several."""
+    return lambda data: [line for check in checks for line in check(data)]
 
 
 # -- a domain's life ----------------------------------------------------------------------------

@@ -7,6 +7,7 @@ runs on the suite's simulated cluster (the `rel_world` fixture), `unit` otherwis
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,18 +30,32 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if not figures.RECORDED:
         return
-    terminalreporter.section(f"reliability figures ({'full run' if figures.FULL else 'bounded subset'})")
+    stats = terminalreporter.stats
+    outcome = ", ".join(f"{len(stats[k])} {k}" for k in ("passed", "failed", "error", "skipped") if stats.get(k))
+    run = {"commit": figures.commit(), "outcome": outcome}
+    terminalreporter.section(f"reliability figures ({'full run' if figures.FULL else 'bounded subset'}, "
+                             f"{figures.TIMINGS} node timings, commit {run['commit'] or 'unknown'})")
     terminalreporter.write_line(figures.table(figures.RECORDED))
-    terminalreporter.write_line(figures.json_line(figures.RECORDED))
+    terminalreporter.write_line(figures.json_line(figures.RECORDED, **run))
+    path = figures.json_path()
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(figures.document(figures.RECORDED, **run), indent=1) + "\n")
+        terminalreporter.write_line(f"JSON: {path} (table: python -m tests.reliability.figures {path})")
 
 
 @pytest.fixture(scope="package")
 def rel_world() -> Iterator[Any]:
-    """One simulated cluster (two cliques of two GB200 nodes) for the fault and load tests."""
+    """One simulated cluster (two cliques of two GB200 nodes) for the fault and load tests, with
+    fast node timings unless CDRIVER_RELIABILITY_TIMINGS=kubelet."""
     from tests.reliability.cluster import Supervisor
     from tests.support.world import start_world
 
-    world = start_world({"nodes": 4}, "rel")
+    try:
+        figures.check_timings()
+    except ValueError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    world = start_world({"nodes": 4, "fast": figures.TIMINGS == figures.TIMINGS_FAST}, "rel")
     supervisor = Supervisor(next(world)).start()
     try:
         yield supervisor.world

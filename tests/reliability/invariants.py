@@ -8,6 +8,7 @@ dicts per kind), plus what each node holds on disk, under ``nodeFiles``::
                               "cdiClaims": ["<claim uid>", ...],     # claim CDI specs on disk
                               "domainDirs": ["<domain id>", ...]}}}   # plugin per-domain dirs
 
+What the containers themselves show (read with exec) is checked in `tests.reliability.inside`.
 Each check returns the violations it finds, one readable line each; an empty list means the
 invariant holds. `violations` runs them all. Nothing here talks to the API or the disk.
 """
@@ -75,19 +76,47 @@ def running(pod: dict) -> bool:
     return pod_phase(pod) == "Running" and pod_ready(pod) and not meta_of(pod).get("deletionTimestamp")
 
 
+def running_workloads(snap: Snapshot) -> list[dict]:
+    """Running pods outside the driver's namespace (the users' workloads)."""
+    return [p for p in snap.items("pods") if namespace_of(p) != snap.driver_namespace and running(p)]
+
+
+def channel_claims(snap: Snapshot, pod: dict) -> list[dict]:
+    """The pod's channel claims that the driver allocated."""
+    return [c for c in pod_claims(snap, pod) if is_channel_claim(c)]
+
+
+def runs_daemons(snap: Snapshot, domain: str) -> bool:
+    """Whether the driver runs IMEX daemons for `domain` (its DaemonSet exists; not so when host-managed)."""
+    return any(labels_of(ds).get(constants.LABEL_COMPUTE_DOMAIN) == domain for ds in snap.items("daemonsets"))
+
+
+def daemon_pods_of(snap: Snapshot, domain: str, node: str = "") -> list[dict]:
+    """The IMEX daemon pods of `domain` (on `node`, if given)."""
+    return [p for p in snap.pods_in(snap.driver_namespace)
+            if labels_of(p).get(constants.LABEL_COMPUTE_DOMAIN) == domain and (not node or pod_node(p) == node)]
+
+
+def serving_daemons(snap: Snapshot) -> list[tuple[dict, str]]:
+    """(workload pod, domain) for each running workload's channel whose domain runs daemons."""
+    out = []
+    for pod in running_workloads(snap):
+        for claim in channel_claims(snap, pod):
+            domain = claim_domain(claim)
+            if domain and runs_daemons(snap, domain):
+                out.append((pod, domain))
+    return out
+
+
 # -- the invariants ---------------------------------------------------------------------------
 def running_pods_have_their_channel(snap: Snapshot) -> list[str]:
     """Every running workload pod's channel claim is allocated on its node, reserved for it,
     prepared there (checkpoint) and has its CDI spec there; its node carries the domain label."""
     out = []
     files = node_files(snap)
-    for pod in snap.items("pods"):
-        if namespace_of(pod) == snap.driver_namespace or not running(pod):
-            continue
+    for pod in running_workloads(snap):
         node, who = pod_node(pod), f"pod {namespace_of(pod)}/{name_of(pod)} on {pod_node(pod)}"
-        for claim in pod_claims(snap, pod):
-            if not is_channel_claim(claim):
-                continue
+        for claim in channel_claims(snap, pod):
             uid = uid_of(claim)
             if claim_node(claim) != node:
                 out.append(f"{who}: claim {name_of(claim)} is allocated on {claim_node(claim)!r}")
@@ -108,6 +137,27 @@ def running_pods_have_their_channel(snap: Snapshot) -> list[str]:
             if domain and labels.get(constants.LABEL_COMPUTE_DOMAIN) != domain:
                 out.append(f"{who}: node labelled {labels.get(constants.LABEL_COMPUTE_DOMAIN)!r}, "
                            f"its channel is for domain {domain}")
+    return out
+
+
+def running_pods_have_a_ready_imex_daemon(snap: Snapshot) -> list[str]:
+    """Every running workload's node runs a Running and Ready IMEX daemon pod of the workload's
+    domain, and that node's entry in the domain's clique is Ready (where the driver runs daemons)."""
+    out = []
+    for pod, domain in serving_daemons(snap):
+        node, who = pod_node(pod), f"pod {namespace_of(pod)}/{name_of(pod)} on {pod_node(pod)}"
+        ready = [d for d in daemon_pods_of(snap, domain, node) if running(d)]
+        if not ready:
+            out.append(f"{who}: no Running and Ready IMEX daemon pod of domain {domain} on the node")
+            continue
+        clique_id = labels_of(ready[0]).get(constants.LABEL_CLIQUE_ID, "")
+        clique = snap.find("cliques", f"{domain}.{clique_id}", snap.driver_namespace)
+        entry = next((d for d in (clique or {}).get("daemons") or [] if d.get("nodeName") == node), None)
+        if clique is None:
+            out.append(f"{who}: no clique {domain}.{clique_id} for its IMEX daemon")
+        elif (entry or {}).get("status") != constants.STATUS_READY:
+            out.append(f"{who}: clique {domain}.{clique_id} lists the node's IMEX daemon as "
+                       f"{(entry or {}).get('status') or 'absent'}")
     return out
 
 
@@ -211,7 +261,8 @@ def deletions_complete(snap: Snapshot) -> list[str]:
     return out
 
 
-INVARIANTS: tuple[Check, ...] = (running_pods_have_their_channel, each_channel_has_one_owner,
+INVARIANTS: tuple[Check, ...] = (running_pods_have_their_channel, running_pods_have_a_ready_imex_daemon,
+                                 each_channel_has_one_owner,
                                  node_files_agree_with_the_api, node_labels_agree_with_the_api,
                                  no_orphan_objects, deletions_complete)
 

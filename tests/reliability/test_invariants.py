@@ -13,6 +13,14 @@ from tests.reliability.invariants import violations
 DOMAIN, CLAIM, POD, NODE = "dom-uid", "claim-uid", "pod-uid", "node-a"
 
 
+def daemon_pod() -> dict[str, Any]:
+    """The domain's IMEX daemon pod on node-a, Running and Ready."""
+    return {"metadata": {"name": "daemon-a", "namespace": "cdriver-system", "uid": "daemon-uid",
+                         "labels": {constants.LABEL_COMPUTE_DOMAIN: DOMAIN, constants.LABEL_CLIQUE_ID: "clique-1"}},
+            "spec": {"nodeName": NODE},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
 def healthy() -> dict[str, Any]:
     """One domain, one running workload pod on node-a with its prepared channel."""
     claim = {
@@ -32,12 +40,13 @@ def healthy() -> dict[str, Any]:
     return {
         "driverNamespace": "cdriver-system",
         "computedomains": [{"metadata": {"name": "cd", "namespace": "ns", "uid": DOMAIN}}],
-        "pods": [pod], "resourceclaims": [claim],
+        "pods": [pod, daemon_pod()], "resourceclaims": [claim],
         "nodes": [{"metadata": {"name": NODE, "labels": {constants.LABEL_COMPUTE_DOMAIN: DOMAIN}}},
                   {"metadata": {"name": "node-b", "labels": {}}}],
         "daemonsets": [{"metadata": {"name": f"computedomain-daemon-{DOMAIN}", "namespace": "cdriver-system",
                                      "labels": {constants.LABEL_COMPUTE_DOMAIN: DOMAIN}}}],
-        "cliques": [{"metadata": {"name": f"{DOMAIN}.clique-1", "namespace": "cdriver-system"}}],
+        "cliques": [{"metadata": {"name": f"{DOMAIN}.clique-1", "namespace": "cdriver-system"},
+                     "daemons": [{"nodeName": NODE, "cliqueID": "clique-1", "status": "Ready"}]}],
         "nodeFiles": {NODE: {"checkpoint": {CLAIM: {"state": "PrepareCompleted", "name": "w-channel",
                                                     "namespace": "ns", "domainID": DOMAIN,
                                                     "devices": [{"device_name": "channel-0"}]}},
@@ -74,6 +83,14 @@ def broken(change: str) -> dict[str, Any]:
         data["nodeFiles"]["node-b"] = {"checkpointError": "checksum mismatch"}
     elif change == "claim on another node":
         data["pods"][0]["spec"]["nodeName"] = "node-b"
+    elif change == "IMEX daemon not ready":
+        data["pods"][1]["status"]["conditions"][0]["status"] = "False"
+    elif change == "IMEX daemon gone":
+        del data["pods"][1]
+    elif change == "clique entry not ready":
+        data["cliques"][0]["daemons"][0]["status"] = "NotReady"
+    elif change == "clique entry missing":
+        data["cliques"][0]["daemons"] = []
     return data
 
 
@@ -88,6 +105,10 @@ def broken(change: str) -> dict[str, Any]:
     ("deletion stuck", "computedomains ns/cd is still being deleted"),
     ("unreadable checkpoint", "node-b: checkpoint unreadable: checksum mismatch"),
     ("claim on another node", "claim w-channel is allocated on 'node-a'"),
+    ("IMEX daemon not ready", "no Running and Ready IMEX daemon pod of domain dom-uid on the node"),
+    ("IMEX daemon gone", "no Running and Ready IMEX daemon pod of domain dom-uid on the node"),
+    ("clique entry not ready", "clique dom-uid.clique-1 lists the node's IMEX daemon as NotReady"),
+    ("clique entry missing", "clique dom-uid.clique-1 lists the node's IMEX daemon as absent"),
 ])
 def test_each_kind_of_drift_is_named(change: str, expected: str) -> None:
     found = violations(broken(change))

@@ -1,7 +1,8 @@
 """Load: ComputeDomains with two workload pods each, run through the cliques in bounded
 batches and then all deleted, for several rounds.
 
-Per round: the time until every batch's channels are visible (summed over batches), the time
+Per round: the time until every batch's channels are visible inside its containers and their
+IMEX domains UP (read with exec, summed over batches; how many containers were read), the time
 until nothing of the round remains, API requests per domain (all clients, from the API
 server's counters, and the controller's own writes), and leak checks: no node label, clique,
 CDI spec, checkpoint entry, per-domain directory or nvidia-imex process left; the file
@@ -10,6 +11,7 @@ descriptors and memory of the controller and kubelet plugins after each round.
 
 from __future__ import annotations
 
+import copy
 import time
 import urllib.request
 from typing import Any
@@ -52,6 +54,7 @@ def run_round(world: Any, ns: str, round_no: int) -> dict[str, Any]:
     names = [f"r{round_no}d{i}" for i in range(DOMAINS)]
     cliques = rc.cliques(world)
     requests_before, writes_before = apiserver_requests(world), controller_writes(world)
+    execs_before = copy.copy(rc.EXECS)
     for start in range(0, len(names), CREATE_BATCH):
         for name in names[start:start + CREATE_BATCH]:
             rc.create_retrying(world, scenario.CDS, scenario.compute_domain(name, ns, f"{name}-channel"), ns)
@@ -90,7 +93,8 @@ def run_round(world: Any, ns: str, round_no: int) -> dict[str, Any]:
             "visible_s": visible_s, "gone_s": gone_s,
             "requests": (apiserver_requests(world) - requests_before) / len(names),
             "writes": (controller_writes(world) - writes_before) / len(names),
-            "leaks": leaks(world), "fds": rc.roles_fds(world), "rss": rc.roles_memory(world)}
+            "leaks": leaks(world), "fds": rc.roles_fds(world), "rss": rc.roles_memory(world),
+            "execs": rc.EXECS.since(execs_before)}
 
 
 def leaks(world: Any) -> list[str]:
@@ -116,7 +120,7 @@ def test_load_rounds_converge_and_leak_nothing(rel_world: Any, rel_namespace: st
         record("load", f"round {r + 1}: {result['domains']} domains x 2 pods", result["domains"],
                result["survived"], channels_visible_s=round(result["visible_s"], 1),
                all_gone_s=round(result["gone_s"], 1), api_requests_per_domain=round(result["requests"]),
-               controller_writes_per_domain=round(result["writes"], 1), leaks=len(result["leaks"]),
+               controller_writes_per_domain=round(result["writes"], 1), **result["execs"], leaks=len(result["leaks"]),
                fds=result["fds"], rss_mib={k: round(v / 2**20) for k, v in result["rss"].items()})
     first, last = rounds[0], rounds[-1]
     growth = {role: last["rss"].get(role, 0) - first["rss"].get(role, 0) for role in first["rss"]}
