@@ -492,6 +492,20 @@ class NodeAgent:
         main = self.container_main_pid(namespace, pod, container)
         return tree_pids(main) if main else []
 
+    def container_probe_cpu_s(self, namespace: str, pod: str, container: str) -> float:
+        """CPU seconds a container's exec probes have used (all its runs): the probes run from
+        the node through nsenter, outside the container's process tree, so its processes' CPU
+        times leave them out."""
+        return self._require_worker(namespace, pod).probe_cpu_seconds(container)
+
+    def container_launcher_pids(self, namespace: str, pod: str, container: str) -> list[int]:
+        """The pids of a container's launcher processes: the shim the node waits on and the
+        container's init (node overhead, not the container's command; empty when not running)."""
+        live = self._require_worker(namespace, pod).container_info(container)
+        if live is None:
+            return []
+        return [pid for pid in (live.proc.pid, live.proc.init_pid) if pid]
+
     def container_log(self, namespace: str, pod: str, container: str, previous: bool = False) -> Path | None:
         """The CRI-format log file of a container's current (or previous) run."""
         return self._require_worker(namespace, pod).log_path(container, previous)

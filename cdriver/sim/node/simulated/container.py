@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from cdriver.atomic import atomic_write
 from cdriver.checkout import PACKAGE_PARENT
 from cdriver.errors import CdriverError
 from cdriver.sim.node.simulated.logs import STDERR, STDOUT, LogWriter, PipeCopier
+from cdriver.sim.node.simulated.measured import run_measured
 from cdriver.sim.node.simulated.volumes import BindMount
 
 log = logging.getLogger(__name__)
@@ -250,10 +252,11 @@ class ContainerProcess:
 
 
 def run_in_container(pid: int, argv: list[str], env: dict[str, str], working_dir: str | None,
-                     timeout: float, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+                     timeout: float, stdin: bytes | None = None,
+                     account: Callable[[float], None] | None = None) -> subprocess.CompletedProcess:
     """Run a command inside a running container and capture its output (exec probes).
 
+    `account(seconds)` gets the CPU time `nsenter` and the command used (see `measured`).
     Raises subprocess.TimeoutExpired after `timeout` (the command is killed)."""
-    return subprocess.run(nsenter_argv(pid, argv, working_dir), input=stdin, capture_output=True,
-                          env=env, timeout=timeout, check=False,
-                          stdin=None if stdin is not None else subprocess.DEVNULL)
+    return run_measured(nsenter_argv(pid, argv, working_dir), env=env, timeout=timeout, stdin=stdin,
+                        account=account)

@@ -132,8 +132,20 @@ class PodContainers:
         self.volume_paths: dict[str, Path] = {}
         self.prepared: dict[str, list[PreparedDevice]] = {}
         self._run_ids = 0
+        #: CPU seconds of each container's exec probes, over all its runs (they run from the node,
+        #: outside the container's processes)
+        self.probe_cpu: dict[str, float] = {}
 
     # -- entry points (any thread) ---------------------------------------------------------
+    def probe_cpu_seconds(self, name: str) -> float:
+        """CPU seconds the exec probes of container `name` have used so far (all its runs)."""
+        with self._lock:
+            return self.probe_cpu.get(name, 0.0)
+
+    def _account_probe(self, name: str, seconds: float) -> None:
+        with self._lock:
+            self.probe_cpu[name] = self.probe_cpu.get(name, 0.0) + seconds
+
     def kill_container(self, name: str, sig: int = signal.SIGKILL) -> int:
         """Send `sig` to a container's main process (fault injection); returns its pid."""
         with self._lock:
@@ -270,7 +282,8 @@ class PodContainers:
                 command = probe_command(container, list((probe["exec"] or {}).get("command") or []))
 
                 def run(cmd: list[str], timeout: float) -> Any:
-                    return run_in_container(live.proc.init_pid, cmd, live.env, live.working_dir, timeout)
+                    return run_in_container(live.proc.init_pid, cmd, live.env, live.working_dir, timeout,
+                                            account=lambda seconds: self._account_probe(live.name, seconds))
 
                 return lambda timeout: check_exec(run, command, timeout)
             if "httpGet" in probe:

@@ -27,6 +27,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+import grpc
+
 from cdriver.dra.client import DRAError
 from cdriver.dra.node_service import ClaimRef
 from cdriver.errors import CdriverError
@@ -103,8 +105,14 @@ class PodStage(StrEnum):
     DONE = "done"  # every container finished, the claims unprepared
 
 
-#: the node log's line per NodePrepareResources call (benchmarks read its duration)
+#: the node log's line per NodePrepareResources call, failed and timed-out ones too (benchmarks
+#: read its duration and its outcome: ok, error (claims with errors), timeout, failed)
 PREPARE_TIMING = "NodePrepareResources timing:"
+
+
+def call_outcome(exc: DRAError) -> str:
+    """How a DRA call failed as a whole: `timeout` at its deadline, else `failed`."""
+    return "timeout" if exc.code == grpc.StatusCode.DEADLINE_EXCEEDED else "failed"
 
 
 class PodWorker:
@@ -167,6 +175,10 @@ class PodWorker:
 
     def container_info(self, name: str) -> LiveContainer | None:
         return self.containers.container_info(name)
+
+    def probe_cpu_seconds(self, name: str) -> float:
+        """CPU seconds of container `name`'s exec probes so far (all its runs)."""
+        return self.containers.probe_cpu_seconds(name)
 
     def log_path(self, name: str, previous: bool = False) -> Path | None:
         """The log file of the container's current (or previous) run."""
@@ -330,11 +342,16 @@ class PodWorker:
             if client is None:
                 raise DRAError(f"DRA driver {driver} is not registered on node {self.rt.node_name}")
             started = time.monotonic()
-            result = client.prepare(refs, timeout=self.rt.options.prepare_timeout)
+            try:
+                result = client.prepare(refs, timeout=self.rt.options.prepare_timeout)
+            except DRAError as exc:  # the call as a whole: its deadline, the connection, a bad answer
+                self.rt.log.info("%s %s claims=%d errors=%d took_ms=%.1f outcome=%s", PREPARE_TIMING, driver,
+                                 len(refs), len(refs), (time.monotonic() - started) * 1000, call_outcome(exc))
+                raise
             errors = [f"NodePrepareResources failed for ResourceClaim {ref.name}: {result[ref.uid].error}"
                       for ref in refs if result[ref.uid].error]
-            self.rt.log.info("%s %s claims=%d errors=%d took_ms=%.1f", PREPARE_TIMING, driver, len(refs),
-                             len(errors), (time.monotonic() - started) * 1000)
+            self.rt.log.info("%s %s claims=%d errors=%d took_ms=%.1f outcome=%s", PREPARE_TIMING, driver, len(refs),
+                             len(errors), (time.monotonic() - started) * 1000, "error" if errors else "ok")
             if errors:
                 raise DRAError("; ".join(errors))
             for ref in refs:

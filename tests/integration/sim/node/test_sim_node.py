@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from cdriver.cdi.model import ContainerEdits, Device, DeviceNode, Spec
@@ -405,6 +406,36 @@ def test_exec_readiness_probe_failures_flip_ready(raw: RawClient, namespace: str
                    lambda: condition(p := raw.get(PODS, "probed", namespace), "Ready") == "False" and p, 30)
     assert condition(pod, "ContainersReady") == "False"
     assert container_status(pod)["restartCount"] == 0  # readiness failures never restart
+
+
+BURN = "import time\nend = time.process_time() + {}\nwhile time.process_time() < end: pass\n{}"
+
+
+def test_exec_probe_cpu_is_counted_for_its_container_timed_out_ones_too(
+        raw: RawClient, namespace: str, sim_nodes: list[NodeAgent], pool: str) -> None:
+    """An exec probe runs from the node (nsenter), outside the container's processes; the node
+    counts the CPU time it used for the container, of a probe killed for its timeout as well."""
+    node = sim_nodes[0]
+    passing = {"exec": {"command": [PY, "-c", BURN.format(0.2, "")]}, "periodSeconds": 1, "timeoutSeconds": 5}
+    slow = {"exec": {"command": [PY, "-c", BURN.format(0.3, "time.sleep(60)")]}, "periodSeconds": 1,
+            "timeoutSeconds": 2, "failureThreshold": 1000}
+    raw.create(PODS, pod_body("costly-probe", ["sleep", "3600"], pool, node.name,
+                              container={"readinessProbe": passing}), namespace)
+    raw.create(PODS, pod_body("slow-probe", ["sleep", "3600"], pool, node.name,
+                              container={"livenessProbe": slow}), namespace)
+    wait_for("the pod with a costly probe Ready", lambda: pod_ready(raw, namespace, "costly-probe"), 30)
+    wait_for("three probes' CPU counted",
+             lambda: node.container_probe_cpu_s(namespace, "costly-probe", "main") >= 0.6, 30)
+    wait_for("two timed-out probes' CPU counted",
+             lambda: node.container_probe_cpu_s(namespace, "slow-probe", "main") >= 0.6, 30)
+    for name in ("costly-probe", "slow-probe"):
+        main = node.container_main_pid(namespace, name, "main")
+        assert main
+        times = psutil.Process(main).cpu_times()
+        assert times.user + times.system < 0.2  # the container's own process did not burn it
+        assert not set(node.container_launcher_pids(namespace, name, "main")) & set(
+            node.container_tree_pids(namespace, name, "main"))
+    assert container_status(raw.get(PODS, "slow-probe", namespace))["restartCount"] == 0
 
 
 def test_failing_liveness_probe_restarts_the_container(raw: RawClient, namespace: str,

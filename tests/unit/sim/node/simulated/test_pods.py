@@ -96,3 +96,13 @@ def test_the_final_delete_of_a_terminated_pod_is_retried_while_the_api_server_is
     worker._deleted = worker._shutdown = False
     assert worker._final_delete() is True
     assert worker.rt.raw.deletes == 3
+
+
+def test_a_prepare_call_that_failed_as_a_whole_is_named_timeout_at_its_deadline_else_failed() -> None:
+    import grpc
+
+    from cdriver.dra.client import DRAError
+
+    assert pods.call_outcome(DRAError("deadline", grpc.StatusCode.DEADLINE_EXCEEDED)) == "timeout"
+    assert pods.call_outcome(DRAError("gone", grpc.StatusCode.UNAVAILABLE)) == "failed"
+    assert pods.call_outcome(DRAError("bad answer")) == "failed"
