@@ -1,36 +1,51 @@
 """cdriver side by side with the upstream Go ComputeDomain driver: same cluster, same workloads.
 
-For each driver, one simulated cluster of 8 GB200 nodes in two cliques of four, with kubelet's
-real retry and heartbeat timings (not the fast mode tests use), and that driver's own chart
-installed (upstream's from `make peer`). On it, in order:
+Each run brings up one simulated cluster for one driver with kubelet's real retry and heartbeat
+timings (not the fast mode tests use) and that driver's own chart (upstream's from `make
+peer`); the drivers take turns (cdriver, upstream, cdriver, ...) for `--rounds` rounds, so that
+a change of the machine's load falls on both. The parts (`--parts`, each its own run):
 
-1. idle: RSS and CPU seconds of the controller and the kubelet plugins over a quiet window;
-2. time to channel: a ComputeDomain + N workload pods spread over both cliques, from the first
-   create to /dev/nvidia-caps-imex-channels/channel0 visible in every container (N = 2 and
-   N = 8; rounds each, median), and everything deleted between rounds; the plugins' and
-   daemons' CPU seconds and RSS under that load;
-3. Prepare as the node sees it: the duration of every NodePrepareResources call the simulated
-   kubelets made for the workloads' channel claims during (2) (p50/p99 over all calls, the
-   calls per claim, and over the successful ones only);
-4. daemons at idle: one 8-pod domain left Ready; their CPU over a quiet window and RSS;
-5. controller: 500 ComputeDomains created at once; the time until each has its workload and
-   daemon claim templates, its DaemonSet and the finalizer (and how many carry a status by
-   then); the API server's write requests per domain (all clients; both drivers cause the same
-   DaemonSet controller work), and the controller's CPU seconds and RSS.
+- channel (8 GB200 nodes in two cliques of four): a ComputeDomain + N workload pods spread over
+  both cliques, from the first create to /dev/nvidia-caps-imex-channels/channel0 visible in
+  every container (N = 2, then N = 8), everything deleted in between; the plugins' CPU seconds
+  and RSS under that load, the daemons' CPU seconds to Ready and RSS; every NodePrepareResources
+  call the simulated kubelets made for the workloads' channel claims (failed and timed-out
+  calls too, with their durations);
+- idle (the same cluster): the controller's and the plugins' CPU and RSS over a quiet window;
+  then one 8-pod domain left Ready and its daemons' CPU over a quiet window and RSS;
+- controller-default, controller-high (2 nodes): `--domains` ComputeDomains created at once; the
+  time until each has its workload and daemon claim templates, its DaemonSet and the finalizer,
+  with each driver's controller at its own default client rate limit (cdriver 50/s burst 100,
+  upstream client-go's 5/s burst 10), then both at `--high-limit`; in the high run also how many
+  carry a status by then, the API server's write requests per domain (all clients) and the
+  controller's CPU seconds and RSS.
 
-Prints a table (cdriver, upstream, ratio cdriver/upstream; below 1.0 is better for cdriver
-everywhere) and one JSON object; writes bench/results/versus.json and versus.png (the ratios).
+What each figure counts: a role's processes are its container's command and everything below
+it (the IMEX stand-in and shells left out), plus the CPU time of the exec probes the node ran
+for its containers (probes run from the node through nsenter, outside the container's tree;
+the node agent counts each probe's reaped CPU time per container). The containers' launcher
+processes (the shim and the init of each container) are node overhead: reported on a line of
+their own, not in a role's RSS.
 
-    python bench/versus.py [--rounds 3] [--domains 500] [--drivers cdriver,upstream]
+Writes bench/results/versus.json (every run's figures; `--merge` joins documents made in parts)
+and versus.png (the ratios of the medians), and prints the markdown table; `--table FILE`
+prints the table of a document without running anything.
+
+    python bench/versus.py [--rounds 5] [--parts channel,idle,controller-default,controller-high]
+                           [--domains 500] [--drivers cdriver,upstream] [--json-out FILE]
+    python bench/versus.py --merge A.json B.json [--json-out FILE]
+    python bench/versus.py --table bench/results/versus.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -40,8 +55,10 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import versus_figures as figures  # bench/versus_figures.py (scripts run from bench/)
 
 from cdriver.api import constants
+from cdriver.errors import CdriverError
 from cdriver.nvml.discover import channel_device_path
 from cdriver.sim.node.simulated.pods import PREPARE_TIMING
 from cdriver.sim.world import scenario
@@ -57,7 +74,8 @@ NOT_ROLE = {"bash", "sh", "nvidia-imex", "nvidia-imex-ctl"}
 WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE", "APPLY")
 NON_RESOURCE = re.compile(r'[{,]resource=""')  # /healthz, /metrics (not subresource="")
 #: a node log line of one NodePrepareResources call for a pod (the logger names the pod)
-TIMING = re.compile(r" pod-(\S+) " + re.escape(PREPARE_TIMING) + r" (\S+) claims=(\d+) errors=(\d+) took_ms=([\d.]+)")
+TIMING = re.compile(r" pod-(\S+) " + re.escape(PREPARE_TIMING)
+                    + r" (\S+) claims=(\d+) errors=(\d+) took_ms=([\d.]+)(?: outcome=(\w+))?")
 
 TOPOLOGY = """version: 1
 domains:
@@ -69,13 +87,6 @@ domains:
       - id: 1
         nodes: [node-5, node-6, node-7, node-8]
 """
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
 
 
 # -- role processes ----------------------------------------------------------------------------
@@ -121,17 +132,48 @@ def rss_mb(procs: list[psutil.Process]) -> float:
     return total_of(procs, lambda p: p.memory_info().rss) / 2**20
 
 
+def probe_cpu_seconds(world: SimWorld, pods: Iterable[dict]) -> float:
+    """CPU seconds of the exec probes the nodes ran for the pods' containers so far."""
+    total = 0.0
+    for pod in pods:
+        node = world.node(pod["spec"]["nodeName"])
+        for ctr in pod["spec"]["containers"]:
+            try:
+                total += node.agent.container_probe_cpu_s(DRIVER_NAMESPACE, pod["metadata"]["name"], ctr["name"])
+            except CdriverError:  # the pod is gone from its node
+                continue
+    return total
+
+
+def launcher_rss_mb(world: SimWorld, pods: list[dict]) -> float:
+    """RSS per pod of its containers' launcher processes (shim and init): node overhead."""
+    procs = []
+    for pod in pods:
+        node = world.node(pod["spec"]["nodeName"])
+        for ctr in pod["spec"]["containers"]:
+            for pid in node.agent.container_launcher_pids(DRIVER_NAMESPACE, pod["metadata"]["name"], ctr["name"]):
+                try:
+                    procs.append(psutil.Process(pid))
+                except psutil.NoSuchProcess:
+                    continue
+    return rss_mb(procs) / max(1, len(pods))
+
+
 def per_instance(world: SimWorld, component: str, pods: list[dict] | None = None) -> tuple[list[psutil.Process], int]:
     pods = role_pods(world, component) if pods is None else pods
     return role_processes(world, pods), max(1, len(pods))
 
 
 def quiet_window(world: SimWorld, component: str, pods: list[dict] | None = None) -> dict[str, float]:
+    """CPU a minute (the processes' and their exec probes') and RSS per pod over IDLE_WINDOW."""
+    pods = role_pods(world, component) if pods is None else pods
     procs, count = per_instance(world, component, pods)
-    before = cpu_seconds(procs)
+    before, probes_before = cpu_seconds(procs), probe_cpu_seconds(world, pods)
     time.sleep(IDLE_WINDOW)
-    return {"cpu_s_per_min": round((cpu_seconds(procs) - before) / count * 60 / IDLE_WINDOW, 3),
-            "rss_mb": round(rss_mb(procs) / count, 1)}
+    probes = probe_cpu_seconds(world, pods) - probes_before
+    per_min = 60 / IDLE_WINDOW / count
+    return {"cpu_s_per_min": round((cpu_seconds(procs) - before + probes) * per_min, 3),
+            "probe_cpu_s_per_min": round(probes * per_min, 3), "rss_mb": round(rss_mb(procs) / count, 1)}
 
 
 # -- time to channel ---------------------------------------------------------------------------
@@ -186,15 +228,17 @@ def channel_round(world: SimWorld, n: int, tag: str, on_ready: Callable[[str], N
     return elapsed
 
 
-def prepare_timings(world: SimWorld) -> list[tuple[int, int, float]]:
-    """(claims, errors, ms) of every NodePrepareResources call for a workload pod's channel
-    claim (the daemon pods' claims are left out)."""
+def prepare_timings(world: SimWorld) -> list[dict[str, Any]]:
+    """Claims, errors, ms and outcome (ok, error, timeout, failed) of every NodePrepareResources
+    call for a workload pod's channel claim (the daemon pods' claims are left out)."""
     out = []
     for node in world.nodes:
         text = node.agent.layout.node_log.read_text(errors="replace")
         for m in TIMING.finditer(text):
             if m.group(1).startswith(f"{NS}-") and m.group(2) == constants.DRIVER_NAME:
-                out.append((int(m.group(3)), int(m.group(4)), float(m.group(5))))
+                errors = int(m.group(4))
+                out.append({"claims": int(m.group(3)), "errors": errors, "ms": float(m.group(5)),
+                            "outcome": m.group(6) or ("error" if errors else "ok")})
     return out
 
 
@@ -242,105 +286,130 @@ def controller_load(world: SimWorld, n: int) -> dict[str, float]:
             "controller_cpu_s": round(cpu_seconds(procs) - cpu0, 2), "controller_rss_mb": round(rss_mb(procs), 1)}
 
 
-# -- one driver --------------------------------------------------------------------------------
-def run_driver(driver: str, rounds: int, domains: int, base: Path) -> dict[str, Any]:
-    topology = base / "topology.yaml"
-    topology.write_text(TOPOLOGY)
-    settings = WorldSettings(base_dir=base / driver, nodes=8, topology=topology, driver=driver, fast=False)
-    out: dict[str, Any] = {"node_kind": "simulated", "kubelet_timings": "kubelet (fast mode off)"}
-    with SimWorld(settings, progress=lambda m: print(f"[{driver}] {m}", file=sys.stderr)) as world:
-        raw = world.raw
-        scenario.ensure_namespace(raw, NS)
-        time.sleep(SETTLE)
-        idle_ctrl = quiet_window(world, "controller")
-        idle_plugin = quiet_window(world, "kubelet-plugin")
-        out |= {"controller_idle_cpu_s_per_min": idle_ctrl["cpu_s_per_min"],
-                "controller_idle_rss_mb": idle_ctrl["rss_mb"],
-                "plugin_idle_cpu_s_per_min": idle_plugin["cpu_s_per_min"], "plugin_idle_rss_mb": idle_plugin["rss_mb"]}
-        plugins, plugin_count = per_instance(world, "kubelet-plugin")
-        plugin_cpu0 = cpu_seconds(plugins)
-        daemon_load: list[tuple[float, float]] = []
+# -- one run -----------------------------------------------------------------------------------
+PARTS = ("channel", "idle", "controller-default", "controller-high")
+#: each driver's own default client rate limit (qps, burst): cdriver's chart, client-go's
+DEFAULT_LIMITS = {"cdriver": (50, 100), "upstream": (5, 10)}
+HIGH_LIMIT = (1000, 2000)
+CONTROLLER_NODES = 2
 
-        def sample_daemons(uid: str) -> None:
-            pods = scenario.daemon_pods(raw, DRIVER_NAMESPACE, uid)
-            procs = role_processes(world, pods)
-            daemon_load.append((cpu_seconds(procs) / max(1, len(pods)), rss_mb(procs) / max(1, len(pods))))
 
-        for n in (2, 8):
-            times = [channel_round(world, n, f"n{n}r{r}", sample_daemons) for r in range(rounds)]
-            out[f"time_to_channel_n{n}_s"] = round(statistics.median(times), 2)
-            print(f"[{driver}] N={n}: {[round(t, 2) for t in times]}", file=sys.stderr)
-        out["plugin_load_cpu_s"] = round((cpu_seconds(plugins) - plugin_cpu0) / plugin_count, 2)
-        out["plugin_load_rss_mb"] = round(rss_mb(plugins) / plugin_count, 1)
-        out["daemon_bootstrap_cpu_s"] = round(statistics.median(c for c, _ in daemon_load), 2)
-        out["daemon_load_rss_mb"] = round(statistics.median(r for _, r in daemon_load), 1)
-        calls = prepare_timings(world)
-        ok = [ms for _, errors, ms in calls if not errors]
-        every = [ms for _, _, ms in calls]
-        claims = 2 * rounds + 8 * rounds
-        out |= {"prepare_p50_ms": round(percentile(every, 50), 1), "prepare_p99_ms": round(percentile(every, 99), 1),
-                "prepare_ok_p50_ms": round(percentile(ok, 50), 1), "prepare_ok_p99_ms": round(percentile(ok, 99), 1),
-                "prepare_calls_per_claim": round(len(calls) / claims, 2)}
+def limit_values(driver: str, qps: float, burst: int) -> list[str]:
+    """Chart values that set the controller's client rate limit: cdriver's own values, and for
+    upstream the KUBE_API_QPS/KUBE_API_BURST environment its flags read (its chart has no
+    value of its own for them, only the container's extra env)."""
+    if driver == "cdriver":
+        return ["--set", f"controller.kubeApiQps={qps:g}", "--set", f"controller.kubeApiBurst={burst}"]
+    env = "controller.containers.computeDomain.env"
+    return ["--set", f"{env}[0].name=KUBE_API_QPS", "--set-string", f"{env}[0].value={qps:g}",
+            "--set", f"{env}[1].name=KUBE_API_BURST", "--set-string", f"{env}[1].value={burst}"]
 
-        # a domain left Ready: its daemons at idle
-        cliques = sorted({node.clique for node in world.nodes if node.clique})
-        cd = raw.create(scenario.CDS, scenario.compute_domain("steady", NS, "steady-ch"), NS)
-        names = [f"steady-w{i}" for i in range(8)]
-        for name in names:
-            raw.create(scenario.PODS, spread_pod(name, "steady-ch", cliques, "steady"), NS)
-        scenario.wait_pods_running(raw, NS, names, ROUND_TIMEOUT)
-        time.sleep(SETTLE)
-        idle_daemon = quiet_window(world, "", scenario.daemon_pods(raw, DRIVER_NAMESPACE, cd["metadata"]["uid"]))
-        out |= {"daemon_idle_cpu_s_per_min": idle_daemon["cpu_s_per_min"], "daemon_idle_rss_mb": idle_daemon["rss_mb"]}
-        out |= controller_load(world, domains)
+
+def commit() -> str:
+    """The checkout's commit (`+dirty` when it has uncommitted changes)."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
+def channel_part(world: SimWorld, driver: str) -> dict[str, Any]:
+    raw = world.raw
+    plugins, plugin_count = per_instance(world, "kubelet-plugin")
+    plugin_cpu0 = cpu_seconds(plugins)
+    daemon_load: list[tuple[float, float, float]] = []
+
+    def sample_daemons(uid: str) -> None:
+        pods = scenario.daemon_pods(raw, DRIVER_NAMESPACE, uid)
+        procs = role_processes(world, pods)
+        probes = probe_cpu_seconds(world, pods)
+        count = max(1, len(pods))
+        daemon_load.append(((cpu_seconds(procs) + probes) / count, probes / count, rss_mb(procs) / count))
+
+    out: dict[str, Any] = {}
+    for n in (2, 8):
+        out[f"time_to_channel_n{n}_s"] = round(channel_round(world, n, f"n{n}", sample_daemons), 2)
+        print(f"[{driver}] N={n}: {out[f'time_to_channel_n{n}_s']} s", file=sys.stderr)
+    out["plugin_load_cpu_s"] = round((cpu_seconds(plugins) - plugin_cpu0) / plugin_count, 2)
+    out["plugin_load_rss_mb"] = round(rss_mb(plugins) / plugin_count, 1)
+    out["daemon_bootstrap_cpu_s"] = round(statistics.median(c for c, _, _ in daemon_load), 2)
+    out["daemon_bootstrap_probe_cpu_s"] = round(statistics.median(p for _, p, _ in daemon_load), 2)
+    out["daemon_load_rss_mb"] = round(statistics.median(r for _, _, r in daemon_load), 1)
     return out
 
 
-#: (key, label) in table order
-FIGURES = [
-    ("time_to_channel_n2_s", "time to channel, N=2 (s)"),
-    ("time_to_channel_n8_s", "time to channel, N=8 (s)"),
-    ("prepare_p50_ms", "Prepare p50, all calls (ms)"),
-    ("prepare_p99_ms", "Prepare p99, all calls (ms)"),
-    ("prepare_ok_p50_ms", "Prepare p50, successful (ms)"),
-    ("prepare_ok_p99_ms", "Prepare p99, successful (ms)"),
-    ("prepare_calls_per_claim", "Prepare calls per claim"),
-    ("controller_s", "controller, 500 CDs (s)"),
-    ("api_writes_per_cd", "API writes per CD (all clients)"),
-    ("status_written_pct", "CDs with a status by then (%)"),
-    ("controller_cpu_s", "controller CPU under load (s)"),
-    ("controller_rss_mb", "controller RSS under load (MB)"),
-    ("controller_idle_cpu_s_per_min", "controller idle CPU (s/min)"),
-    ("controller_idle_rss_mb", "controller idle RSS (MB)"),
-    ("plugin_idle_cpu_s_per_min", "plugin idle CPU (s/min)"),
-    ("plugin_idle_rss_mb", "plugin idle RSS (MB)"),
-    ("plugin_load_cpu_s", "plugin CPU under load (s)"),
-    ("plugin_load_rss_mb", "plugin RSS under load (MB)"),
-    ("daemon_bootstrap_cpu_s", "daemon CPU to Ready (s)"),
-    ("daemon_load_rss_mb", "daemon RSS at Ready (MB)"),
-    ("daemon_idle_cpu_s_per_min", "daemon idle CPU (s/min)"),
-    ("daemon_idle_rss_mb", "daemon idle RSS (MB)"),
-]
+def idle_part(world: SimWorld) -> dict[str, Any]:
+    raw = world.raw
+    idle_ctrl = quiet_window(world, "controller")
+    idle_plugin = quiet_window(world, "kubelet-plugin")
+    out: dict[str, Any] = {
+        "controller_idle_cpu_s_per_min": idle_ctrl["cpu_s_per_min"], "controller_idle_rss_mb": idle_ctrl["rss_mb"],
+        "plugin_idle_cpu_s_per_min": idle_plugin["cpu_s_per_min"], "plugin_idle_rss_mb": idle_plugin["rss_mb"],
+        "launcher_rss_mb_per_pod": round(launcher_rss_mb(world, role_pods(world, "kubelet-plugin")), 1)}
+    # a domain left Ready: its daemons at idle
+    cliques = sorted({node.clique for node in world.nodes if node.clique})
+    cd = raw.create(scenario.CDS, scenario.compute_domain("steady", NS, "steady-ch"), NS)
+    names = [f"steady-w{i}" for i in range(8)]
+    for name in names:
+        raw.create(scenario.PODS, spread_pod(name, "steady-ch", cliques, "steady"), NS)
+    scenario.wait_pods_running(raw, NS, names, ROUND_TIMEOUT)
+    time.sleep(SETTLE)
+    idle_daemon = quiet_window(world, "", scenario.daemon_pods(raw, DRIVER_NAMESPACE, cd["metadata"]["uid"]))
+    return out | {"daemon_idle_cpu_s_per_min": idle_daemon["cpu_s_per_min"],
+                  "daemon_idle_probe_cpu_s_per_min": idle_daemon["probe_cpu_s_per_min"],
+                  "daemon_idle_rss_mb": idle_daemon["rss_mb"]}
 
 
-#: figures shown side by side without a ratio (higher is not worse)
-NO_RATIO = {"status_written_pct"}
+def run_once(driver: str, parts: list[str], domains: int, base: Path, round_: int) -> list[dict[str, Any]]:
+    """One cluster of `driver`; the `parts` that share it, one record each."""
+    controller = parts[0].startswith("controller")
+    topology = base / "topology.yaml"
+    topology.write_text(TOPOLOGY)
+    extra: list[str] = []
+    if controller:
+        extra = limit_values(driver, *(HIGH_LIMIT if parts[0] == "controller-high" else DEFAULT_LIMITS[driver]))
+    settings = WorldSettings(base_dir=base / f"{driver}-{parts[0]}-{round_}",
+                             nodes=CONTROLLER_NODES if controller else 8,
+                             topology=None if controller else topology, driver=driver, fast=False,
+                             extra_values=extra)
+    records = []
+    began = time.monotonic()
+    with SimWorld(settings, progress=lambda m: print(f"[{driver}] {m}", file=sys.stderr)) as world:
+        scenario.ensure_namespace(world.raw, NS)
+        time.sleep(SETTLE)
+        for part in parts:
+            load0 = os.getloadavg()[0]
+            record: dict[str, Any] = {"driver": driver, "part": part, "round": round_, "commit": COMMIT}
+            if part == "channel":
+                record["figures"] = channel_part(world, driver)
+                record["prepare_calls"] = prepare_timings(world)
+                record["channel_claims"] = 2 + 8
+            elif part == "idle":
+                record["figures"] = idle_part(world)
+            else:
+                load = controller_load(world, domains)
+                key = "controller_high_s" if part == "controller-high" else "controller_default_s"
+                record["figures"] = {key: load.pop("controller_s")} | (load if part == "controller-high" else {})
+                record["client_limit"] = list(HIGH_LIMIT if part == "controller-high" else DEFAULT_LIMITS[driver])
+            record["load"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
+            records.append(record)
+            print(f"[{driver}] {json.dumps(record)}", file=sys.stderr, flush=True)
+    print(f"[{driver}] {'+'.join(parts)} round {round_}: {time.monotonic() - began:.0f} s", file=sys.stderr)
+    return records
 
 
-def ratios(results: dict[str, dict[str, Any]]) -> dict[str, float]:
-    a, b = results.get("cdriver", {}), results.get("upstream", {})
-    return {k: round(a[k] / b[k], 2) for k, _ in FIGURES if k in a and k in b and b[k] and k not in NO_RATIO}
+def groups(parts: list[str]) -> list[list[str]]:
+    """The parts that share a cluster: channel and idle one, each controller run its own."""
+    shared = [p for p in parts if p in ("channel", "idle")]
+    return ([shared] if shared else []) + [[p] for p in parts if p.startswith("controller")]
 
 
-def table(results: dict[str, dict[str, Any]], ratio: dict[str, float]) -> str:
-    lines = [f"{'figure':<34} {'cdriver':>10} {'upstream':>10} {'ratio':>7}"]
-    for key, label in FIGURES:
-        cells = [results.get(d, {}).get(key, "") for d in ("cdriver", "upstream")]
-        lines.append(f"{label:<34} {cells[0]!s:>10} {cells[1]!s:>10} {ratio.get(key, '')!s:>7}")
-    return "\n".join(lines)
-
-
-def chart(ratio: dict[str, float], path: Path) -> str:
+def chart(ratio: dict[str, float], names: dict[str, str], path: Path) -> str:
     try:
         import matplotlib
 
@@ -348,44 +417,71 @@ def chart(ratio: dict[str, float], path: Path) -> str:
         import matplotlib.pyplot as plt
     except ImportError:
         return "no chart: matplotlib is not installed (make bench installs it; pip install matplotlib)"
-    labels = [label for key, label in FIGURES if key in ratio]
-    values = [ratio[key] for key, _ in FIGURES if key in ratio]
-    fig, ax = plt.subplots(figsize=(8, 0.35 * len(values) + 1.2))
+    labels = [names[key] for key, _ in figures.FIGURES if key in ratio]
+    values = [ratio[key] for key, _ in figures.FIGURES if key in ratio]
+    fig, ax = plt.subplots(figsize=(9, 0.35 * len(values) + 1.2))
     ax.barh(labels[::-1], values[::-1], color=["tab:green" if v <= 1.0 else "tab:red" for v in values[::-1]])
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_xscale("log")
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # minor labels overlap
-    ax.set_xlabel("cdriver / upstream (below 1: cdriver better)")
+    ax.set_xlabel("cdriver / upstream, medians (below 1: cdriver better)")
     ax.set_title("cdriver / upstream driver: simulated nodes, kubelet timings")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     return f"chart written to {path}"
 
 
+def write(doc: dict[str, Any], json_out: Path, chart_out: Path) -> None:
+    json_out.parent.mkdir(parents=True, exist_ok=True)
+    json_out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(figures.table(doc))
+    print()
+    print(figures.caption(doc))
+    print(chart(figures.ratios(doc), figures.labels(doc), chart_out))
+
+
+COMMIT = commit()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--domains", type=int, default=500)
     parser.add_argument("--drivers", default=",".join(DRIVERS))
+    parser.add_argument("--parts", default=",".join(PARTS))
     parser.add_argument("--json-out", type=Path, default=RESULTS / "versus.json")
     parser.add_argument("--chart-out", type=Path, default=RESULTS / "versus.png")
+    parser.add_argument("--table", type=Path, help="print the table of this document and exit")
+    parser.add_argument("--merge", type=Path, nargs="+", help="join these documents (made in parts) into --json-out")
     args = parser.parse_args()
+    if args.table:
+        doc = json.loads(args.table.read_text())
+        print(figures.table(doc))
+        print()
+        print(figures.caption(doc))
+        return
+    if args.merge:
+        write(figures.merge([json.loads(p.read_text()) for p in args.merge]), args.json_out, args.chart_out)
+        return
+    parts = args.parts.split(",")
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        parser.error(f"unknown parts {sorted(unknown)}: use {','.join(PARTS)}")
+    doc: dict[str, Any] = {"settings": {"domains": args.domains, "nodes": 8, "controller_nodes": CONTROLLER_NODES,
+                                        "default_limits": DEFAULT_LIMITS, "high_limit": HIGH_LIMIT,
+                                        "idle_window_s": IDLE_WINDOW},
+                           "runs": []}
     base = Path(tempfile.mkdtemp(prefix="cdv", dir="/tmp"))
-    results: dict[str, dict[str, Any]] = {}
     try:
-        for driver in args.drivers.split(","):
-            results[driver] = run_driver(driver, args.rounds, args.domains, base)
-            print(f"[{driver}] {json.dumps(results[driver])}", file=sys.stderr, flush=True)
+        for round_ in range(args.rounds):
+            for group in groups(parts):
+                for driver in args.drivers.split(","):
+                    doc["runs"] += run_once(driver, group, args.domains, base, round_)
+                    args.json_out.parent.mkdir(parents=True, exist_ok=True)
+                    args.json_out.write_text(json.dumps(doc, indent=2) + "\n")  # what is done so far
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    ratio = ratios(results)
-    doc = {"rounds": args.rounds, "domains": args.domains, "nodes": 8, "results": results,
-           "ratio_cdriver_to_upstream": ratio}
-    args.json_out.parent.mkdir(parents=True, exist_ok=True)
-    args.json_out.write_text(json.dumps(doc, indent=2) + "\n")
-    print(table(results, ratio))
-    print(json.dumps(doc))
-    print(chart(ratio, args.chart_out))
+    write(doc, args.json_out, args.chart_out)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ The rule, for a file `tests/unit/<path>/test_<stem>.py`:
 
 - its source folder is `cdriver/<path>`, or `packaging/<path>` for the release builder
   (`<path>` starting with `cdriver_build`), or `hack/<path>` for the development scripts
-  (`<path>` starting with `hack`, whose modules may be shell scripts: `<name>.sh`);
+  (`<path>` starting with `hack`, whose modules may be shell scripts: `<name>.sh`), or
+  `bench/` for the benchmarks' modules (`<path>` being `bench`; scripts importing each other
+  from their folder, no package);
 - some `<name>` names a module of that folder (`<name>.py`), where `<name>` is `<stem>` or
   `<stem>` cut at an underscore, the rest a topic (`test_prepare_deleting.py` tests
   `prepare.py`);
@@ -29,7 +31,7 @@ def source_folder(relative_dir: Path) -> Path:
     """The source folder that `tests/unit/<relative_dir>` mirrors."""
     if relative_dir.parts[:1] == ("cdriver_build",):
         return ROOT / "packaging" / relative_dir
-    if relative_dir.parts[:1] == ("hack",):
+    if relative_dir.parts[:1] in (("hack",), ("bench",)):
         return ROOT / relative_dir
     return ROOT / "cdriver" / relative_dir
 
@@ -44,11 +46,11 @@ def names_a_module(test_file: Path) -> bool:
     """Whether `tests/unit/<path>/test_<stem>.py` names a module (or its package) that exists."""
     relative = test_file.relative_to(UNIT)
     folder = source_folder(relative.parent)
-    scripts = relative.parts[0] == "hack"
+    scripts = relative.parts[0] in ("hack", "bench")
     if not scripts and not (folder / "__init__.py").is_file():
         return False
     stem = relative.stem.removeprefix("test_")
-    suffixes = (".py", ".sh") if scripts else (".py",)
+    suffixes = (".py", ".sh") if relative.parts[0] == "hack" else (".py",)
     return any(any((folder / f"{name}{suffix}").is_file() for suffix in suffixes) or name == folder.name
                for name in names_of(stem))
 
@@ -77,5 +79,7 @@ def test_the_rule_accepts_topics_and_package_level_tests() -> None:
     assert names_a_module(UNIT / "cdriver_build" / "test_oci.py")
     assert names_a_module(UNIT / "hack" / "test_plan.py")
     assert not names_a_module(UNIT / "hack" / "test_nothing_here.py")
+    assert names_a_module(UNIT / "bench" / "test_versus_figures.py")
+    assert not names_a_module(UNIT / "bench" / "test_nothing_here.py")
     assert not names_a_module(UNIT / "test_controller_desired.py")
     assert not names_a_module(UNIT / "nowhere" / "test_nowhere.py")
