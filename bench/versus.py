@@ -257,8 +257,9 @@ def controller_load(world: SimWorld, n: int) -> dict[str, float]:
     raw = world.raw
     ns = f"{NS}-many"
     scenario.ensure_namespace(raw, ns)
-    procs, _ = per_instance(world, "controller")
-    cpu0, writes0 = cpu_seconds(procs), apiserver_writes(raw)
+    pods = role_pods(world, "controller")
+    procs, _ = per_instance(world, "controller", pods)
+    cpu0, writes0 = cpu_seconds(procs) + probe_cpu_seconds(world, pods), apiserver_writes(raw)
     t0 = time.monotonic()
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda i: raw.create(scenario.CDS, scenario.compute_domain(f"cd-{i}", ns, f"t-{i}"), ns),
@@ -283,7 +284,8 @@ def controller_load(world: SimWorld, n: int) -> dict[str, float]:
     with_status = sum(1 for c in cds if (c.get("status") or {}).get("status"))
     return {"controller_s": round(elapsed, 2), "api_writes_per_cd": round(writes / n, 2),
             "status_written_pct": round(100 * with_status / n, 1),
-            "controller_cpu_s": round(cpu_seconds(procs) - cpu0, 2), "controller_rss_mb": round(rss_mb(procs), 1)}
+            "controller_cpu_s": round(cpu_seconds(procs) + probe_cpu_seconds(world, pods) - cpu0, 2),
+            "controller_rss_mb": round(rss_mb(procs), 1)}
 
 
 # -- one run -----------------------------------------------------------------------------------
