@@ -398,6 +398,7 @@ def run_once(driver: str, parts: list[str], domains: int, base: Path, round_: in
                 key = "controller_high_s" if part == "controller-high" else "controller_default_s"
                 record["figures"] = {key: load.pop("controller_s")} | (load if part == "controller-high" else {})
                 record["client_limit"] = list(HIGH_LIMIT if part == "controller-high" else DEFAULT_LIMITS[driver])
+                record["domains"] = domains
             record["load"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
             records.append(record)
             print(f"[{driver}] {json.dumps(record)}", file=sys.stderr, flush=True)

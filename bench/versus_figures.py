@@ -149,14 +149,23 @@ def cell(value: Any) -> str:
     return str(value)
 
 
+def domains_of(doc: dict[str, Any], key: str) -> str:
+    """How many ComputeDomains the runs that measured `key` created (each run records it)."""
+    counts = sorted({run["domains"] for run in doc.get("runs", []) if key in run.get("figures", {})
+                     and "domains" in run})
+    if not counts:
+        return str(doc.get("settings", {}).get("domains", "?"))
+    return "/".join(str(n) for n in counts)
+
+
 def labels(doc: dict[str, Any]) -> dict[str, str]:
     settings = doc.get("settings", {})
     limits = settings.get("default_limits", {})
     default = ", ".join(f"{d} {'/'.join(str(x) for x in limits[d])}" for d in DRIVERS if d in limits)
     high = "/".join(str(x) for x in settings.get("high_limit", ()))
-    fill = {"domains": settings.get("domains", "?"), "default_limits": f"(qps/burst: {default})" if default else "",
+    fill = {"default_limits": f"(qps/burst: {default})" if default else "",
             "high_limit": f"{high} (qps/burst)" if high else "(high)"}
-    return {key: label.format(**fill).replace("  ", " ") for key, label in FIGURES}
+    return {key: label.format(domains=domains_of(doc, key), **fill).replace("  ", " ") for key, label in FIGURES}
 
 
 def table(doc: dict[str, Any]) -> str:

@@ -65,13 +65,13 @@ def test_merge_joins_parts_and_renumbers_repeated_rounds() -> None:
 def test_the_table_labels_the_controller_rows_with_the_limits_they_ran_at() -> None:
     doc = {"settings": {"domains": 500, "default_limits": {"cdriver": [50, 100], "upstream": [5, 10]},
                         "high_limit": [1000, 2000]},
-           "runs": [run("cdriver", "controller-default", 0, load=2.0, controller_default_s=48.0),
-                    run("upstream", "controller-default", 0, load=3.5, controller_default_s=300.0),
+           "runs": [run("cdriver", "controller-default", 0, load=2.0, controller_default_s=48.0) | {"domains": 100},
+                    run("upstream", "controller-default", 0, load=3.5, controller_default_s=300.0) | {"domains": 100},
                     run("cdriver", "controller-high", 0, controller_high_s=10.5),
                     run("upstream", "controller-high", 0, controller_high_s=21.0)]}
     lines = vf.table(doc).splitlines()
     assert lines[:2] == ["| figure | cdriver | upstream | ratio |", "|---|---:|---:|---:|"]
-    assert lines[2] == ("| controller, 500 CDs, default client limits (qps/burst: cdriver 50/100, upstream 5/10) (s)"
+    assert lines[2] == ("| controller, 100 CDs, default client limits (qps/burst: cdriver 50/100, upstream 5/10) (s)"
                         " | 48 | 300 | 0.16 |")
     assert lines[3] == "| controller, 500 CDs, both at client limit 1000/2000 (qps/burst) (s) | 10.5 | 21 | 0.5 |"
     assert len(lines) == 4  # figures no run measured are left out
