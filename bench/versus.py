@@ -13,10 +13,11 @@ a change of the machine's load falls on both. The parts (`--parts`, each its own
   calls too, with their durations);
 - idle (the same cluster): the controller's and the plugins' CPU and RSS over a quiet window;
   then one 8-pod domain left Ready and its daemons' CPU over a quiet window and RSS;
-- controller-default, controller-high (2 nodes): `--domains` ComputeDomains created at once; the
-  time until each has its workload and daemon claim templates, its DaemonSet and the finalizer,
-  with each driver's controller at its own default client rate limit (cdriver 50/s burst 100,
-  upstream client-go's 5/s burst 10), then both at `--high-limit`; in the high run also how many
+- controller-default (the same cluster, after idle), controller-high (a cluster of 2 nodes):
+  ComputeDomains created at once (`--default-domains`, `--domains`); the time until each has
+  its workload and daemon claim templates, its DaemonSet and the finalizer, with each driver's
+  controller at its own default client rate limit (its chart untouched: cdriver 50/s burst 100,
+  upstream client-go's 5/s burst 10), then both at HIGH_LIMIT; in the high run also how many
   carry a status by then, the API server's write requests per domain (all clients) and the
   controller's CPU seconds and RSS.
 
@@ -32,7 +33,8 @@ and versus.png (the ratios of the medians), and prints the markdown table; `--ta
 prints the table of a document without running anything.
 
     python bench/versus.py [--rounds 5] [--parts channel,idle,controller-default,controller-high]
-                           [--domains 500] [--drivers cdriver,upstream] [--json-out FILE]
+                           [--domains 500] [--default-domains N] [--drivers cdriver,upstream]
+                           [--json-out FILE]
     python bench/versus.py --merge A.json B.json [--json-out FILE]
     python bench/versus.py --table bench/results/versus.json
 """
@@ -367,14 +369,13 @@ def idle_part(world: SimWorld) -> dict[str, Any]:
                   "daemon_idle_rss_mb": idle_daemon["rss_mb"]}
 
 
-def run_once(driver: str, parts: list[str], domains: int, base: Path, round_: int) -> list[dict[str, Any]]:
+def run_once(driver: str, parts: list[str], domains: int, default_domains: int, base: Path,
+             round_: int) -> list[dict[str, Any]]:
     """One cluster of `driver`; the `parts` that share it, one record each."""
-    controller = parts[0].startswith("controller")
+    controller = parts == ["controller-high"]  # a small cluster of its own, the limit raised
     topology = base / "topology.yaml"
     topology.write_text(TOPOLOGY)
-    extra: list[str] = []
-    if controller:
-        extra = limit_values(driver, *(HIGH_LIMIT if parts[0] == "controller-high" else DEFAULT_LIMITS[driver]))
+    extra = limit_values(driver, *HIGH_LIMIT) if controller else []  # else the chart's defaults
     settings = WorldSettings(base_dir=base / f"{driver}-{parts[0]}-{round_}",
                              nodes=CONTROLLER_NODES if controller else 8,
                              topology=None if controller else topology, driver=driver, fast=False,
@@ -394,11 +395,12 @@ def run_once(driver: str, parts: list[str], domains: int, base: Path, round_: in
             elif part == "idle":
                 record["figures"] = idle_part(world)
             else:
-                load = controller_load(world, domains)
+                count = domains if part == "controller-high" else default_domains
+                load = controller_load(world, count)
                 key = "controller_high_s" if part == "controller-high" else "controller_default_s"
                 record["figures"] = {key: load.pop("controller_s")} | (load if part == "controller-high" else {})
                 record["client_limit"] = list(HIGH_LIMIT if part == "controller-high" else DEFAULT_LIMITS[driver])
-                record["domains"] = domains
+                record["domains"] = count
             record["load"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
             records.append(record)
             print(f"[{driver}] {json.dumps(record)}", file=sys.stderr, flush=True)
@@ -407,9 +409,10 @@ def run_once(driver: str, parts: list[str], domains: int, base: Path, round_: in
 
 
 def groups(parts: list[str]) -> list[list[str]]:
-    """The parts that share a cluster: channel and idle one, each controller run its own."""
-    shared = [p for p in parts if p in ("channel", "idle")]
-    return ([shared] if shared else []) + [[p] for p in parts if p.startswith("controller")]
+    """The parts that share a cluster: channel, idle and controller-default (the chart's
+    defaults) one, in that order; controller-high its own."""
+    shared = [p for p in PARTS if p in parts and p != "controller-high"]
+    return ([shared] if shared else []) + ([["controller-high"]] if "controller-high" in parts else [])
 
 
 def chart(ratio: dict[str, float], names: dict[str, str], path: Path) -> str:
@@ -449,7 +452,9 @@ COMMIT = commit()
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--domains", type=int, default=500)
+    parser.add_argument("--domains", type=int, default=500, help="ComputeDomains of controller-high")
+    parser.add_argument("--default-domains", type=int, help="ComputeDomains of controller-default (default: "
+                        "--domains; upstream at its 5/s takes about 0.6 s a domain)")
     parser.add_argument("--drivers", default=",".join(DRIVERS))
     parser.add_argument("--parts", default=",".join(PARTS))
     parser.add_argument("--json-out", type=Path, default=RESULTS / "versus.json")
@@ -479,7 +484,8 @@ def main() -> None:
         for round_ in range(args.rounds):
             for group in groups(parts):
                 for driver in args.drivers.split(","):
-                    doc["runs"] += run_once(driver, group, args.domains, base, round_)
+                    doc["runs"] += run_once(driver, group, args.domains, args.default_domains or args.domains,
+                                            base, round_)
                     args.json_out.parent.mkdir(parents=True, exist_ok=True)
                     args.json_out.write_text(json.dumps(doc, indent=2) + "\n")  # what is done so far
     finally:
