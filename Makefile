@@ -101,7 +101,7 @@ demo: venv control-plane $(if $(DEMO_NODE_PARTS),node-parts)
 
 bench: venv control-plane peer
 	$(BIN)/pip install -q -e '.[dev,bench]'
-	@for b in $(filter-out bench/report.py,$(wildcard bench/*.py)); do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	@for b in $(filter-out bench/report.py bench/versus_figures.py,$(wildcard bench/*.py)); do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 # OCI image archives without a container engine (cached; prints <name>=<archive>, <name>-ref=<ref>):
 # `image` the driver image from the Containerfile's recipe, `images` also the pause and workload images.
