@@ -46,6 +46,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -459,6 +460,8 @@ def main() -> None:
     parser.add_argument("--parts", default=",".join(PARTS))
     parser.add_argument("--json-out", type=Path, default=RESULTS / "versus.json")
     parser.add_argument("--chart-out", type=Path, default=RESULTS / "versus.png")
+    parser.add_argument("--budget-s", type=float, default=0,
+                        help="start no round that would end later than this after the start (0: no limit)")
     parser.add_argument("--table", type=Path, help="print the table of this document and exit")
     parser.add_argument("--merge", type=Path, nargs="+", help="join these documents (made in parts) into --json-out")
     args = parser.parse_args()
@@ -480,14 +483,23 @@ def main() -> None:
                                         "idle_window_s": IDLE_WINDOW},
                            "runs": []}
     base = Path(tempfile.mkdtemp(prefix="cdv", dir="/tmp"))
+    # a stop (timeout, kill) ends the clusters through their context managers
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    began, longest = time.monotonic(), 0.0
     try:
         for round_ in range(args.rounds):
+            if args.budget_s and time.monotonic() - began + longest > args.budget_s:
+                print(f"stopping after {round_} rounds: another would end past --budget-s {args.budget_s:g}",
+                      file=sys.stderr)
+                break
+            round_began = time.monotonic()
             for group in groups(parts):
                 for driver in args.drivers.split(","):
                     doc["runs"] += run_once(driver, group, args.domains, args.default_domains or args.domains,
                                             base, round_)
                     args.json_out.parent.mkdir(parents=True, exist_ok=True)
                     args.json_out.write_text(json.dumps(doc, indent=2) + "\n")  # what is done so far
+            longest = max(longest, time.monotonic() - round_began)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     write(doc, args.json_out, args.chart_out)
