@@ -426,7 +426,7 @@ def chart(ratio: dict[str, float], names: dict[str, str], path: Path) -> str:
         return "no chart: matplotlib is not installed (make bench installs it; pip install matplotlib)"
     labels = [names[key] for key, _ in figures.FIGURES if key in ratio]
     values = [ratio[key] for key, _ in figures.FIGURES if key in ratio]
-    fig, ax = plt.subplots(figsize=(9, 0.35 * len(values) + 1.2))
+    fig, ax = plt.subplots(figsize=(14, 0.35 * len(values) + 1.2))  # long labels
     ax.barh(labels[::-1], values[::-1], color=["tab:green" if v <= 1.0 else "tab:red" for v in values[::-1]])
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_xscale("log")
