@@ -6,7 +6,9 @@ backoff) → ``init`` (init containers in order; sidecars, i.e. init containers 
 ``restartPolicy: Always``, keep running) → ``run`` (containers with probes and the restart
 policy, crash loops backed off) → ``done`` (all containers finished: claims unprepared).
 A pod with a deletionTimestamp is terminated gracefully (SIGTERM, grace period, SIGKILL),
-its claims unprepared, and then deleted with grace period 0, as kubelet does.
+its claims unprepared, and then deleted with grace period 0, as kubelet does. As kubelet
+cancels a pod's sync when the pod starts terminating, a NodePrepareResources still in flight
+then is cancelled and the claim unprepared at once (the late Unprepare of a failed Prepare).
 
 Restart counts and prepared claims are kept in ``pods/<uid>/state.json`` so a restarted
 node agent continues counting and can unprepare the claims of pods deleted meanwhile. An agent
@@ -123,6 +125,12 @@ class PodWorker:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._deleted = False
+        # set once the pod is going (deletionTimestamp, or its object gone): as kubelet cancels a
+        # pod's sync then, an in-flight NodePrepareResources is cancelled and the pod terminates,
+        # its claims unprepared, instead of waiting for the call's answer
+        self._going = threading.Event()
+        if being_deleted(pod):
+            self._going.set()
         self._shutdown = False
         self._keep_containers = False
         self.stage = PodStage.SETUP
@@ -147,11 +155,14 @@ class PodWorker:
     def update(self, pod: dict[str, Any]) -> None:
         with self._lock:
             self.pod = pod
+        if being_deleted(pod):
+            self._going.set()
         self._wake.set()
 
     def deleted(self) -> None:
         """The pod object is gone from the API: stop everything now."""
         self._deleted = True
+        self._going.set()
         self._wake.set()
 
     def shutdown(self, keep_containers: bool = False) -> None:
@@ -330,7 +341,7 @@ class PodWorker:
             if client is None:
                 raise DRAError(f"DRA driver {driver} is not registered on node {self.rt.node_name}")
             started = time.monotonic()
-            result = client.prepare(refs, timeout=self.rt.options.prepare_timeout)
+            result = client.prepare(refs, timeout=self.rt.options.prepare_timeout, cancel=self._going)
             errors = [f"NodePrepareResources failed for ResourceClaim {ref.name}: {result[ref.uid].error}"
                       for ref in refs if result[ref.uid].error]
             self.rt.log.info("%s %s claims=%d errors=%d took_ms=%.1f", PREPARE_TIMING, driver, len(refs),

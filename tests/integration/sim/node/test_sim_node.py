@@ -190,6 +190,7 @@ class SimTestDriver:
         self.raw, self.node, self.driver = raw, node, driver
         self.vendor_kind = f"{driver}/device"
         self.fail_with = ""
+        self.hold_prepare: threading.Event | None = None  # set: answer NodePrepareResources
         self.prepared: list[str] = []
         self.unprepared: list[str] = []
         self.on_unprepare: Callable[[list[node_service.ClaimRef]], None] | None = None
@@ -209,6 +210,8 @@ class SimTestDriver:
             with self.lock:
                 self.prepared.append(claim.uid)
                 error = self.fail_with
+            if self.hold_prepare is not None:
+                self.hold_prepare.wait(60)
             if error:
                 out[claim.uid] = node_service.PrepareResult(error=error)
                 continue
@@ -346,6 +349,27 @@ def test_claim_of_a_failed_prepare_is_unprepared_when_the_pod_goes(
     # kubelet records the pod with its claim before calling the driver, so a driver that may
     # have done part of the work always gets the matching NodeUnprepareResources
     assert dra_driver.unprepared == [uid]
+
+
+def test_prepare_in_flight_is_cancelled_and_its_claim_unprepared_when_the_pod_goes(
+        raw: RawClient, namespace: str, sim_nodes: list[NodeAgent], pool: str, dra_driver: SimTestDriver) -> None:
+    """As kubelet cancels a pod's sync when the pod starts terminating: NodePrepareResources,
+    still running in the driver, is cancelled, and the driver gets the claim's NodeUnprepareResources
+    at once (the late Unprepare of a Prepare that failed), not when its Prepare answers or kubelet's
+    45 s call deadline passes."""
+    release = threading.Event()
+    dra_driver.hold_prepare = release
+    try:
+        claim_pod(raw, namespace, dra_driver, pool)
+        wait_for("a NodePrepareResources call", lambda: dra_driver.prepared, 60)
+        uid = dra_driver.prepared[0]
+        raw.delete(PODS, "user", namespace)
+        wait_for("NodeUnprepareResources while the driver's Prepare still runs",
+                 lambda: dra_driver.unprepared == [uid] and not release.is_set(), 15)
+        pod_gone(raw, namespace, "user")
+        assert dra_driver.prepared == [uid], "the cancelled Prepare was not retried for a pod that went"
+    finally:
+        release.set()
 
 
 def test_shared_claim_is_prepared_once_and_unprepared_after_its_last_pod(
