@@ -69,6 +69,9 @@ from cdriver.sim.node.simulated.volumes import PodVolumes, VolumeContext, Volume
 PODS = RESOURCES["pods"]
 CLAIMS = RESOURCES["resourceclaims"]
 TICK = 0.2
+#: kubelet's pod-worker back-off (backOffPeriod): the longest wait between a terminating pod's
+#: attempts to unprepare its claims
+TERMINATING_RETRY_MAX = 10.0
 
 
 # --- pure helpers --------------------------------------------------------------------------
@@ -399,7 +402,9 @@ class PodWorker:
 
     def _unprepare(self, retry: bool) -> bool:
         """Release the pod's claims (unprepare those it was the last user of); with `retry`,
-        until that succeeds or the worker must stop."""
+        until that succeeds or the agent stops: as kubelet's pod worker keeps a terminating pod,
+        even one whose object is gone, and retries its termination every 10 s until its claims
+        are unprepared (a driver that was away gets the late Unprepare once it is back)."""
         failures = 0
         while True:
             errors = unprepare_pod_claims(self.rt, self.uid)
@@ -412,26 +417,31 @@ class PodWorker:
             self.log.warning("pod %s/%s: unprepare failed: %s", self.namespace, self.name, message)
             if not retry or self._shutdown:
                 return False
-            delay = backoff_delay(failures, self.rt.options.setup_retry_base, self.rt.options.setup_retry_max)
-            if self._wait_or_stop(max(delay, self.rt.options.setup_retry_base)):
+            delay = min(backoff_delay(failures, self.rt.options.setup_retry_base, self.rt.options.setup_retry_max),
+                        TERMINATING_RETRY_MAX)
+            if self._wait_or_stop(max(delay, self.rt.options.setup_retry_base), until_deleted=False):
                 return False
 
-    def _wait_or_stop(self, seconds: float) -> bool:
-        """Sleep; True if the worker should stop waiting (agent shutdown, pod object gone: the
-        node's orphan cleanup retries from the saved state)."""
+    def _wait_or_stop(self, seconds: float, until_deleted: bool = True) -> bool:
+        """Sleep; True if the worker should stop waiting: the agent stops, or (`until_deleted`)
+        the pod object is gone (the node's orphan cleanup retries from the saved state)."""
         deadline = time.monotonic() + seconds
+
+        def stop() -> bool:
+            return self._shutdown or (until_deleted and self._deleted)
+
         while time.monotonic() < deadline:
-            if self._shutdown or self._deleted:
+            if stop():
                 return True
             time.sleep(min(0.1, max(deadline - time.monotonic(), 0)))
-        return self._shutdown or self._deleted
+        return stop()
 
     # -- termination ------------------------------------------------------------------------------
     def _terminate(self, grace: float, delete_object: bool) -> None:
         self.log.info("pod %s/%s: terminating (grace %gs)", self.namespace, self.name, grace)
         self.containers.kill_all(grace)
         # as kubelet: unprepare after the containers stopped and before the final status
-        if not self._unprepare(retry=delete_object):
+        if not self._unprepare(retry=True):
             self.log.warning("pod %s/%s: claims stay prepared (unprepare failed); retried later",
                              self.namespace, self.name)
             return
