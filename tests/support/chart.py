@@ -59,3 +59,19 @@ def dry_run_render(helm: Path, raw, *args: str) -> None:
         res = by_kind_resource[doc["kind"]]
         ns = NAMESPACE if res.namespaced else None
         raw.create(res, doc, namespace=ns, dry_run=True)
+
+
+def upstream_chart(dest: Path) -> Path:
+    """Upstream's chart, extracted from its source tarball into `dest` (skips without it)."""
+    from cdriver.sim.world.upstream_driver import PEER_CHART_SUBDIR, PeerSourceMissing, find_source_tarball
+    from tests.support.upstream_inputs import skip_without_upstream
+
+    try:
+        tarball = find_source_tarball()
+    except PeerSourceMissing as exc:  # an input this repository cannot carry (upstream's code)
+        skip_without_upstream(f"upstream's chart is not here: {exc}")
+    out = subprocess.run(["tar", "-xJf", str(tarball), "-C", str(dest), "--wildcards", f"*/{PEER_CHART_SUBDIR}/*"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, f"extracting upstream's chart from {tarball}: {out.stderr}"
+    (chart,) = dest.glob(f"*/{PEER_CHART_SUBDIR}")
+    return chart

@@ -443,21 +443,32 @@ class SimWorld:
         return "\n".join(out)
 
 
-#: pod labels that name a driver component: cdriver's chart, upstream's chart
-COMPONENT_LABELS = ("app.kubernetes.io/component", "dra-driver-nvidia-gpu-component")
+#: pod labels that name a driver component: upstream's, which both charts set, and cdriver's own
+COMPONENT_LABELS = (constants.LABEL_COMPONENT, "app.kubernetes.io/component")
+#: each chart's `app.kubernetes.io/name` of its pods: which driver a pod is part of
+CHART_NAMES = {"cdriver": DRIVER_CDRIVER, constants.UPSTREAM_CHART_NAME: DRIVER_UPSTREAM}
 
 
-def _component(pod: dict) -> str:
+def component_of(pod: dict) -> str:
+    """The driver component a pod of either chart runs ("controller", "kubelet-plugin"), or ""."""
     labels = pod["metadata"].get("labels") or {}
     return next((labels[key] for key in COMPONENT_LABELS if key in labels), "")
 
 
+def driver_of(pod: dict) -> str:
+    """Which chart's pod this is (DRIVER_CDRIVER or DRIVER_UPSTREAM), or "" for neither's: both
+    charts give their pods upstream's component label, so that alone does not tell them apart."""
+    if not component_of(pod):
+        return ""
+    return CHART_NAMES.get((pod["metadata"].get("labels") or {}).get("app.kubernetes.io/name", ""), "")
+
+
 def _is_plugin(pod: dict) -> bool:
-    return _component(pod) == "kubelet-plugin"
+    return component_of(pod) == constants.COMPONENT_KUBELET_PLUGIN
 
 
 def _is_controller(pod: dict) -> bool:
-    return _component(pod) == "controller"
+    return component_of(pod) == constants.COMPONENT_CONTROLLER
 
 
 def _pod_ready(pod: dict) -> bool:

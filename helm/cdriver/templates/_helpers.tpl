@@ -16,6 +16,36 @@
 {{- end -}}
 {{- end -}}
 
+{{/*
+Upstream's chart name (or nameOverride, as upstream reads it): the prefix of the names and the
+key of the selector label that upstream's users select the driver's objects and pods by.
+*/}}
+{{- define "cdriver.upstreamName" -}}
+{{- default "dra-driver-nvidia-gpu" .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The Deployment of the controller, also the name of its leader-election Lease. */}}
+{{- define "cdriver.controllerName" -}}
+{{- printf "%s-controller" (include "cdriver.upstreamName" .) -}}
+{{- end -}}
+
+{{- define "cdriver.pluginName" -}}
+{{- printf "%s-kubelet-plugin" (include "cdriver.upstreamName" .) -}}
+{{- end -}}
+
+{{/* Selector of one component's pods, upstream's: "<name>-component: <component>". Call with
+(dict "root" $ "component" "controller"). */}}
+{{- define "cdriver.selectorLabels" -}}
+{{ include "cdriver.upstreamName" .root }}-component: {{ .component }}
+{{- end -}}
+
+{{/* A component's pod labels: cdriver's own, then upstream's selector label. */}}
+{{- define "cdriver.podLabels" -}}
+{{ include "cdriver.labels" .root }}
+app.kubernetes.io/component: {{ .component }}
+{{ include "cdriver.selectorLabels" . }}
+{{- end -}}
+
 {{- define "cdriver.labels" -}}
 app.kubernetes.io/name: {{ include "cdriver.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}

@@ -26,19 +26,21 @@ from cdriver.cdi.reader import CDIRegistry
 from cdriver.checkout import HACK_DIR
 from cdriver.checkpoint import CheckpointStore
 from cdriver.kube.errors import ApiError
+from cdriver.kube.resources import RESOURCES
 from cdriver.nvml.discover import channel_device_path
 from cdriver.roles.kubelet_plugin.cdi_edits import base_device_id
 from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME
 from cdriver.sim.world import scenario
 from cdriver.sim.world.upstream_driver import EXIT_NO_TARBALL, PeerSourceMissing, find_source_tarball
 from cdriver.sim.world.world import (
-    COMPONENT_LABELS,
     DRIVER_CDRIVER,
     DRIVER_NAMESPACE,
     DRIVER_UPSTREAM,
     RELEASE,
     SimNode,
     SimWorld,
+    component_of,
+    driver_of,
 )
 from tests.support.upstream_inputs import skip_without_upstream
 from tests.support.world import create_domain, is_char_device, start_world
@@ -86,8 +88,7 @@ kubeletPlugin:
       gpuCliqueLabelEnabled: false
 """
 
-#: the component label each chart puts on its pods
-DRIVER_LABEL = {DRIVER_CDRIVER: COMPONENT_LABELS[0], DRIVER_UPSTREAM: COMPONENT_LABELS[1]}
+DEPLOYMENTS, LEASES = RESOURCES["deployments"], RESOURCES["leases"]
 
 
 @pytest.fixture(scope="module")
@@ -151,8 +152,7 @@ def upstream_view(reader: Path, checkpoint: Path) -> dict:
 def driver_pods(world: SimWorld) -> list[dict]:
     """The controller and kubelet-plugin pods of either chart."""
     pods = world.raw.list(scenario.PODS, namespace=DRIVER_NAMESPACE)["items"]
-    return [p for p in pods if any((p["metadata"].get("labels") or {}).get(key) in ("controller", "kubelet-plugin")
-                                   for key in COMPONENT_LABELS)]
+    return [p for p in pods if driver_of(p)]
 
 
 def switch_to(world: SimWorld, driver: str) -> list[dict]:
@@ -160,13 +160,12 @@ def switch_to(world: SimWorld, driver: str) -> list[dict]:
     started = time.monotonic()
     out = world.helm_cmd("upgrade", RELEASE, *world.chart_args(driver), "--namespace", DRIVER_NAMESPACE)
     assert out.returncode == 0, f"helm upgrade to {driver} failed:\n{out.stdout[-2000:]}{out.stderr[-3000:]}"
-    label = DRIVER_LABEL[driver]
     want = sorted(["controller"] + ["kubelet-plugin"] * len(world.nodes))
 
     def switched() -> scenario.Seen:
         pods = driver_pods(world)
-        seen = sorted(((p["metadata"].get("labels") or {}).get(label, "other chart"), p["spec"].get("nodeName", ""),
-                       scenario.pod_ready(p), p["metadata"]["name"]) for p in pods)
+        seen = sorted((component_of(p) if driver_of(p) == driver else f"{driver_of(p)}'s",
+                       p["spec"].get("nodeName", ""), scenario.pod_ready(p), p["metadata"]["name"]) for p in pods)
         done = sorted(s[0] for s in seen) == want and all(s[2] for s in seen)
         return scenario.Seen(done, pods, json.dumps(seen))
 
@@ -181,6 +180,31 @@ def switch_to(world: SimWorld, driver: str) -> list[dict]:
 
     scenario.wait_for(f"{driver}'s plugin registered with every node's kubelet", registered, 60)
     return pods
+
+
+def assert_upstream_names(world: SimWorld, pods: list[dict], deployment_uid: str) -> None:
+    """What upstream's users select by is there, whichever chart runs: the component label (the
+    pods are the switch's, found by it), the container names, the Deployment (the same object:
+    both charts name it alike with the same selector, so the upgrade updated it in place) and the
+    leader Lease, held by the running controller."""
+    by_component = {component_of(p): p for p in pods}
+    selected = world.raw.list(scenario.PODS, namespace=DRIVER_NAMESPACE,
+                              label_selector=f"{constants.LABEL_COMPONENT}=controller")["items"]
+    assert [p["metadata"]["name"] for p in selected if not p["metadata"].get("deletionTimestamp")] == [
+        by_component["controller"]["metadata"]["name"]]
+    assert [c["name"] for c in by_component["controller"]["spec"]["containers"]] == [constants.CONTAINER_CONTROLLER]
+    assert [c["name"] for c in by_component["kubelet-plugin"]["spec"]["containers"]] == [
+        constants.CONTAINER_KUBELET_PLUGIN]
+    deployment = world.raw.get(DEPLOYMENTS, constants.CONTROLLER_DEPLOYMENT, DRIVER_NAMESPACE)
+    assert deployment["metadata"]["uid"] == deployment_uid, "the Deployment was replaced, not updated"
+    assert world.raw.get(scenario.DAEMONSETS, constants.KUBELET_PLUGIN_DAEMONSET, DRIVER_NAMESPACE)
+
+    def held() -> scenario.Seen:
+        lease = world.raw.get_or_none(LEASES, constants.CONTROLLER_DEPLOYMENT, DRIVER_NAMESPACE) or {}
+        holder = (lease.get("spec") or {}).get("holderIdentity") or ""
+        return scenario.Seen(holder.startswith(by_component["controller"]["metadata"]["name"] + "-"), None, holder)
+
+    scenario.wait_for("the running controller holding upstream's Lease", held, 60)
 
 
 def plugin_log(world: SimWorld, pod: dict) -> str:
@@ -229,6 +253,7 @@ def delete_workload(world: SimWorld, ns: str, name: str, node: SimNode, uid: str
 def test_helm_upgrade_to_cdriver_and_back_keeps_every_claim(world: SimWorld, upstream_reader: Path,
                                                             e2e_namespace: str, tmp_path: Path) -> None:
     ns, (first, second, third) = e2e_namespace, world.nodes
+    deployment_uid = world.raw.get(DEPLOYMENTS, constants.CONTROLLER_DEPLOYMENT, DRIVER_NAMESPACE)["metadata"]["uid"]
     create_domain(world, ns, "cd")
     old = start_workloads(world, ns, {"old-a": first.name, "old-b": second.name})
     old_uids = {name: claim_uid(world, pod) for name, pod in old.items()}
@@ -237,7 +262,8 @@ def test_helm_upgrade_to_cdriver_and_back_keeps_every_claim(world: SimWorld, ups
     # upstream -> cdriver, same release, same values file
     pods = switch_to(world, DRIVER_CDRIVER)
     assert all(p["metadata"].get("annotations", {}).get("example.com/owner") == "team-a"
-               for p in pods if p["metadata"]["labels"].get(DRIVER_LABEL[DRIVER_CDRIVER]) == "kubelet-plugin")
+               for p in pods if component_of(p) == "kubelet-plugin")
+    assert_upstream_names(world, pods, deployment_uid)
     assert_kept_running(world, ns, old)
     assert_runtime_resolves(world, ns, old)
     for node, name in ((first, "old-a"), (second, "old-b")):
@@ -262,8 +288,9 @@ def test_helm_upgrade_to_cdriver_and_back_keeps_every_claim(world: SimWorld, ups
 
     # cdriver -> upstream: its plugin starts on that checkpoint and keeps every claim
     pods = switch_to(world, DRIVER_UPSTREAM)
+    assert_upstream_names(world, pods, deployment_uid)
     for pod in pods:
-        if pod["metadata"]["labels"].get(DRIVER_LABEL[DRIVER_UPSTREAM]) == "kubelet-plugin":
+        if component_of(pod) == "kubelet-plugin":
             assert "checksum" not in plugin_log(world, pod).lower(), plugin_log(world, pod)[-3000:]
     assert_kept_running(world, ns, {"old-a": old["old-a"], **new, **late})
     assert_runtime_resolves(world, ns, {"old-a": old["old-a"], **new, **late})

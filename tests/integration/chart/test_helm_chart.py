@@ -37,8 +37,8 @@ def test_default_render_has_every_driver_managed_object(helm: Path) -> None:
     assert set(classes) == {constants.DEVICE_CLASS_DEFAULT_CHANNEL, constants.DEVICE_CLASS_DAEMON}
     expr = classes[constants.DEVICE_CLASS_DEFAULT_CHANNEL]["spec"]["selectors"][0]["cel"]["expression"]
     assert "type == 'channel'" in expr and ".id == 0" in expr
-    assert set(by_kind(docs, "Deployment")) == {"rel-cdriver-controller"}
-    plugin = by_kind(docs, "DaemonSet")["rel-cdriver-kubelet-plugin"]
+    assert set(by_kind(docs, "Deployment")) == {constants.CONTROLLER_DEPLOYMENT}
+    plugin = by_kind(docs, "DaemonSet")[constants.KUBELET_PLUGIN_DAEMONSET]
     container = plugin["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["cdriver", "kubelet-plugin"]
     env = {e["name"]: e for e in container["env"]}
@@ -57,7 +57,7 @@ def test_default_render_has_every_driver_managed_object(helm: Path) -> None:
 def test_feature_gates_render_sorted_with_trailing_comma(helm: Path) -> None:
     docs = objects(helm, "--set", "featureGates.ComputeDomainCliques=false",
                    "--set", "featureGates.IMEXDaemonsWithDNSNames=false")
-    ctr = by_kind(docs, "Deployment")["rel-cdriver-controller"]["spec"]["template"]["spec"]["containers"][0]
+    ctr = by_kind(docs, "Deployment")[constants.CONTROLLER_DEPLOYMENT]["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in ctr["env"]}
     assert env["FEATURE_GATES"] == "ComputeDomainCliques=false,IMEXDaemonsWithDNSNames=false,"
 
@@ -66,7 +66,7 @@ def test_host_managed_render_drops_daemon_objects(helm: Path) -> None:
     docs = objects(helm, *HOST_MODE)
     assert set(by_kind(docs, "DeviceClass")) == {constants.DEVICE_CLASS_DEFAULT_CHANNEL}
     assert constants.DAEMON_SERVICE_ACCOUNT not in by_kind(docs, "ServiceAccount")
-    ctr = by_kind(docs, "DaemonSet")["rel-cdriver-kubelet-plugin"]["spec"]["template"]["spec"]["containers"][0]
+    ctr = by_kind(docs, "DaemonSet")[constants.KUBELET_PLUGIN_DAEMONSET]["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in ctr["env"]}
     assert env["IMEX_MODE"] == IMEX_MODE_HOST_MANAGED
     assert env["IMEX_HOST_SOCKET_PATH"] == DEFAULT_HOST_IMEX_SOCKET
@@ -99,8 +99,8 @@ def test_client_rate_limits_render_with_the_roles_defaults_and_as_set(helm: Path
 
     def limits(*args: str) -> tuple:
         docs = objects(helm, *args)
-        pods = (by_kind(docs, "Deployment")["rel-cdriver-controller"],
-                by_kind(docs, "DaemonSet")["rel-cdriver-kubelet-plugin"])
+        pods = (by_kind(docs, "Deployment")[constants.CONTROLLER_DEPLOYMENT],
+                by_kind(docs, "DaemonSet")[constants.KUBELET_PLUGIN_DAEMONSET])
         envs = [{e["name"]: e.get("value") for e in p["spec"]["template"]["spec"]["containers"][0]["env"]}
                 for p in pods]
         return tuple((env["KUBE_API_QPS"], env["KUBE_API_BURST"]) for env in envs)
@@ -145,8 +145,8 @@ def test_install_upgrade_uninstall_leaves_no_orphans(helm: Path, cluster, raw) -
     remove_device_classes(raw)
     helm_run("install", release, str(CHART_DIR), "--create-namespace")
     installed = owned()
-    assert installed["deployments"] == [f"{release}-cdriver-controller"]
-    assert installed["daemonsets"] == [f"{release}-cdriver-kubelet-plugin"]
+    assert installed["deployments"] == [constants.CONTROLLER_DEPLOYMENT]
+    assert installed["daemonsets"] == [constants.KUBELET_PLUGIN_DAEMONSET]
     assert set(installed["deviceclasses"]) == {constants.DEVICE_CLASS_DEFAULT_CHANNEL, constants.DEVICE_CLASS_DAEMON}
     crd_names = {"computedomains.resource.nvidia.com", "computedomaincliques.resource.nvidia.com"}
 
@@ -168,8 +168,8 @@ def test_locally_built_image_is_used_by_every_pod_and_the_daemons(helm: Path) ->
 
     ref = image_ref("cdriver")
     docs = objects(helm, "--set", f"image.repository={REGISTRY}/cdriver", "--set", "image.pullPolicy=Never")
-    controller = by_kind(docs, "Deployment")["rel-cdriver-controller"]["spec"]["template"]["spec"]
-    plugin = by_kind(docs, "DaemonSet")["rel-cdriver-kubelet-plugin"]["spec"]["template"]["spec"]
+    controller = by_kind(docs, "Deployment")[constants.CONTROLLER_DEPLOYMENT]["spec"]["template"]["spec"]
+    plugin = by_kind(docs, "DaemonSet")[constants.KUBELET_PLUGIN_DAEMONSET]["spec"]["template"]["spec"]
     containers = controller["containers"] + plugin["containers"] + plugin.get("initContainers", [])
     assert len(containers) >= 3
     assert {(c["image"], c["imagePullPolicy"]) for c in containers} == {(ref, "Never")}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from cdriver.api import constants
 from cdriver.imex.settings import TUNABLES
 from tests.support.chart import by_kind, objects, render
 
@@ -22,7 +23,7 @@ def helm() -> Path:
 
 
 def plugin_env(helm: Path, *args: str) -> dict[str, str]:
-    plugin = by_kind(objects(helm, *args), "DaemonSet")["rel-cdriver-kubelet-plugin"]
+    plugin = by_kind(objects(helm, *args), "DaemonSet")[constants.KUBELET_PLUGIN_DAEMONSET]
     return {e["name"]: e.get("value") for e in plugin["spec"]["template"]["spec"]["containers"][0]["env"]}
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from cdriver.api import constants
 from cdriver.api.constants import DEVICE_CLASS_DEFAULT_CHANNEL
 from cdriver.api.imex_mode import IMEX_MODE_HOST_MANAGED
 from cdriver.checkout import CHART_DIR
@@ -29,7 +30,7 @@ def env_of(container: dict) -> dict[str, str | None]:
 
 def test_upstream_values_file_keeps_its_meaning(helm: Path) -> None:
     docs = objects(helm, "-f", str(UPSTREAM_VALUES))
-    plugin_pod = by_kind(docs, "DaemonSet")["rel-cdriver-kubelet-plugin"]["spec"]["template"]
+    plugin_pod = by_kind(docs, "DaemonSet")[constants.KUBELET_PLUGIN_DAEMONSET]["spec"]["template"]
     plugin = plugin_pod["spec"]["containers"][0]
     penv = env_of(plugin)
     assert penv["LOG_VERBOSITY"] == "4"
@@ -49,7 +50,7 @@ def test_upstream_values_file_keeps_its_meaning(helm: Path) -> None:
     # Host-managed: no daemon DeviceClass.
     assert set(by_kind(docs, "DeviceClass")) == {DEVICE_CLASS_DEFAULT_CHANNEL}
 
-    controller_pod = by_kind(docs, "Deployment")["rel-cdriver-controller"]["spec"]["template"]
+    controller_pod = by_kind(docs, "Deployment")[constants.CONTROLLER_DEPLOYMENT]["spec"]["template"]
     controller = controller_pod["spec"]["containers"][0]
     cenv = env_of(controller)
     assert cenv["LEADER_ELECTION_LEASE_DURATION"] == "15s"
@@ -65,7 +66,8 @@ def test_durations_reach_the_controller_in_a_form_it_parses(helm: Path) -> None:
     from cdriver.durations import parse_duration
 
     docs = objects(helm, "-f", str(UPSTREAM_VALUES))
-    cenv = env_of(by_kind(docs, "Deployment")["rel-cdriver-controller"]["spec"]["template"]["spec"]["containers"][0])
+    deployment = by_kind(docs, "Deployment")[constants.CONTROLLER_DEPLOYMENT]
+    cenv = env_of(deployment["spec"]["template"]["spec"]["containers"][0])
     assert parse_duration(cenv["LEADER_ELECTION_LEASE_DURATION"], "lease") == 15
     assert parse_duration(cenv["LEADER_ELECTION_RETRY_PERIOD"], "retry") == 2
 
@@ -92,7 +94,7 @@ def test_upstream_keys_without_equivalent_fail_naming_key_and_fix(helm: Path, ar
 
 
 def test_kubelet_plugin_daemonset_defaults(helm: Path) -> None:
-    pod = by_kind(objects(helm), "DaemonSet")["rel-cdriver-kubelet-plugin"]["spec"]["template"]["spec"]
+    pod = by_kind(objects(helm), "DaemonSet")[constants.KUBELET_PLUGIN_DAEMONSET]["spec"]["template"]["spec"]
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     keys = {t["matchExpressions"][0]["key"] for t in terms}
     assert {"nvidia.com/gpu.present", "feature.node.kubernetes.io/pci-10de.present"} <= keys
@@ -105,14 +107,14 @@ def test_kubelet_plugin_daemonset_defaults(helm: Path) -> None:
     assert container["livenessProbe"]["grpc"] == {"port": 51515, "service": "liveness"}
     assert env_of(container)["HEALTHCHECK_PORT"] == "51515"
     # IMEX daemon pods are not capped unless asked.
-    controller = by_kind(objects(helm), "Deployment")["rel-cdriver-controller"]["spec"]["template"]["spec"]
+    controller = by_kind(objects(helm), "Deployment")[constants.CONTROLLER_DEPLOYMENT]["spec"]["template"]["spec"]
     cenv = env_of(controller["containers"][0])
     assert cenv["DAEMON_CPU"] == "" and cenv["DAEMON_MEMORY"] == ""
 
 
 def test_health_port_zero_turns_probes_off(helm: Path) -> None:
     pod = by_kind(objects(helm, "--set", "kubeletPlugin.healthcheckPort=0"),
-                  "DaemonSet")["rel-cdriver-kubelet-plugin"]["spec"]["template"]["spec"]
+                  "DaemonSet")[constants.KUBELET_PLUGIN_DAEMONSET]["spec"]["template"]["spec"]
     assert "livenessProbe" not in pod["containers"][0]
 
 

@@ -6,7 +6,9 @@ backoff) → ``init`` (init containers in order; sidecars, i.e. init containers 
 ``restartPolicy: Always``, keep running) → ``run`` (containers with probes and the restart
 policy, crash loops backed off) → ``done`` (all containers finished: claims unprepared).
 A pod with a deletionTimestamp is terminated gracefully (SIGTERM, grace period, SIGKILL),
-its claims unprepared, and then deleted with grace period 0, as kubelet does.
+its claims unprepared, and then deleted with grace period 0, as kubelet does. As kubelet
+cancels a pod's sync when the pod starts terminating, a NodePrepareResources still in flight
+then is cancelled and the claim unprepared at once (the late Unprepare of a failed Prepare).
 
 Restart counts and prepared claims are kept in ``pods/<uid>/state.json`` so a restarted
 node agent continues counting and can unprepare the claims of pods deleted meanwhile. An agent
@@ -69,6 +71,9 @@ from cdriver.sim.node.simulated.volumes import PodVolumes, VolumeContext, Volume
 PODS = RESOURCES["pods"]
 CLAIMS = RESOURCES["resourceclaims"]
 TICK = 0.2
+#: kubelet's pod-worker back-off (backOffPeriod): the longest wait between a terminating pod's
+#: attempts to unprepare its claims
+TERMINATING_RETRY_MAX = 10.0
 
 
 # --- pure helpers --------------------------------------------------------------------------
@@ -111,8 +116,11 @@ PREPARE_TIMING = "NodePrepareResources timing:"
 
 
 def call_outcome(exc: DRAError) -> str:
-    """How a DRA call failed as a whole: `timeout` at its deadline, else `failed`."""
-    return "timeout" if exc.code == grpc.StatusCode.DEADLINE_EXCEEDED else "failed"
+    """How a DRA call failed as a whole: `timeout` at its deadline, `cancelled` when its pod went
+    away first, else `failed`."""
+    if exc.code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return "timeout"
+    return "cancelled" if exc.code == grpc.StatusCode.CANCELLED else "failed"
 
 
 class PodWorker:
@@ -131,6 +139,12 @@ class PodWorker:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._deleted = False
+        # set once the pod is going (deletionTimestamp, or its object gone): as kubelet cancels a
+        # pod's sync then, an in-flight NodePrepareResources is cancelled and the pod terminates,
+        # its claims unprepared, instead of waiting for the call's answer
+        self._going = threading.Event()
+        if being_deleted(pod):
+            self._going.set()
         self._shutdown = False
         self._keep_containers = False
         self.stage = PodStage.SETUP
@@ -155,11 +169,14 @@ class PodWorker:
     def update(self, pod: dict[str, Any]) -> None:
         with self._lock:
             self.pod = pod
+        if being_deleted(pod):
+            self._going.set()
         self._wake.set()
 
     def deleted(self) -> None:
         """The pod object is gone from the API: stop everything now."""
         self._deleted = True
+        self._going.set()
         self._wake.set()
 
     def shutdown(self, keep_containers: bool = False) -> None:
@@ -343,7 +360,7 @@ class PodWorker:
                 raise DRAError(f"DRA driver {driver} is not registered on node {self.rt.node_name}")
             started = time.monotonic()
             try:
-                result = client.prepare(refs, timeout=self.rt.options.prepare_timeout)
+                result = client.prepare(refs, timeout=self.rt.options.prepare_timeout, cancel=self._going)
             except DRAError as exc:  # the call as a whole: its deadline, the connection, a bad answer
                 self.rt.log.info("%s %s claims=%d errors=%d took_ms=%.1f outcome=%s", PREPARE_TIMING, driver,
                                  len(refs), len(refs), (time.monotonic() - started) * 1000, call_outcome(exc))
@@ -405,7 +422,9 @@ class PodWorker:
 
     def _unprepare(self, retry: bool) -> bool:
         """Release the pod's claims (unprepare those it was the last user of); with `retry`,
-        until that succeeds or the worker must stop."""
+        until that succeeds or the agent stops: as kubelet's pod worker keeps a terminating pod,
+        even one whose object is gone, and retries its termination every 10 s until its claims
+        are unprepared (a driver that was away gets the late Unprepare once it is back)."""
         failures = 0
         while True:
             errors = unprepare_pod_claims(self.rt, self.uid)
@@ -418,26 +437,31 @@ class PodWorker:
             self.log.warning("pod %s/%s: unprepare failed: %s", self.namespace, self.name, message)
             if not retry or self._shutdown:
                 return False
-            delay = backoff_delay(failures, self.rt.options.setup_retry_base, self.rt.options.setup_retry_max)
-            if self._wait_or_stop(max(delay, self.rt.options.setup_retry_base)):
+            delay = min(backoff_delay(failures, self.rt.options.setup_retry_base, self.rt.options.setup_retry_max),
+                        TERMINATING_RETRY_MAX)
+            if self._wait_or_stop(max(delay, self.rt.options.setup_retry_base), until_deleted=False):
                 return False
 
-    def _wait_or_stop(self, seconds: float) -> bool:
-        """Sleep; True if the worker should stop waiting (agent shutdown, pod object gone: the
-        node's orphan cleanup retries from the saved state)."""
+    def _wait_or_stop(self, seconds: float, until_deleted: bool = True) -> bool:
+        """Sleep; True if the worker should stop waiting: the agent stops, or (`until_deleted`)
+        the pod object is gone (the node's orphan cleanup retries from the saved state)."""
         deadline = time.monotonic() + seconds
+
+        def stop() -> bool:
+            return self._shutdown or (until_deleted and self._deleted)
+
         while time.monotonic() < deadline:
-            if self._shutdown or self._deleted:
+            if stop():
                 return True
             time.sleep(min(0.1, max(deadline - time.monotonic(), 0)))
-        return self._shutdown or self._deleted
+        return stop()
 
     # -- termination ------------------------------------------------------------------------------
     def _terminate(self, grace: float, delete_object: bool) -> None:
         self.log.info("pod %s/%s: terminating (grace %gs)", self.namespace, self.name, grace)
         self.containers.kill_all(grace)
         # as kubelet: unprepare after the containers stopped and before the final status
-        if not self._unprepare(retry=delete_object):
+        if not self._unprepare(retry=True):
             self.log.warning("pod %s/%s: claims stay prepared (unprepare failed); retried later",
                              self.namespace, self.name)
             return

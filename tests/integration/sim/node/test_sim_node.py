@@ -191,6 +191,7 @@ class SimTestDriver:
         self.raw, self.node, self.driver = raw, node, driver
         self.vendor_kind = f"{driver}/device"
         self.fail_with = ""
+        self.hold_prepare: threading.Event | None = None  # set: answer NodePrepareResources
         self.prepared: list[str] = []
         self.unprepared: list[str] = []
         self.on_unprepare: Callable[[list[node_service.ClaimRef]], None] | None = None
@@ -210,6 +211,8 @@ class SimTestDriver:
             with self.lock:
                 self.prepared.append(claim.uid)
                 error = self.fail_with
+            if self.hold_prepare is not None:
+                self.hold_prepare.wait(60)
             if error:
                 out[claim.uid] = node_service.PrepareResult(error=error)
                 continue
@@ -234,7 +237,7 @@ class SimTestDriver:
         return {c.uid: "" for c in claims}
 
     def start(self) -> SimTestDriver:
-        self.servers.append(node_service.serve_node_service(self.dra_socket, self))
+        self.servers = [node_service.serve_node_service(self.dra_socket, self)]
         servicer = registration.RegistrationServicer(self.driver, str(self.dra_socket))
         self.servers.append(registration.serve_registration(self.reg_socket, servicer))
         self.raw.create(SLICES, {"metadata": {"name": f"{self.node.name}-{self.driver}"}, "spec": {
@@ -347,6 +350,57 @@ def test_claim_of_a_failed_prepare_is_unprepared_when_the_pod_goes(
     # kubelet records the pod with its claim before calling the driver, so a driver that may
     # have done part of the work always gets the matching NodeUnprepareResources
     assert dra_driver.unprepared == [uid]
+
+
+def test_prepare_in_flight_is_cancelled_and_its_claim_unprepared_when_the_pod_goes(
+        raw: RawClient, namespace: str, sim_nodes: list[NodeAgent], pool: str, dra_driver: SimTestDriver) -> None:
+    """As kubelet cancels a pod's sync when the pod starts terminating: NodePrepareResources,
+    still running in the driver, is cancelled, and the driver gets the claim's NodeUnprepareResources
+    at once (the late Unprepare of a Prepare that failed), not when its Prepare answers or kubelet's
+    45 s call deadline passes."""
+    release = threading.Event()
+    dra_driver.hold_prepare = release
+    try:
+        claim_pod(raw, namespace, dra_driver, pool)
+        wait_for("a NodePrepareResources call", lambda: dra_driver.prepared, 60)
+        uid = dra_driver.prepared[0]
+        raw.delete(PODS, "user", namespace)
+        wait_for("NodeUnprepareResources while the driver's Prepare still runs",
+                 lambda: dra_driver.unprepared == [uid] and not release.is_set(), 15)
+        pod_gone(raw, namespace, "user")
+        assert dra_driver.prepared == [uid], "the cancelled Prepare was not retried for a pod that went"
+    finally:
+        release.set()
+
+
+def unprepare_failures(raw: RawClient, namespace: str, pod: str) -> int:
+    """How often the node reported a failed NodeUnprepareResources for `pod` (Event counts)."""
+    return sum(ev.get("count") or 1 for ev in raw.list(EVENTS, namespace)["items"]
+               if ev.get("reason") == "FailedUnprepareDynamicResources" and ev["involvedObject"].get("name") == pod)
+
+
+def test_pod_force_deleted_while_its_driver_is_away_is_unprepared_when_the_driver_is_back(
+        raw: RawClient, namespace: str, sim_nodes: list[NodeAgent], pool: str, dra_driver: SimTestDriver) -> None:
+    """As kubelet's pod worker keeps a terminating pod, its object gone or not, and retries the
+    termination until the pod's claims are unprepared: the claim of a failed Prepare whose pod was
+    force-deleted while the driver was away gets its late NodeUnprepareResources from that worker
+    once the driver registers again."""
+    node = dra_driver.node
+    dra_driver.fail_with = "simulated device failure: bad config"
+    claim_pod(raw, namespace, dra_driver, pool)
+    wait_for("a NodePrepareResources call", lambda: dra_driver.prepared, 60)
+    uid = dra_driver.prepared[0]
+    dra_driver.stop()
+    assert node.plugins is not None and node.plugins.wait_for(dra_driver.driver, 10, present=False)
+    raw.delete(PODS, "user", namespace, grace_period_seconds=0)
+    wait_for("the pod object to go", lambda: raw.get_or_none(PODS, "user", namespace) is None, 10)
+    # the worker keeps trying (kubelet: every 10 s at most), not once and then leaving it
+    wait_for("a second failed NodeUnprepareResources", lambda: unprepare_failures(raw, namespace, "user") >= 2, 30)
+    assert node.worker(namespace, "user") is not None, "the terminating pod's worker went with its claim prepared"
+    assert dra_driver.unprepared == []
+    dra_driver.start()
+    wait_for("the late NodeUnprepareResources", lambda: dra_driver.unprepared == [uid], 30)
+    wait_for("the pod's worker to end", lambda: node.worker(namespace, "user") is None, 30)
 
 
 def test_shared_claim_is_prepared_once_and_unprepared_after_its_last_pod(

@@ -105,4 +105,5 @@ def test_a_prepare_call_that_failed_as_a_whole_is_named_timeout_at_its_deadline_
 
     assert pods.call_outcome(DRAError("deadline", grpc.StatusCode.DEADLINE_EXCEEDED)) == "timeout"
     assert pods.call_outcome(DRAError("gone", grpc.StatusCode.UNAVAILABLE)) == "failed"
+    assert pods.call_outcome(DRAError("pod going away", grpc.StatusCode.CANCELLED)) == "cancelled"
     assert pods.call_outcome(DRAError("bad answer")) == "failed"
