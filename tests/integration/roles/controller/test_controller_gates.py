@@ -34,7 +34,7 @@ def test_a_controller_with_other_gates_updates_live_daemon_sets_and_an_older_one
     (ds,) = wait_for("the daemon DaemonSet", lambda: labelled(raw, DS, uid, driver_ns), 20)
     assert daemon_env(ds) == CLIQUES_OFF.to_env()
     assert ds["metadata"]["annotations"][ANNOTATION_GATES_SET_AT] == FIRST
-    created_rv = ds["metadata"]["resourceVersion"]
+    created = ds["metadata"]["generation"]  # spec writes only (the DaemonSet controller writes status)
     first.stop()
 
     # the chart's gates flipped: the new controller rewrites the pod template, all at once
@@ -51,14 +51,14 @@ def test_a_controller_with_other_gates_updates_live_daemon_sets_and_an_older_one
     (event,) = [e for e in events_for(raw, raw.get(CDS, "cd1", namespace)) if e["reason"] == EVENT_FOLLOW_GATES]
     assert event["type"] == "Normal"
     assert "ComputeDomainCliques false -> true" in event["message"] and "restarts once" in event["message"]
-    updated_rv = ds["metadata"]["resourceVersion"]
-    assert updated_rv != created_rv
+    updated = ds["metadata"]["generation"]
+    assert updated == created + 1
 
     # an older controller (started before the newer one set them) leaves them alone
     older = start_controller(settings_for(driver_ns, gates=CLIQUES_OFF, started_at=FIRST))
     wait_handled(older, raw, "cd1", namespace)
     (ds,) = labelled(raw, DS, uid, driver_ns)
-    assert (ds["metadata"]["resourceVersion"], daemon_env(ds)) == (updated_rv, CLIQUES_ON.to_env())
+    assert (ds["metadata"]["generation"], daemon_env(ds)) == (updated, CLIQUES_ON.to_env())
     older.stop()
 
     # a yet newer one with the gate off again sets it back, once
@@ -70,7 +70,7 @@ def test_a_controller_with_other_gates_updates_live_daemon_sets_and_an_older_one
     env = [e["name"] for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]]
     assert env.count(ENV_FEATURE_GATES) == 1
     wait_handled(newest, raw, "cd1", namespace)
-    assert labelled(raw, DS, uid, driver_ns)[0]["metadata"]["resourceVersion"] == ds["metadata"]["resourceVersion"]
+    assert labelled(raw, DS, uid, driver_ns)[0]["metadata"]["generation"] == ds["metadata"]["generation"] == updated + 1
     messages = [e["message"] for e in events_for(raw, raw.get(CDS, "cd1", namespace))
                 if e["reason"] == EVENT_FOLLOW_GATES]
     assert len(messages) == 2 and any("ComputeDomainCliques true -> false" in m for m in messages)
