@@ -11,12 +11,21 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from cdriver.api import constants
+from cdriver.nvml.discover import channel_device_path
 from cdriver.sim.world import scenario
-from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld, WorldSettings
+from cdriver.sim.world.world import (
+    COMPONENT_LABELS,
+    DRIVER_CDRIVER,
+    DRIVER_NAMESPACE,
+    RELEASE,
+    SimWorld,
+    WorldSettings,
+)
 
 #: chart values for host-managed worlds: a Prepare gives up on a missing host IMEX service after
 #: 5 s instead of 30 s (kubelet retries it), so tests that wait for failed attempts wait less
@@ -67,10 +76,11 @@ def clique_nodes(world: SimWorld, clique: str) -> list[str]:
     return sorted(n.name for n in world.nodes if n.clique == clique)
 
 
-def create_domain(world: SimWorld, ns: str, name: str, mode: str = constants.ALLOCATION_MODE_SINGLE) -> str:
+def create_domain(world: SimWorld, ns: str, name: str, mode: str = constants.ALLOCATION_MODE_SINGLE,
+                  num_nodes: int = 0) -> str:
     """Create a ComputeDomain (template `<name>-channel`), wait for its template; its UID."""
     scenario.ensure_namespace(world.raw, ns)
-    cd = world.raw.create(scenario.CDS, scenario.compute_domain(name, ns, f"{name}-channel", mode), ns)
+    cd = world.raw.create(scenario.CDS, scenario.compute_domain(name, ns, f"{name}-channel", mode, num_nodes), ns)
     scenario.wait_for(f"workload template {ns}/{name}-channel",
                       lambda: world.raw.get_or_none(scenario.RCTS, f"{name}-channel", ns), 60)
     return cd["metadata"]["uid"]
@@ -92,6 +102,49 @@ def delete_all(world: SimWorld, ns: str, pods: list[str], cd_name: str, uid: str
         return scenario.Seen(not any(left.values()), left, json.dumps(left))
 
     scenario.wait_for("every object of the domain to be deleted", gone, 120)
+
+
+def driver_pods(world: SimWorld) -> list[dict]:
+    """The controller and kubelet-plugin pods of either chart."""
+    pods = world.raw.list(scenario.PODS, namespace=DRIVER_NAMESPACE)["items"]
+    return [p for p in pods if any((p["metadata"].get("labels") or {}).get(key) in ("controller", "kubelet-plugin")
+                                   for key in COMPONENT_LABELS)]
+
+
+def upgrade_gates(world: SimWorld, gates: dict[str, bool]) -> None:
+    """`helm upgrade` cdriver's release with `gates` changed; return once a new controller and new
+    plugins (one per node) are all Ready and every node's kubelet has the new registration."""
+    before = {p["metadata"]["uid"] for p in driver_pods(world)}
+    started = time.monotonic()
+    world.settings.feature_gates.update(gates)
+    out = world.helm_cmd("upgrade", RELEASE, *world.chart_args(DRIVER_CDRIVER), "--namespace", DRIVER_NAMESPACE)
+    assert out.returncode == 0, f"helm upgrade with {gates} failed:\n{out.stdout[-2000:]}{out.stderr[-3000:]}"
+
+    def rolled() -> scenario.Seen:
+        seen = sorted((p["spec"].get("nodeName", ""), p["metadata"]["uid"] in before, scenario.pod_ready(p),
+                       p["metadata"]["name"]) for p in driver_pods(world))
+        done = len(seen) == 1 + len(world.nodes) and not any(old or not ready for _, old, ready, _ in seen)
+        return scenario.Seen(done, None, json.dumps(seen))
+
+    scenario.wait_for(f"a new controller and new plugins with {gates}, all Ready", rolled, 180)
+
+    def registered() -> scenario.Seen:
+        late = [n.name for n in world.nodes if not n.agent.plugins.usable(constants.DRIVER_NAME) or max(
+            (p.registered_at for p in n.agent.plugins.plugins() if p.driver == constants.DRIVER_NAME),
+            default=0.0) < started]
+        return scenario.Seen(not late, None, f"not registered anew on {late}")
+
+    scenario.wait_for("the new plugins registered with every node's kubelet", registered, 60)
+
+
+def assert_kept_running(world: SimWorld, ns: str, pods: dict[str, dict]) -> None:
+    """The same pods, never restarted, still Running with their channel device."""
+    for name, before in pods.items():
+        now = world.raw.get(scenario.PODS, name, ns)
+        assert now["metadata"]["uid"] == before["metadata"]["uid"] and scenario.pod_phase(now) == "Running", name
+        restarts = [s.get("restartCount", 0) for s in now["status"].get("containerStatuses") or []]
+        assert restarts == [0], f"{name} restarted: {restarts}"
+        assert is_char_device(world, ns, now, channel_device_path(0)), f"{name} lost its channel device"
 
 
 def is_char_device(world: SimWorld, ns: str, pod: dict, path: str) -> bool:

@@ -20,6 +20,7 @@ from cdriver.api import constants
 from cdriver.checkout import TEMPLATES_DIR
 from cdriver.featuregates import ENV_FEATURE_GATES
 from cdriver.kube.objects import being_deleted, finalizers_of, labels_of
+from cdriver.roles.controller import daemon_gates
 from cdriver.roles.controller.settings import ControllerSettings
 
 DAEMON_CONTAINER_NAME = "compute-domain-daemon"
@@ -193,6 +194,9 @@ def daemon_set(cd: DomainLike, settings: ControllerSettings, claim_template_name
         feature_gates=settings.feature_gates_env,
         cpu=settings.daemon_cpu,
         memory=settings.daemon_memory,
+        update_strategy=daemon_gates.UPDATE_STRATEGY,
+        annotation_gates_stamp=daemon_gates.ANNOTATION_GATES_SET_AT,
+        gates_stamp=settings.started_at,
     )
 
 

@@ -22,9 +22,10 @@ from cdriver.kube.objects import being_deleted, finalizers_of, generation_of, me
 from cdriver.kube.raw import RawClient
 from cdriver.kube.resources import RESOURCES, Resource
 from cdriver.kube.workqueue import RequeueAfter
-from cdriver.roles.controller import deletion
+from cdriver.roles.controller import daemon_gates, deletion
 from cdriver.roles.controller.cleanup import objects_of, orphan_domains
 from cdriver.roles.controller.desired import (
+    DAEMON_CONTAINER_NAME,
     allocation_mode_forced,
     daemon_claim_template,
     daemon_set,
@@ -52,6 +53,7 @@ from cdriver.roles.controller.status import (
 )
 from cdriver.roles.controller.trim import (
     Trim,
+    daemon_set_summary,
     metadata_only,
     pod_summary,
     without_managed_fields,
@@ -84,7 +86,7 @@ TRIMS: dict[str, Trim] = {
     CDS.plural: without_managed_fields,
     CLIQUES.plural: without_managed_fields,
     TEMPLATES.plural: metadata_only,
-    DAEMON_SETS.plural: metadata_only,
+    DAEMON_SETS.plural: daemon_set_summary,
     NODES.plural: metadata_only,
     PODS.plural: pod_summary,
 }
@@ -178,6 +180,8 @@ class Reconciler:
         self._pruned_status: set[str] = set()
         #: Pods told that the domain they use is being deleted, per domain UID.
         self._deletion_announced: dict[str, set[tuple[str, str]]] = {}
+        #: DaemonSets whose gates a newer controller set, with its stamp (logged once).
+        self._gates_left: dict[str, str] = {}
 
     # --- cache reads --------------------------------------------------------------------
     def domain(self, key: str) -> dict | None:
@@ -323,6 +327,8 @@ class Reconciler:
                 ds, ds_problem = self._ensure(
                     obj, deletion.ROLE_DAEMON_SET, self.settings.namespace, daemon_name,
                     lambda: daemon_set(cd, self.settings, template_name))
+                if ds is not None:
+                    ds = self._follow_gates(obj, ds)
                 problem = problem or ds_problem
                 complete = ds is not None
             else:
@@ -340,6 +346,39 @@ class Reconciler:
                                f"{key}: {problem.reason}")
         if not complete:  # pragma: no cover - every incomplete path carries a problem
             raise RequeueAfter(self.timing.wait_retry_seconds, f"{key}: incomplete")
+
+    def _follow_gates(self, cd_obj: dict, ds: dict) -> dict:
+        """Rewrite the daemon feature gates of a DaemonSet created under other gates (see
+        `daemon_gates`); say so on the domain. Returns the DaemonSet as it now is."""
+        settings = self.settings
+        decision = daemon_gates.decide(ds, DAEMON_CONTAINER_NAME, settings.feature_gates_env, settings.started_at)
+        if not decision.changes:
+            return ds
+        key = object_key(ds)
+        if not decision.update:
+            if self._gates_left.get(key) != decision.newer_stamp:
+                self._gates_left[key] = decision.newer_stamp
+                log.info("%s: DaemonSet %s differs from this controller's gates (%s) but a controller started "
+                         "at %s, after this one (%s), set them: left as they are", object_key(cd_obj), key,
+                         daemon_gates.describe(decision.changes), decision.newer_stamp, settings.started_at)
+            return ds
+        meta = meta_of(ds)
+        current = self.raw.get_or_none(DAEMON_SETS, meta["name"], meta.get("namespace"))
+        if current is None or is_terminating(current):
+            return ds
+        decision = daemon_gates.decide(current, DAEMON_CONTAINER_NAME, settings.feature_gates_env,
+                                       settings.started_at)
+        if not decision.update:  # set meanwhile (by a newer controller, or as wanted)
+            return current
+        updated = self._update(DAEMON_SETS, daemon_gates.with_gates(
+            current, DAEMON_CONTAINER_NAME, settings.feature_gates_env, settings.started_at))
+        message = (f"the IMEX daemons of this domain (DaemonSet {key}) ran with "
+                   f"{daemon_gates.describe(decision.changes)} of the controller's feature gates: their pod "
+                   "template now carries the controller's gates, and every daemon pod restarts once, all at "
+                   "once, to register where the kubelet plugins look")
+        log.info("%s: %s", object_key(cd_obj), message)
+        self.recorder.normal(cd_obj, daemon_gates.EVENT_FOLLOW_GATES, message)
+        return updated
 
     def _invalid(self, obj: dict, exc: ValidationError) -> None:
         """Nothing is generated for an invalid domain; its status and an Event say why."""

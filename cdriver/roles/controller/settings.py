@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cdriver import __version__
 from cdriver.api import constants
 from cdriver.imex.config import DEFAULT_MAX_NODES_PER_IMEX_DOMAIN
+from cdriver.roles.controller.daemon_gates import start_stamp
 
 DEFAULT_DAEMON_PRIORITY_CLASS = "system-node-critical"
 DEFAULT_LEASE_NAME = "cdriver-controller"
@@ -48,6 +49,9 @@ class ControllerSettings:
     #: it unset (the default, as upstream: nvidia-imex is never throttled or OOM-killed by it).
     daemon_cpu: str = ""
     daemon_memory: str = ""
+    #: When this controller started (`daemon_gates.start_stamp`): the stamp of the daemon
+    #: feature gates it sets, so that an older controller never sets them back.
+    started_at: str = field(default_factory=start_stamp)
 
     def problems(self) -> list[str]:
         """Every invalid setting, each naming the flag, the value and the fix."""

@@ -1,7 +1,8 @@
 """Keep in the caches only what the controller reads (pure functions + a list/watch wrapper).
 
-A DaemonSet is mostly pod template and managedFields, neither of which the controller looks at
-once it exists; trimming keeps memory flat at thousands of domains. Objects the controller
+A DaemonSet is mostly pod template and managedFields; once it exists the controller reads only
+its daemon container's feature gates (`daemon_gates`), so trimming keeps memory flat at
+thousands of domains. Objects the controller
 writes back whole (ComputeDomains, cliques) keep everything but managedFields, which an update
 without the field leaves unchanged on the server.
 """
@@ -15,6 +16,8 @@ from cdriver.kube.objects import meta_of
 from cdriver.kube.raw import RawClient
 from cdriver.kube.resources import Resource
 from cdriver.kube.watch import WatchStream
+from cdriver.roles.controller import daemon_gates
+from cdriver.roles.controller.desired import DAEMON_CONTAINER_NAME
 
 Trim = Callable[[dict], dict]
 
@@ -41,6 +44,17 @@ def metadata_only(obj: dict) -> dict:
     """apiVersion, kind and the identifying metadata (labels, finalizers, deletion)."""
     out = {k: obj[k] for k in ("apiVersion", "kind") if k in obj}
     out["metadata"] = _meta(obj)
+    return out
+
+
+def daemon_set_summary(obj: dict) -> dict:
+    """The identifying metadata plus what `daemon_gates.decide` reads (stamp, FEATURE_GATES)."""
+    out = metadata_only(obj)
+    annotations, spec = daemon_gates.summary(obj, DAEMON_CONTAINER_NAME)
+    if annotations:
+        out["metadata"]["annotations"] = annotations
+    if spec:
+        out["spec"] = spec
     return out
 
 

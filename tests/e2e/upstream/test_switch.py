@@ -43,7 +43,7 @@ from cdriver.sim.world.world import (
     driver_of,
 )
 from tests.support.upstream_inputs import skip_without_upstream
-from tests.support.world import create_domain, is_char_device, start_world
+from tests.support.world import assert_kept_running, create_domain, is_char_device, start_world
 
 READER_BUILD = HACK_DIR / "peer-checkpoint" / "build.sh"
 
@@ -225,16 +225,6 @@ def start_workloads(world: SimWorld, ns: str, placed: dict[str, str], domain: st
 
 def claim_uid(world: SimWorld, pod: dict) -> str:
     return scenario.claim_of(world.raw, pod)["metadata"]["uid"]
-
-
-def assert_kept_running(world: SimWorld, ns: str, pods: dict[str, dict]) -> None:
-    """The same pods, never restarted, still Running with their channel device."""
-    for name, before in pods.items():
-        now = world.raw.get(scenario.PODS, name, ns)
-        assert now["metadata"]["uid"] == before["metadata"]["uid"] and scenario.pod_phase(now) == "Running", name
-        restarts = [s.get("restartCount", 0) for s in now["status"].get("containerStatuses") or []]
-        assert restarts == [0], f"{name} restarted: {restarts}"
-        assert is_char_device(world, ns, now, channel_device_path(0)), f"{name} lost its channel device"
 
 
 def delete_workload(world: SimWorld, ns: str, name: str, node: SimNode, uid: str) -> None:

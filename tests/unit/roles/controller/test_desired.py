@@ -8,7 +8,7 @@ from cdriver import featuregates
 from cdriver.api import constants
 from cdriver.api.types import decode_opaque_config
 from cdriver.featuregates import ENV_FEATURE_GATES
-from cdriver.roles.controller import desired
+from cdriver.roles.controller import daemon_gates, desired
 from cdriver.roles.controller.desired import DAEMON_POD_CLAIM_NAME
 from cdriver.roles.controller.reconciler import parse_domain
 from cdriver.roles.controller.settings import ControllerSettings
@@ -126,6 +126,15 @@ def test_daemon_set_targets_labelled_nodes_and_runs_the_daemon():
     for name, path in desired.DOWNWARD_ENV:
         assert env[name] == {"fieldRef": {"fieldPath": path}}
     assert set(env) >= {"NODE_NAME", "POD_IP", "POD_NAME", "POD_NAMESPACE", "POD_UID"}
+
+
+def test_daemon_set_replaces_every_pod_at_once_and_carries_the_controllers_stamp():
+    """A change of the controller's gates restarts the whole domain at once, and an older
+    controller can tell that a newer one created it (`daemon_gates`)."""
+    ds = desired.daemon_set(domain(), settings(started_at="2026-01-01T10:00:00.000000Z"), "t")
+    assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%"}}
+    assert ds["metadata"]["annotations"] == {daemon_gates.ANNOTATION_GATES_SET_AT: "2026-01-01T10:00:00.000000Z"}
+    assert "annotations" not in desired.daemon_set(domain(), settings(started_at=""), "t")["metadata"]
 
 
 def test_daemon_pods_resolve_dotless_names_without_the_dns_search_list():
