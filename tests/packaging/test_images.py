@@ -148,7 +148,7 @@ def test_archives_are_valid_images_under_local_refs(images: dict[str, ImageArchi
 
 @pytest.mark.parametrize("plat", PLATFORMS)
 def test_each_images_executable_is_its_platforms_and_the_bundle_of_these_sources(
-        rootfs: dict[str, Path], plat: str) -> None:
+        rootfs: dict[str, Path], plat: str, capsys: pytest.CaptureFixture[str]) -> None:
     """The manifest's platform is the ELF machine of the executable it carries, built from the checkout's
     sources: the cached bundle of their content for that platform (named here, so a log says which)."""
     root = rootfs[plat]
@@ -159,7 +159,8 @@ def test_each_images_executable_is_its_platforms_and_the_bundle_of_these_sources
     arch = platforms.PLATFORMS[plat].architecture
     key = bundle_key(source_root(), platforms.PLATFORMS[plat])
     bundle = cache_root() / (f"bundle-{key}" if not emulated(plat) else f"bundle-{arch}-{key}")
-    say(f"{plat} image: bundle {bundle.name}")
+    with capsys.disabled():  # on the terminal whatever the capture: which bundle this run tested
+        print(f"\n[images] the {plat} image holds {bundle.name} ({bundle})", file=sys.stderr, flush=True)
     assert (bundle / "dist" / "cdriver-bundle" / "cdriver").read_bytes() == exe.read_bytes()
     assert (bundle / "platform").read_text().strip() == plat
 
