@@ -15,6 +15,11 @@ written. The Debian root file system is cached the same way (``images-base-<suit
 so a source change only rebuilds the bundle and its layer. The pyinstaller bundle itself is
 cached too (``bundle-<hash>``, keyed by its sources alone): `make binary` copies it into dist/,
 so the executable is packaged once for both.
+
+The driver image is this machine's platform alone by default; given several platforms
+(`make image`: linux/amd64 and linux/arm64) it is one image index with an image per platform,
+each over Debian's packages and a bundle of its own architecture (``images-base-<suite>-<arch>-``
+and ``bundle-<arch>-<hash>`` for another architecture, made under emulation: see `foreign`).
 """
 
 from __future__ import annotations
