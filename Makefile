@@ -113,10 +113,17 @@ bats-upstream: venv control-plane
 	BATS=$(BIN)/bats hack/bats-upstream/run.sh $(BATS_FILES)
 
 # OCI image archives without a container engine (cached; prints <name>=<archive>, <name>-ref=<ref>):
-# `image` the driver image from the Containerfile's recipe, `images` also the pause and workload images.
-.PHONY: image images
+# `image` the driver image from the Containerfile's recipe, one image index of IMAGE_PLATFORMS (the
+# arm64 bundle packaged under emulation: tens of minutes cold), `images` also the pause and workload
+# images (the driver's for this machine alone, as the local cluster loads it); `image-test` the image
+# tests (the driver image on both platforms, the arm64 one run under emulation).
+IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
+.PHONY: image images image-test
 image: venv
-	$(BUILDER).images cdriver
+	$(BUILDER).images --platform $(IMAGE_PLATFORMS) cdriver
+
+image-test: venv
+	$(BIN)/pytest -q -rs tests/packaging/test_images.py $(PYTEST_ARGS)
 
 images: venv
 	$(BUILDER).images

@@ -15,11 +15,15 @@ written. The Debian root file system is cached the same way (``images-base-<suit
 so a source change only rebuilds the bundle and its layer. The pyinstaller bundle itself is
 cached too (``bundle-<hash>``, keyed by its sources alone): `make binary` copies it into dist/,
 so the executable is packaged once for both.
+
+The driver image is this machine's platform alone by default; given several platforms
+(`make image`: linux/amd64 and linux/arm64) it is one image index with an image per platform,
+each over Debian's packages and a bundle of its own architecture (``images-base-<suite>-<arch>-``
+and ``bundle-<arch>-<hash>`` for another architecture, made under emulation: see `foreign`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -27,11 +31,8 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-
-from filelock import FileLock, Timeout
 
 import cdriver
 from cdriver.sim.images.refs import (
@@ -42,9 +43,22 @@ from cdriver.sim.images.refs import (
     ImageBuildError,
     image_ref,
 )
-from cdriver_build import containerfile, oci
+from cdriver_build import containerfile, emulation, foreign, oci, platforms
+from cdriver_build.cache import (
+    LOCK_TIMEOUT_S,
+    PRUNE_AFTER_S,
+    builder_files,
+    cache_root,
+    cached,
+    files_under,
+    input_hash,
+    prune_stale,
+    run_tool,
+)
+from cdriver_build.platforms import Platform
 
-__all__ = ["IMAGE_NAMES", "PAUSE_VERSION", "WORKLOAD_VERSION", "ImageArchive", "ImageBuildError", "ensure_bundle",
+__all__ = ["IMAGE_NAMES", "LOCK_TIMEOUT_S", "PAUSE_VERSION", "PRUNE_AFTER_S", "WORKLOAD_VERSION", "ImageArchive",
+           "ImageBuildError", "cache_root", "cached", "ensure_bundle", "files_under", "input_hash", "prune_stale",
            "ensure_images", "image_ref", "install_bundle"]
 
 WORKLOAD_SUITE = "bookworm"
@@ -53,10 +67,6 @@ WORKLOAD_PACKAGE = "busybox-static"
 BUILDER_REVISION = "1"
 #: the same for the Debian base layer alone (its key is otherwise the mmdebstrap command)
 BASE_REVISION = "1"
-LOCK_TIMEOUT_S = 3600
-#: a cached image of an older source that has not been rebuilt for this long is removed
-#: after a new one of the same name is built (each source change adds a driver archive)
-PRUNE_AFTER_S = 24 * 3600
 ENV_PYINSTALLER = "PYINSTALLER"
 #: paths under the source root whose contents go into the driver image (the build stage also
 #: copies README.md, which setup.cfg names as the package's readme but the bundle does not hold)
@@ -80,12 +90,6 @@ SLIM_DPKG_OPTIONS = (
 )
 
 
-def cache_root() -> Path:
-    """`${XDG_CACHE_HOME:-~/.cache}/cdriver`."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "cdriver"
-
-
 def source_root() -> Path:
     """The source tree this builder runs from (the images need its Containerfile and packaging/)."""
     root = Path(__file__).resolve().parents[2]
@@ -95,118 +99,14 @@ def source_root() -> Path:
     return root
 
 
-# --------------------------------------------------------------------------------------
-# Cache keys
-# --------------------------------------------------------------------------------------
-
-def _builder_files() -> list[Path]:
-    here = Path(__file__).resolve().parent
-    return sorted(here.glob("*.py"))
-
-
-def files_under(root: Path, paths: Iterable[str]) -> list[Path]:
-    """Every file below `paths` of `root`, sorted, without Python byte code."""
-    found: list[Path] = []
-    for rel in paths:
-        p = root / rel
-        if p.is_file():
-            found.append(p)
-        elif p.is_dir():
-            found += [f for f in p.rglob("*") if f.is_file() and "__pycache__" not in f.parts
-                      and f.suffix not in (".pyc", ".pyo")]
-    return sorted(set(found))
-
-
-def input_hash(parts: Iterable[str], files: Iterable[Path], root: Path | None = None) -> str:
-    """Hash of some strings and the names and contents of some files (16 hex digits)."""
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(b"s\0" + part.encode() + b"\0")
-    for f in files:
-        name = f.relative_to(root).as_posix() if root is not None else f.name
-        h.update(b"f\0" + name.encode() + b"\0")
-        h.update(hashlib.sha256(f.read_bytes()).digest())
-    return h.hexdigest()[:16]
-
-
-# --------------------------------------------------------------------------------------
-# The cache: lock, build into a temporary directory, mark complete, rename
-# --------------------------------------------------------------------------------------
-
-def cached(out: Path, build: Callable[[Path], None], log: Callable[[str], None]) -> Path:
-    """`out` once it holds a finished build; `build(tmp_dir)` makes one if none exists yet."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(out) + ".lock")
-    try:
-        with lock.acquire(timeout=LOCK_TIMEOUT_S):
-            if (out / ".complete").is_file():
-                os.utime(out / ".complete")  # marks it used (see prune_stale)
-                return out
-            for stale in out.parent.glob(f"{out.name}.tmp.*"):  # left by a build that was killed
-                shutil.rmtree(stale, ignore_errors=True)
-            tmp = Path(f"{out}.tmp.{os.getpid()}")
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir()
-            start = time.monotonic()
-            try:
-                build(tmp)
-                (tmp / ".complete").touch()
-                shutil.rmtree(out, ignore_errors=True)
-                tmp.rename(out)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
-            log(f"built {out.name} in {time.monotonic() - start:.0f} s")
-        for old in prune_stale(out):
-            log(f"removed {old.name}: an older build not used for a day")
-        return out
-    except Timeout:
-        raise ImageBuildError(f"{lock.lock_file}: another build holds the lock for over {LOCK_TIMEOUT_S}s; "
-                              "remove the lock file if no build is running") from None
-
-
-def prune_stale(out: Path, max_age_s: float = PRUNE_AFTER_S) -> list[Path]:
-    """Remove finished siblings of `out` (same name, other key) unused for `max_age_s`; what was removed.
-
-    A sibling whose lock another process holds (being built or rebuilt) is left alone.
-    """
-    prefix = out.name.rsplit("-", 1)[0] + "-"
-    removed = []
-    now = time.time()
-    for other in out.parent.glob(prefix + "*"):
-        marker = other / ".complete"
-        if other == out or not other.is_dir() or other.name.count("-") != out.name.count("-"):
-            continue
-        if not marker.is_file() or now - marker.stat().st_mtime < max_age_s:
-            continue
-        lock = FileLock(str(other) + ".lock")
-        try:
-            with lock.acquire(timeout=0):
-                shutil.rmtree(other, ignore_errors=True)
-                removed.append(other)
-        except Timeout:
-            continue
-    return removed
-
-
-def _run(argv: list[str], what: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, **kwargs)  # type: ignore[call-overload]
-    except FileNotFoundError:
-        raise ImageBuildError(f"{what}: {argv[0]} not found; install it (Debian: apt-get install {argv[0]})") from None
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-30:])
-        raise ImageBuildError(f"{what} failed (exit {proc.returncode}): {' '.join(argv)}\n{tail}")
-    return proc
-
-
 def _apt_install(package: str, command: str, log: Callable[[str], None]) -> None:
     """Install a Debian package that provides `command` if it is missing (as root)."""
     if shutil.which(command):
         return
     log(f"{command} not found: installing Debian's {package}")
     if not _apt_has(package):
-        _run(["apt-get", "update", "-qq"], "apt-get update")
-    _run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", package], f"installing {package}",
+        run_tool(["apt-get", "update", "-qq"], "apt-get update")
+    run_tool(["apt-get", "install", "-y", "-qq", "--no-install-recommends", package], f"installing {package}",
          env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
 
 
@@ -219,9 +119,15 @@ def _apt_has(package: str) -> bool:
 # The Debian base layer (the Containerfile's final-stage FROM and apt-get install)
 # --------------------------------------------------------------------------------------
 
-def mmdebstrap_command(recipe: containerfile.Recipe) -> list[str]:
-    """The mmdebstrap call that makes the recipe's base: a minbase Debian with its packages, to stdout."""
+def mmdebstrap_command(recipe: containerfile.Recipe, target: Platform | None = None) -> list[str]:
+    """The mmdebstrap call that makes the recipe's base: a minbase Debian with its packages, to stdout.
+
+    For another architecture than this machine's (`target`), Debian's packages of that
+    architecture, set up as root of the emulating namespace (see `foreign`).
+    """
     argv = ["mmdebstrap", "--variant=minbase", "--quiet", f"--hook-dir={MERGED_USR_HOOK}"]
+    if target is not None and target != platforms.native():
+        argv[1:1] = [f"--arch={target.architecture}", "--mode=root", "--skip=check/qemu"]
     if recipe.packages:
         argv.append("--include=" + ",".join(recipe.packages))
     if recipe.slim:
@@ -229,20 +135,24 @@ def mmdebstrap_command(recipe: containerfile.Recipe) -> list[str]:
     return argv + [recipe.suite, "-"]
 
 
-def base_layer(recipe: containerfile.Recipe, log: Callable[[str], None]) -> oci.Layer:
-    """The cached Debian root file system layer of `recipe`."""
-    argv = mmdebstrap_command(recipe)
+def base_layer(recipe: containerfile.Recipe, log: Callable[[str], None], target: Platform | None = None) -> oci.Layer:
+    """The cached Debian root file system layer of `recipe` (for `target`, default this machine's platform)."""
+    argv = mmdebstrap_command(recipe, target)
     key = input_hash([BASE_REVISION, *argv], [])
-    out = cache_root() / f"images-base-{recipe.suite}-{key}"
+    foreign_arch = target is not None and target != platforms.native()
+    name = f"{recipe.suite}-{target.architecture}" if foreign_arch and target is not None else recipe.suite
+    out = cache_root() / f"images-base-{name}-{key}"
 
     def build(tmp: Path) -> None:
         _apt_install("mmdebstrap", "mmdebstrap", log)
         extra = ", ".join(recipe.packages) or "no extra packages"
-        log(f"making the Debian {recipe.suite} root file system with {extra} (mmdebstrap, a few minutes cold)")
+        how = "under emulation, several minutes cold" if foreign_arch else "a few minutes cold"
+        log(f"making the Debian {name} root file system with {extra} (mmdebstrap, {how})")
         env = {**os.environ, "SOURCE_DATE_EPOCH": str(oci.EPOCH)}
+        command = emulation.in_namespace(emulation.ensure_qemu(log), argv) if foreign_arch else argv
         errors = tmp / "mmdebstrap.log"
         with open(errors, "w") as err:
-            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, env=env)
+            proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err, env=env)
             assert proc.stdout is not None
             try:
                 layer = oci.rewrite_layer(proc.stdout, tmp / "layer.tar", f"debian:{recipe.suite} {' '.join(argv)}",
@@ -274,22 +184,38 @@ def _bundle(root: Path, dist: Path, log: Callable[[str], None]) -> None:
         raise ImageBuildError(f"pyinstaller not found at {pyinstaller}: run `make venv` (it installs the dev "
                               f"extras) or set {ENV_PYINSTALLER}")
     log("packaging the cdriver bundle with pyinstaller (packaging/build.sh, a few minutes cold)")
-    _run([str(root / "packaging" / "build.sh")], "packaging/build.sh", cwd=root,
+    run_tool([str(root / "packaging" / "build.sh")], "packaging/build.sh", cwd=root,
          env={**os.environ, ENV_PYINSTALLER: pyinstaller, "DIST": str(dist),
               "WORKPATH": str(dist.parent / "pyinstaller-work")})
 
 
-def ensure_bundle(log: Callable[[str], None]) -> Path:
-    """The packaged bundle of this source tree, built once per content of its sources (cached):
-    a folder holding ``cdriver-bundle/`` and the ``cdriver`` link, as packaging/build.sh leaves dist/."""
+def bundle_key(root: Path, target: Platform) -> str:
+    """The cache key of `target`'s bundle: the build stage's inputs, and what packages them."""
+    if target == platforms.native():
+        return input_hash([BUILDER_REVISION, platform.python_version()], files_under(root, BUNDLE_INPUTS), root)
+    return input_hash([BUILDER_REVISION, foreign.FOREIGN_REVISION, target.name, foreign.PYTHON_VERSION],
+                      files_under(root, BUNDLE_INPUTS), root)
+
+
+def ensure_bundle(log: Callable[[str], None], target: Platform | None = None) -> Path:
+    """The packaged bundle of this source tree for `target` (default: this machine's platform), built once
+    per content of its sources (cached): a folder holding ``cdriver-bundle/`` and the ``cdriver`` link, as
+    packaging/build.sh leaves dist/. Another architecture's is packaged under emulation (`foreign`)."""
     root = source_root()
-    key = input_hash([BUILDER_REVISION, platform.python_version()], files_under(root, BUNDLE_INPUTS), root)
+    native = platforms.native()
+    chosen = target or native
+    key = bundle_key(root, chosen)
 
     def build(tmp: Path) -> None:
-        _bundle(root, tmp / "dist", log)
-        shutil.rmtree(tmp / "pyinstaller-work", ignore_errors=True)
+        if chosen == native:
+            _bundle(root, tmp / "dist", log)
+            shutil.rmtree(tmp / "pyinstaller-work", ignore_errors=True)
+        else:
+            foreign.build_bundle(chosen, root, BUNDLE_INPUTS, tmp / "dist", log)
+        (tmp / "platform").write_text(chosen.name + "\n")
 
-    return cached(cache_root() / f"bundle-{key}", build, log) / "dist"
+    name = f"bundle-{key}" if chosen == native else f"bundle-{chosen.architecture}-{key}"
+    return cached(cache_root() / name, build, log) / "dist"
 
 
 def install_bundle(dest: Path, log: Callable[[str], None]) -> Path:
@@ -323,23 +249,44 @@ def app_entries(recipe: containerfile.Recipe, root: Path, dist: Path) -> list[oc
     return entries
 
 
-def build_driver(log: Callable[[str], None]) -> ImageArchive:
+def _driver_image(recipe: containerfile.Recipe, root: Path, target: Platform, tmp: Path,
+                  log: Callable[[str], None]) -> oci.PlatformImage:
+    """The driver image of one platform: its Debian base and the application layer over its bundle."""
+    base = base_layer(recipe, log, target)
+    dist = ensure_bundle(log, target)
+    app = oci.write_layer(app_entries(recipe, root, dist), tmp / f"app-layer-{target.architecture}.tar",
+                          "COPY --from=build and RUN ln -s of the Containerfile")
+    config = oci.ImageConfig(entrypoint=recipe.entrypoint, cmd=recipe.cmd,
+                             env={"PATH": oci.DEFAULT_PATH, **recipe.env}, working_dir=recipe.workdir,
+                             labels={"org.opencontainers.image.version": cdriver.__version__,
+                                     "org.opencontainers.image.title": "cdriver"})
+    return oci.PlatformImage(target.architecture, config, [base, app])
+
+
+def build_driver(log: Callable[[str], None], targets: Iterable[Platform] | None = None) -> ImageArchive:
+    """The driver image archive: this machine's platform alone (the default), or an image index of `targets`.
+
+    One platform gives a plain single-image archive; more give an archive whose reference names
+    an image index with one manifest per platform, each over the bundle of its own architecture.
+    """
     root = source_root()
     recipe = containerfile.load(root / "Containerfile")
     ref = image_ref("cdriver")
-    key = input_hash([BUILDER_REVISION, ref, platform.python_version()], files_under(root, DRIVER_INPUTS), root)
-    base = base_layer(recipe, log)
+    chosen = sorted(set(targets or [platforms.native()]), key=lambda p: platforms.ORDER.index(p.name))
+    single = chosen == [platforms.native()]
+    parts = [BUILDER_REVISION, ref, platform.python_version()]
+    if not single:
+        parts += ["platforms", *(p.name for p in chosen), foreign.FOREIGN_REVISION]
+    key = input_hash(parts, files_under(root, DRIVER_INPUTS), root)
 
     def build(tmp: Path) -> None:
-        dist = ensure_bundle(log)
-        app = oci.write_layer(app_entries(recipe, root, dist), tmp / "app-layer.tar",
-                              "COPY --from=build and RUN ln -s of the Containerfile")
-        config = oci.ImageConfig(entrypoint=recipe.entrypoint, cmd=recipe.cmd,
-                                 env={"PATH": oci.DEFAULT_PATH, **recipe.env}, working_dir=recipe.workdir,
-                                 labels={"org.opencontainers.image.version": cdriver.__version__,
-                                         "org.opencontainers.image.title": "cdriver"})
-        oci.write_archive(tmp / "cdriver.tar", ref, config, [base, app])
-        (tmp / "app-layer.tar").unlink()
+        images = [_driver_image(recipe, root, target, tmp, log) for target in chosen]
+        if single:
+            oci.write_archive(tmp / "cdriver.tar", ref, images[0].config, images[0].layers, images[0].architecture)
+        else:
+            oci.write_index_archive(tmp / "cdriver.tar", ref, images)
+        for layer in tmp.glob("app-layer-*.tar"):
+            layer.unlink()
 
     out = cached(cache_root() / f"images-cdriver-{key}", build, log)
     return ImageArchive("cdriver", ref, out / "cdriver.tar")
@@ -351,11 +298,11 @@ def build_pause(log: Callable[[str], None]) -> ImageArchive:
     cc = os.environ.get("CC", "gcc")
     argv = [cc, "-static", "-O2", "-s", f'-DPAUSE_VERSION="{PAUSE_VERSION}"', "-o"]
     ref = image_ref("pause")
-    key = input_hash([BUILDER_REVISION, ref, *argv], [source, *_builder_files()])
+    key = input_hash([BUILDER_REVISION, ref, *argv], [source, *builder_files()])
 
     def build(tmp: Path) -> None:
         exe = tmp / "pause"
-        _run([*argv, str(exe), str(source)], "compiling the pause program (needs gcc and the static C library, "
+        run_tool([*argv, str(exe), str(source)], "compiling the pause program (needs gcc and the static C library, "
              "Debian: libc6-dev)")
         layer = oci.write_layer([oci.Entry.host_file("pause", exe, 0o755)], tmp / "layer.tar", "pause")
         oci.write_archive(tmp / "pause.tar", ref, oci.ImageConfig(entrypoint=["/pause"]), [layer])
@@ -386,18 +333,18 @@ def busybox_entries(busybox: Path, applets: list[str]) -> list[oci.Entry]:
 
 def build_workload(log: Callable[[str], None]) -> ImageArchive:
     ref = image_ref("workload")
-    key = input_hash([BUILDER_REVISION, ref, WORKLOAD_SUITE, WORKLOAD_PACKAGE], _builder_files())
+    key = input_hash([BUILDER_REVISION, ref, WORKLOAD_SUITE, WORKLOAD_PACKAGE], builder_files())
 
     def build(tmp: Path) -> None:
         if not _apt_has(WORKLOAD_PACKAGE):
-            _run(["apt-get", "update", "-qq"], "apt-get update")
-        _run(["apt-get", "download", "-qq", WORKLOAD_PACKAGE], f"downloading Debian's {WORKLOAD_PACKAGE}", cwd=tmp)
+            run_tool(["apt-get", "update", "-qq"], "apt-get update")
+        run_tool(["apt-get", "download", "-qq", WORKLOAD_PACKAGE], f"downloading Debian's {WORKLOAD_PACKAGE}", cwd=tmp)
         debs = sorted(tmp.glob(f"{WORKLOAD_PACKAGE}_*.deb"))
         if not debs:
             raise ImageBuildError(f"apt-get download {WORKLOAD_PACKAGE} left no .deb in {tmp}")
-        _run(["dpkg-deb", "-x", str(debs[0]), str(tmp / "pkg")], f"unpacking {debs[0].name}")
+        run_tool(["dpkg-deb", "-x", str(debs[0]), str(tmp / "pkg")], f"unpacking {debs[0].name}")
         busybox = tmp / "pkg" / "bin" / "busybox"
-        applets = _run([str(busybox), "--list-full"], "listing busybox applets").stdout.split()
+        applets = run_tool([str(busybox), "--list-full"], "listing busybox applets").stdout.split()
         layer = oci.write_layer(busybox_entries(busybox, applets), tmp / "layer.tar", debs[0].name)
         oci.write_archive(tmp / "workload.tar", ref, oci.ImageConfig(cmd=["sh"]), [layer])
         for leftover in (*debs, tmp / "layer.tar"):
@@ -415,13 +362,20 @@ BUILDERS: dict[str, Callable[[Callable[[str], None]], ImageArchive]] = {
 }
 
 
-def ensure_images(names: Iterable[str] = IMAGE_NAMES,
-                  log: Callable[[str], None] | None = None) -> dict[str, ImageArchive]:
-    """Build (or find cached) the named images; {name: ImageArchive}. ImageBuildError on failure."""
+def ensure_images(names: Iterable[str] = IMAGE_NAMES, log: Callable[[str], None] | None = None,
+                  targets: Iterable[Platform] | None = None) -> dict[str, ImageArchive]:
+    """Build (or find cached) the named images; {name: ImageArchive}. ImageBuildError on failure.
+
+    `targets` are the driver image's platforms (default: this machine's alone; more than one
+    makes an image index); the pause and workload images are this machine's.
+    """
     say = log or (lambda msg: print(f"[images] {msg}", file=sys.stderr))
     wanted = list(dict.fromkeys(names))
     unknown = [n for n in wanted if n not in BUILDERS]
     if unknown:
         raise ImageBuildError(f"unknown image {', '.join(unknown)}: choose from {', '.join(IMAGE_NAMES)}")
-    return {name: BUILDERS[name](say) for name in wanted}
+    built = {}
+    for name in wanted:
+        built[name] = build_driver(say, targets) if name == "cdriver" else BUILDERS[name](say)
+    return built
 

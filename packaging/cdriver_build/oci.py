@@ -163,9 +163,28 @@ def manifest_document(config: Descriptor, layers: list[Descriptor]) -> dict[str,
 
 
 def index_document(manifest: Descriptor, ref: str, architecture: str = "amd64") -> dict[str, Any]:
+    """The layout's index.json for one image: its manifest, named by `ref`."""
     _, tag = split_ref(ref)
     entry = manifest.to_json()
     entry["platform"] = {"architecture": architecture, "os": "linux"}
+    entry["annotations"] = {ANNOTATION_IMAGE_NAME: ref, ANNOTATION_REF_NAME: tag}
+    return {"schemaVersion": 2, "mediaType": MEDIA_INDEX, "manifests": [entry]}
+
+
+def platform_index_document(manifests: list[tuple[Descriptor, str]]) -> dict[str, Any]:
+    """An image index (a blob) listing one manifest per (descriptor, architecture): a multi-platform image."""
+    entries = []
+    for desc, architecture in manifests:
+        entry = desc.to_json()
+        entry["platform"] = {"architecture": architecture, "os": "linux"}
+        entries.append(entry)
+    return {"schemaVersion": 2, "mediaType": MEDIA_INDEX, "manifests": entries}
+
+
+def layout_index_document(index: Descriptor, ref: str) -> dict[str, Any]:
+    """The layout's index.json for a multi-platform image: one entry, the image index blob, named by `ref`."""
+    _, tag = split_ref(ref)
+    entry = index.to_json()
     entry["annotations"] = {ANNOTATION_IMAGE_NAME: ref, ANNOTATION_REF_NAME: tag}
     return {"schemaVersion": 2, "mediaType": MEDIA_INDEX, "manifests": [entry]}
 
@@ -319,32 +338,75 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(_tarinfo(name, "file", 0o644, len(data)), io.BytesIO(data))
 
 
-def write_archive(path: Path, ref: str, config: ImageConfig, layers: list[Layer],
-                  architecture: str = "amd64") -> Descriptor:
-    """Write the OCI archive of one image to `path` (atomically); the manifest's descriptor."""
-    split_ref(ref)
-    config_blob = canonical_json(config_document(config, [lay.descriptor.digest for lay in layers],
-                                                 [lay.comment for lay in layers], architecture))
+@dataclass(frozen=True)
+class PlatformImage:
+    """One platform's image of a multi-platform archive: its architecture, config and layers."""
+
+    architecture: str
+    config: ImageConfig
+    layers: list[Layer]
+
+
+def _image_blobs(image: PlatformImage) -> list[tuple[Descriptor, bytes]]:
+    """The manifest and config blobs of one image, manifest first."""
+    config_blob = canonical_json(config_document(image.config, [lay.descriptor.digest for lay in image.layers],
+                                                 [lay.comment for lay in image.layers], image.architecture))
     config_desc = Descriptor(MEDIA_CONFIG, sha256_digest(config_blob), len(config_blob))
-    manifest_blob = canonical_json(manifest_document(config_desc, [lay.descriptor for lay in layers]))
-    manifest_desc = Descriptor(MEDIA_MANIFEST, sha256_digest(manifest_blob), len(manifest_blob))
-    index_blob = json.dumps(index_document(manifest_desc, ref, architecture), indent=2).encode() + b"\n"
+    manifest_blob = canonical_json(manifest_document(config_desc, [lay.descriptor for lay in image.layers]))
+    return [(Descriptor(MEDIA_MANIFEST, sha256_digest(manifest_blob), len(manifest_blob)), manifest_blob),
+            (config_desc, config_blob)]
+
+
+def _write_layout(path: Path, index: dict[str, Any], blobs: list[tuple[Descriptor, bytes]],
+                  layers: list[Layer]) -> None:
+    index_blob = json.dumps(index, indent=2).encode() + b"\n"
     with atomic_path(path) as tmp, tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
         _add_bytes(tar, "oci-layout", canonical_json({"imageLayoutVersion": LAYOUT_VERSION}))
         _add_bytes(tar, "index.json", index_blob)
         for d in ("blobs", "blobs/sha256"):
             tar.addfile(_tarinfo(d, "dir", 0o755))
         written = set()
-        for desc, blob in ((manifest_desc, manifest_blob), (config_desc, config_blob)):
-            _add_bytes(tar, _blob_name(desc.digest), blob)
-            written.add(desc.digest)
+        for desc, blob in blobs:
+            if desc.digest not in written:
+                _add_bytes(tar, _blob_name(desc.digest), blob)
+                written.add(desc.digest)
         for lay in layers:
             if lay.descriptor.digest in written:
                 continue
             written.add(lay.descriptor.digest)
             with open(lay.path, "rb") as f:
                 tar.addfile(_tarinfo(_blob_name(lay.descriptor.digest), "file", 0o644, lay.descriptor.size), f)
+
+
+def write_archive(path: Path, ref: str, config: ImageConfig, layers: list[Layer],
+                  architecture: str = "amd64") -> Descriptor:
+    """Write the OCI archive of one image to `path` (atomically); the manifest's descriptor."""
+    split_ref(ref)
+    blobs = _image_blobs(PlatformImage(architecture, config, layers))
+    manifest_desc = blobs[0][0]
+    _write_layout(path, index_document(manifest_desc, ref, architecture), blobs, layers)
     return manifest_desc
+
+
+def write_index_archive(path: Path, ref: str, images: list[PlatformImage]) -> Descriptor:
+    """Write the OCI archive of a multi-platform image to `path` (atomically); the image index's descriptor.
+
+    index.json names one image index blob by `ref`; that index lists one manifest per platform,
+    each with its platform, so a runtime pulls or unpacks the one for its own architecture.
+    """
+    split_ref(ref)
+    architectures = [image.architecture for image in images]
+    if not images or len(set(architectures)) != len(architectures):
+        raise OciError(f"a multi-platform image needs one image per architecture, not {architectures}")
+    blobs: list[tuple[Descriptor, bytes]] = []
+    for image in images:
+        blobs += _image_blobs(image)
+    manifests = [(blobs[2 * i][0], image.architecture) for i, image in enumerate(images)]
+    index_blob = canonical_json(platform_index_document(manifests))
+    index_desc = Descriptor(MEDIA_INDEX, sha256_digest(index_blob), len(index_blob))
+    _write_layout(path, layout_index_document(index_desc, ref), [(index_desc, index_blob), *blobs],
+                  [lay for image in images for lay in image.layers])
+    return index_desc
 
 
 def _blob_name(digest: str) -> str:
@@ -379,15 +441,10 @@ def _read_json(blobs: dict[str, bytes], desc: dict[str, Any], what: str) -> dict
     return doc
 
 
-def read_archive(path: Path) -> ArchivedImage:
-    """Read and validate an archive written by `write_archive` (or any single-image OCI archive).
-
-    Checks the layout version, that every blob's content matches its digest, that the index,
-    manifest and config reference blobs that exist with the right sizes and media types, and
-    that the config's diff IDs are the (uncompressed) layers' digests. OciError names the flaw.
-    """
+def _read_blobs(path: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None, dict[str, bytes], dict[str, int]]:
+    """oci-layout, index.json, the small blobs' bytes and every blob's size (each blob checked against its digest)."""
     json_blobs: dict[str, bytes] = {}
-    layer_blobs: dict[str, int] = {}
+    blob_sizes: dict[str, int] = {}
     layout = index = None
     with tarfile.open(path, "r:") as tar:
         for member in tar:
@@ -407,20 +464,16 @@ def read_archive(path: Path) -> ArchivedImage:
                     h.update(chunk)
                 if "sha256:" + h.hexdigest() != digest:
                     raise OciError(f"{path}: blob {name} does not match its digest")
-                layer_blobs[digest] = member.size
+                blob_sizes[digest] = member.size
                 if member.size <= _SMALL_BLOB:
                     f.seek(0)
                     json_blobs[digest] = f.read()
-    if not layout or layout.get("imageLayoutVersion") != LAYOUT_VERSION:
-        raise OciError(f"{path}: oci-layout missing or not version {LAYOUT_VERSION}")
-    if not index or len(index.get("manifests", [])) != 1:
-        raise OciError(f"{path}: index.json must list exactly one manifest")
-    entry = index["manifests"][0]
-    annotations = entry.get("annotations", {})
-    ref = annotations.get(ANNOTATION_IMAGE_NAME, "")
-    _, tag = split_ref(ref)
-    if annotations.get(ANNOTATION_REF_NAME) != tag:
-        raise OciError(f"{path}: {ANNOTATION_REF_NAME} is not the tag of {ref}")
+    return layout, index, json_blobs, blob_sizes
+
+
+def _read_image(path: Path, entry: dict[str, Any], ref: str, tag: str, json_blobs: dict[str, bytes],
+                blob_sizes: dict[str, int]) -> ArchivedImage:
+    """One image of an archive from its manifest descriptor (with its platform)."""
     if entry.get("mediaType") != MEDIA_MANIFEST:
         raise OciError(f"{path}: index entry has media type {entry.get('mediaType')}, not {MEDIA_MANIFEST}")
     manifest = _read_json(json_blobs, entry, "manifest")
@@ -431,14 +484,64 @@ def read_archive(path: Path) -> ArchivedImage:
     for layer in manifest.get("layers", []):
         if layer.get("mediaType") != MEDIA_LAYER:
             raise OciError(f"{path}: layer {layer.get('digest')} has media type {layer.get('mediaType')}")
-        if layer_blobs.get(layer["digest"]) != layer.get("size"):
+        if blob_sizes.get(layer["digest"]) != layer.get("size"):
             raise OciError(f"{path}: layer {layer['digest']} missing or of the wrong size")
         digests.append(layer["digest"])
     if config.get("rootfs", {}).get("diff_ids") != digests:
         raise OciError(f"{path}: config diff_ids do not match the manifest's layers")
-    if entry.get("platform", {}).get("architecture") != config.get("architecture"):
-        raise OciError(f"{path}: index platform and config disagree on the architecture")
+    platform = entry.get("platform", {})
+    if platform.get("architecture") != config.get("architecture") or platform.get("os") != config.get("os"):
+        raise OciError(f"{path}: index platform {platform} and config disagree on the platform")
     return ArchivedImage(ref, tag, manifest, config, digests)
+
+
+def read_images(path: Path) -> dict[str, ArchivedImage]:
+    """Read and validate an archive written by `write_archive` or `write_index_archive`: {platform: image}.
+
+    Checks the layout version, that every blob's content matches its digest, that the index
+    (and, for a multi-platform image, the image index it names), manifests and configs
+    reference blobs that exist with the right sizes and media types, that each manifest's
+    platform is its config's and appears once, and that each config's diff IDs are its
+    (uncompressed) layers' digests. Platforms are named ``linux/<architecture>``. OciError names
+    the flaw.
+    """
+    layout, index, json_blobs, blob_sizes = _read_blobs(path)
+    if not layout or layout.get("imageLayoutVersion") != LAYOUT_VERSION:
+        raise OciError(f"{path}: oci-layout missing or not version {LAYOUT_VERSION}")
+    if not index or len(index.get("manifests", [])) != 1:
+        raise OciError(f"{path}: index.json must list exactly one manifest")
+    entry = index["manifests"][0]
+    annotations = entry.get("annotations", {})
+    ref = annotations.get(ANNOTATION_IMAGE_NAME, "")
+    _, tag = split_ref(ref)
+    if annotations.get(ANNOTATION_REF_NAME) != tag:
+        raise OciError(f"{path}: {ANNOTATION_REF_NAME} is not the tag of {ref}")
+    if entry.get("mediaType") == MEDIA_INDEX:
+        entries = _read_json(json_blobs, entry, "image index").get("manifests", [])
+        if not entries:
+            raise OciError(f"{path}: the image index lists no manifests")
+    else:
+        entries = [entry]
+    images: dict[str, ArchivedImage] = {}
+    for e in entries:
+        image = _read_image(path, e, ref, tag, json_blobs, blob_sizes)
+        name = f"{image.config.get('os')}/{image.config.get('architecture')}"
+        if name in images:
+            raise OciError(f"{path}: the image index lists {name} twice")
+        images[name] = image
+    return images
+
+
+def read_archive(path: Path, platform: str | None = None) -> ArchivedImage:
+    """The validated image of `platform` (e.g. ``linux/arm64``) in an archive; the only one when None."""
+    images = read_images(path)
+    if platform is None:
+        if len(images) != 1:
+            raise OciError(f"{path} holds images for {', '.join(images)}: name the platform to read")
+        return next(iter(images.values()))
+    if platform not in images:
+        raise OciError(f"{path} holds no {platform} image, only {', '.join(images)}")
+    return images[platform]
 
 
 def layer_members(archive: Path, digest: str) -> Iterator[tarfile.TarInfo]:
@@ -451,9 +554,10 @@ def layer_members(archive: Path, digest: str) -> Iterator[tarfile.TarInfo]:
             yield from layer
 
 
-def extract_rootfs(archive: Path, dest: Path) -> ArchivedImage:
-    """Unpack the image's layers in order into `dest` (no whiteouts: the writers make none)."""
-    image = read_archive(archive)
+def extract_rootfs(archive: Path, dest: Path, platform: str | None = None) -> ArchivedImage:
+    """Unpack the layers of the image (of `platform`, see `read_archive`) in order into `dest` (no
+    whiteouts: the writers make none)."""
+    image = read_archive(archive, platform)
     with tarfile.open(archive, "r:") as tar:
         for digest in image.layer_digests:
             blob = tar.extractfile(_blob_name(digest))

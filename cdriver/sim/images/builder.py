@@ -69,17 +69,19 @@ def _failure(tail: list[str]) -> str:
     return "\n".join(tail[starts[-1]:]).removeprefix("error: ")
 
 
-def build_images(names: Iterable[str] = IMAGE_NAMES,
-                 progress: Callable[[str], None] | None = None) -> dict[str, ImageArchive]:
+def build_images(names: Iterable[str] = IMAGE_NAMES, progress: Callable[[str], None] | None = None,
+                 platforms: str | None = None) -> dict[str, ImageArchive]:
     """Build (or find cached) the named images with the checkout's builder; {name: ImageArchive}.
 
+    `platforms` (``linux/amd64,linux/arm64``) are the driver image's (default: this machine's).
     The builder's progress lines go to `progress` (default: this process's stderr); a failed
     build raises ImageBuildError with the last of them.
     """
     wanted = list(dict.fromkeys(names))
     say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     root = checkout_root()
-    proc = subprocess.Popen(builder_argv(wanted), cwd=root, env=builder_env(root), stdout=subprocess.PIPE,
+    argv = builder_argv(wanted) + (["--platform", platforms] if platforms else [])
+    proc = subprocess.Popen(argv, cwd=root, env=builder_env(root), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stderr is not None
     tail: list[str] = []

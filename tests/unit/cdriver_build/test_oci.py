@@ -198,3 +198,82 @@ def test_extract_rootfs_unpacks_layers_in_order(tmp_path: Path) -> None:
     oci.extract_rootfs(archive, root)
     assert (root / "etc" / "motd").read_text() == "new\n"
     assert (root / "etc" / "keep").read_text() == "k"
+
+
+def two_platform_image(tmp: Path, ref: str = "localhost/demo:v2") -> tuple[Path, dict[str, oci.Layer]]:
+    layers = {}
+    for arch in ("amd64", "arm64"):
+        layers[arch] = oci.write_layer([oci.Entry.file("etc/arch", arch.encode())], tmp / f"{arch}.tar", arch)
+    shared = oci.write_layer([oci.Entry.file("etc/motd", b"hello\n")], tmp / "shared.tar", "shared")
+    archive = tmp / "multi.tar"
+    oci.write_index_archive(archive, ref, [oci.PlatformImage(arch, oci.ImageConfig(entrypoint=["x"]),
+                                                             [shared, layers[arch]]) for arch in layers])
+    return archive, layers
+
+
+def test_a_multi_platform_archive_names_one_image_index_listing_a_manifest_per_platform(tmp_path: Path) -> None:
+    archive, layers = two_platform_image(tmp_path)
+    files = archive_files(archive)
+    [entry] = json.loads(files["index.json"])["manifests"]
+    assert entry["mediaType"] == oci.MEDIA_INDEX
+    assert entry["annotations"] == {"io.containerd.image.name": "localhost/demo:v2",
+                                    "org.opencontainers.image.ref.name": "v2"}
+    nested = json.loads(files["blobs/" + entry["digest"].replace(":", "/")])
+    assert nested["mediaType"] == oci.MEDIA_INDEX
+    assert [(m["mediaType"], m["platform"]) for m in nested["manifests"]] == [
+        (oci.MEDIA_MANIFEST, {"architecture": "amd64", "os": "linux"}),
+        (oci.MEDIA_MANIFEST, {"architecture": "arm64", "os": "linux"})]
+    images = oci.read_images(archive)
+    assert list(images) == ["linux/amd64", "linux/arm64"]
+    for arch, layer in layers.items():
+        image = images[f"linux/{arch}"]
+        assert image.ref == "localhost/demo:v2" and image.config["architecture"] == arch
+        assert image.layer_digests[1] == layer.descriptor.digest
+    shared_blob = "blobs/" + images["linux/amd64"].layer_digests[0].replace(":", "/")
+    assert sum(1 for name in files if name == shared_blob) == 1, "a layer both images share is stored once"
+
+
+def test_reading_one_platform_of_a_multi_platform_archive(tmp_path: Path) -> None:
+    archive, layers = two_platform_image(tmp_path)
+    assert oci.read_archive(archive, "linux/arm64").config["architecture"] == "arm64"
+    with pytest.raises(oci.OciError, match="holds images for linux/amd64, linux/arm64: name the platform"):
+        oci.read_archive(archive)
+    with pytest.raises(oci.OciError, match="holds no linux/riscv64 image"):
+        oci.read_archive(archive, "linux/riscv64")
+    root = tmp_path / "root"
+    oci.extract_rootfs(archive, root, "linux/arm64")
+    assert (root / "etc/arch").read_text() == "arm64" and (root / "etc/motd").read_text() == "hello\n"
+    single, _ = small_image(tmp_path)
+    assert oci.read_archive(single, "linux/amd64").ref == "localhost/demo:v1"
+
+
+def test_an_index_whose_platform_disagrees_with_its_config_is_refused(tmp_path: Path) -> None:
+    archive, _ = two_platform_image(tmp_path)
+    files = archive_files(archive)
+    [entry] = json.loads(files["index.json"])["manifests"]
+    nested = json.loads(files["blobs/" + entry["digest"].replace(":", "/")])
+    nested["manifests"][1]["platform"]["architecture"] = "amd64"
+    blob = oci.canonical_json(nested)
+    digest = oci.sha256_digest(blob)
+    bad = tmp_path / "bad.tar"
+    with tarfile.open(bad, "w") as tar:
+        for name, data in files.items():
+            if name == "index.json":
+                doc = json.loads(data)
+                doc["manifests"][0].update(digest=digest, size=len(blob))
+                data = json.dumps(doc).encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        info = tarfile.TarInfo("blobs/" + digest.replace(":", "/"))
+        info.size = len(blob)
+        tar.addfile(info, io.BytesIO(blob))
+    with pytest.raises(oci.OciError, match="disagree on the platform"):
+        oci.read_images(bad)
+
+
+def test_a_multi_platform_image_needs_distinct_architectures(tmp_path: Path) -> None:
+    layer = oci.write_layer([oci.Entry.file("a", b"")], tmp_path / "l.tar", "l")
+    image = oci.PlatformImage("amd64", oci.ImageConfig(), [layer])
+    with pytest.raises(oci.OciError, match="one image per architecture"):
+        oci.write_index_archive(tmp_path / "x.tar", "localhost/x:v1", [image, image])
