@@ -123,7 +123,7 @@ image: venv
 	$(BUILDER).images --platform $(IMAGE_PLATFORMS) cdriver
 
 image-test: venv
-	$(BIN)/pytest -q -rs tests/packaging/test_images.py $(PYTEST_ARGS)
+	CDRIVER_IMAGE_PLATFORMS=$(IMAGE_PLATFORMS) $(BIN)/pytest -q -rs tests/packaging/test_images.py tests/packaging/test_image_index_containerd.py $(PYTEST_ARGS)
 
 images: venv
 	$(BUILDER).images

@@ -27,7 +27,7 @@ from cdriver.sim.node.real.node import node_binaries
 from cdriver_build import platforms
 from cdriver_build.build import ImageArchive, ensure_images
 
-pytestmark = pytest.mark.timeout(5400)
+pytestmark = [pytest.mark.timeout(5400), pytest.mark.multiplatform]
 
 START_TIMEOUT_S = 30
 
