@@ -52,7 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -65,7 +65,7 @@ from cdriver.errors import CdriverError
 from cdriver.nvml.discover import channel_device_path
 from cdriver.sim.node.simulated.pods import PREPARE_TIMING
 from cdriver.sim.world import scenario
-from cdriver.sim.world.world import DRIVER_NAMESPACE, DRIVERS, SimWorld, WorldSettings
+from cdriver.sim.world.world import DRIVER_NAMESPACE, DRIVERS, SimWorld, WorldSettings, component_of
 
 RESULTS = Path(__file__).resolve().parent / "results"
 NS = "versus"
@@ -94,25 +94,39 @@ domains:
 
 # -- role processes ----------------------------------------------------------------------------
 def role_pods(world: SimWorld, component: str) -> list[dict]:
-    from cdriver.sim.world.world import _component
+    return [p for p in world.raw.list(scenario.PODS, DRIVER_NAMESPACE)["items"] if component_of(p) == component]
 
-    return [p for p in world.raw.list(scenario.PODS, DRIVER_NAMESPACE)["items"] if _component(p) == component]
+
+def pod_containers(world: SimWorld, pods: Iterable[dict]) -> Iterator[tuple[Any, str, str]]:
+    """(node agent, pod name, container name) of every container of the pods."""
+    for pod in pods:
+        agent = world.node(pod["spec"]["nodeName"]).agent
+        for ctr in pod["spec"]["containers"]:
+            yield agent, pod["metadata"]["name"], ctr["name"]
+
+
+def live_processes(pids: Iterable[int]) -> list[psutil.Process]:
+    """The processes of `pids` that still exist."""
+    out = []
+    for pid in pids:
+        try:
+            out.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            continue
+    return out
 
 
 def role_processes(world: SimWorld, pods: Iterable[dict]) -> list[psutil.Process]:
     """The role's own processes in the pods' containers: each main process and what runs below it,
     less shells and the IMEX stand-in (not the containers' launchers)."""
     out = []
-    for pod in pods:
-        node = world.node(pod["spec"]["nodeName"])
-        for ctr in pod["spec"]["containers"]:
-            for pid in node.agent.container_tree_pids(DRIVER_NAMESPACE, pod["metadata"]["name"], ctr["name"]):
-                try:
-                    proc = psutil.Process(pid)
-                    if proc.name() not in NOT_ROLE:
-                        out.append(proc)
-                except psutil.NoSuchProcess:
-                    continue
+    for agent, pod, ctr in pod_containers(world, pods):
+        for proc in live_processes(agent.container_tree_pids(DRIVER_NAMESPACE, pod, ctr)):
+            try:
+                if proc.name() not in NOT_ROLE:
+                    out.append(proc)
+            except psutil.NoSuchProcess:
+                continue
     return out
 
 
@@ -138,27 +152,18 @@ def rss_mb(procs: list[psutil.Process]) -> float:
 def probe_cpu_seconds(world: SimWorld, pods: Iterable[dict]) -> float:
     """CPU seconds of the exec probes the nodes ran for the pods' containers so far."""
     total = 0.0
-    for pod in pods:
-        node = world.node(pod["spec"]["nodeName"])
-        for ctr in pod["spec"]["containers"]:
-            try:
-                total += node.agent.container_probe_cpu_s(DRIVER_NAMESPACE, pod["metadata"]["name"], ctr["name"])
-            except CdriverError:  # the pod is gone from its node
-                continue
+    for agent, pod, ctr in pod_containers(world, pods):
+        try:
+            total += agent.container_probe_cpu_s(DRIVER_NAMESPACE, pod, ctr)
+        except CdriverError:  # the pod is gone from its node
+            continue
     return total
 
 
 def launcher_rss_mb(world: SimWorld, pods: list[dict]) -> float:
     """RSS per pod of its containers' launcher processes (shim and init): node overhead."""
-    procs = []
-    for pod in pods:
-        node = world.node(pod["spec"]["nodeName"])
-        for ctr in pod["spec"]["containers"]:
-            for pid in node.agent.container_launcher_pids(DRIVER_NAMESPACE, pod["metadata"]["name"], ctr["name"]):
-                try:
-                    procs.append(psutil.Process(pid))
-                except psutil.NoSuchProcess:
-                    continue
+    procs = [proc for agent, pod, ctr in pod_containers(world, pods)
+             for proc in live_processes(agent.container_launcher_pids(DRIVER_NAMESPACE, pod, ctr))]
     return rss_mb(procs) / max(1, len(pods))
 
 

@@ -16,7 +16,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import cdriver
 from cdriver.sim.node.real.node import node_binaries
 from cdriver_build import platforms
 from cdriver_build.build import ImageArchive, ensure_images
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.timeout(5400), pytest.mark.multiplatform]
 
@@ -49,10 +49,13 @@ class Containerd:
         self.proc = subprocess.Popen(["unshare", "--mount", "--propagation", "private",
                                       str(self.binaries.containerd_dir / "containerd"), "--config", str(config)],
                                      stdout=self.log, stderr=subprocess.STDOUT, env=self.env)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not (self.socket.exists() and self.ctr("version").returncode == 0):
-            assert self.proc.poll() is None and time.monotonic() < deadline, (base / "containerd.log").read_text()
-            time.sleep(0.2)
+        wait_for(lambda: f"containerd to answer on {self.socket}: {(base / 'containerd.log').read_text()}",
+                 self.answers, timeout=START_TIMEOUT_S, interval=0.2)
+
+    def answers(self) -> bool:
+        """containerd serves its socket (and has not exited)."""
+        assert self.proc.poll() is None, (self.base / "containerd.log").read_text()
+        return self.socket.exists() and self.ctr("version").returncode == 0
 
     def ctr(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(self.binaries.ctr), "--address", str(self.socket), "--namespace", "cdriver-test",
