@@ -11,7 +11,7 @@ from pathlib import Path
 
 #: modules the executable never holds (a name covers its submodules): the local control plane
 #: (all but its pid-file helper, which the host IMEX service uses), simulated nodes, whole
-#: worlds, `cdriver sim images`, this builder, and the asyncio copy of the kubernetes client
+#: worlds, `cdriver sim images`, the local Prometheus, this builder, and the asyncio copy of the kubernetes client
 LEFT_OUT = (
     "cdriver.sim.controlplane.cli",
     "cdriver.sim.controlplane.cluster",
@@ -20,6 +20,7 @@ LEFT_OUT = (
     "cdriver.sim.node",
     "cdriver.sim.world",
     "cdriver.sim.images",
+    "cdriver.sim.monitoring",
     "cdriver_build",
     "kubernetes.aio",
 )

@@ -315,7 +315,8 @@ except OSError:  # pragma: no cover - non-glibc platform
 PR_SET_PDEATHSIG = 1
 
 
-def _parent_death_signal() -> None:  # runs in the child between fork and exec
+def parent_death_signal() -> None:  # runs in the child between fork and exec
+    """SIGKILL this (child) process when the thread that started it exits."""
     if _LIBC is not None:
         _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
@@ -522,7 +523,7 @@ class LocalCluster:
                 proc.popen = subprocess.Popen(
                     proc.argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                     env=_child_env(), start_new_session=True,
-                    preexec_fn=_parent_death_signal if self.die_with_parent else None,
+                    preexec_fn=parent_death_signal if self.die_with_parent else None,
                 )
             except OSError as exc:
                 raise ClusterError(

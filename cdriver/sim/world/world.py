@@ -126,9 +126,8 @@ def local_helm_values(settings: WorldSettings) -> list[str]:
         "--set", f"nvidiaDriverRoot={SIM_DRIVER_ROOT}",
         "--set", "command=cdriver",
         "--set", "image.pullPolicy=Never",
-        # Simulated pods share the machine's network: per-node plugin metrics ports would collide,
-        # and the controller's metrics port is picked free.
-        "--set", "kubeletPlugin.metrics.enabled=false",
+        # The plugins serve metrics on their pod IP (each node has its own address); the
+        # controller's metrics port is picked free.
         "--set", f"controller.metrics.port={settings.controller_metrics_port}",
         # The chart's GPU-node affinity, health port and gRPC probes stay: every node carries
         # nvidia.com/gpu.present, and the plugin's health service listens on its pod IP (each

@@ -80,9 +80,9 @@ def overlay_works(directory: Path) -> bool:
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
-    from cdriver.sim.controlplane.cluster import _parent_death_signal
+    from cdriver.sim.controlplane.cluster import parent_death_signal
 
-    _parent_death_signal()
+    parent_death_signal()
 
 
 @dataclass

@@ -1,0 +1,1 @@
+"""A real Prometheus beside the local cluster (scraping, rules, alerts)."""
