@@ -1,5 +1,9 @@
 """End to end, `cdriver diagnose` on a simulated cluster: each boundary that can break locally is
 broken for real, and diagnose must name that boundary first, with its evidence, in text and JSON.
+Beside it runs a real Prometheus with the chart's scrape configuration and alert rules: a healthy
+domain raises no alert, and the failures an alert exists for (nvidia-imex failing at start, a node
+label removed by hand, the kubelet plugin gone from a node) make that alert fire, naming the
+diagnose command, and clear once fixed.
 
 One cluster serves every case; each case uses its own namespace and cleans up after itself.
 """
@@ -21,9 +25,12 @@ import yaml
 from cdriver.api import constants
 from cdriver.diagnose import names
 from cdriver.kube.resources import RESOURCES
+from cdriver.sim.monitoring.prometheus import LocalPrometheus
 from cdriver.sim.world import scenario
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
 from tests.conftest import chart_device_classes
+from tests.support import monitoring
+from tests.support.promql import metric_names
 from tests.support.waiting import wait_for
 from tests.support.world import start_world
 
@@ -34,9 +41,29 @@ PLUGIN_SELECTOR = "app.kubernetes.io/component=kubelet-plugin"
 IMEX_PORT = 50000  # the IMEX server port every simulated node's daemon listens on
 
 
+#: the alerts these tests break things for, with `for:` and windows of seconds instead of minutes
+#: (scraped and evaluated every 2 s); every other alert keeps the chart's defaults
+ALERT_VALUES = ["--set", "monitoring.alerts.imexDaemonNotReady.for=10s",
+                "--set", "monitoring.alerts.imexStartFailing.window=30s",
+                "--set", "monitoring.alerts.domainLabelMissing.for=10s",
+                "--set", "monitoring.alerts.pluginGone.for=10s"]
+ALERT_TIMEOUT = 90.0
+
+
 @pytest.fixture(scope="module")
 def world() -> Iterator[SimWorld]:
     yield from start_world({"nodes": 4, "extra_nodes": (NON_FABRIC_NODE,)}, "dg")
+
+
+@pytest.fixture(scope="module")
+def prom(world: SimWorld, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalPrometheus]:
+    yield from monitoring.start_prometheus(world, tmp_path_factory.mktemp("prometheus"), ALERT_VALUES)
+
+
+def assert_names_diagnose(alert: dict) -> None:
+    """An alert's annotations say which boundary broke and the diagnose command to run."""
+    text = " ".join(alert["annotations"].values())
+    assert "cdriver diagnose" in text, alert["annotations"]
 
 
 def diagnose(world: SimWorld, *args: str, kubeconfig: str = "") -> subprocess.CompletedProcess:
@@ -113,8 +140,9 @@ def remove(world: SimWorld, ns: str, pods: list[str], cd: str, uid: str) -> None
     scenario.wait_for(f"domain {ns}/{cd} and its pods to be deleted", gone, 120)
 
 
-def test_healthy_then_label_removed(world: SimWorld, e2e_namespace: str) -> None:
-    """A healthy domain passes every link; then a node label removed by hand is named."""
+def test_healthy_then_label_removed(world: SimWorld, prom: LocalPrometheus, e2e_namespace: str) -> None:
+    """A healthy domain passes every link and raises no alert; then a node label removed by hand is
+    named, and its alert fires until the label is back."""
     ns, raw = e2e_namespace, world.raw
     clique = cliques(world)[0]
     nodes = clique_nodes(world, clique)
@@ -150,6 +178,7 @@ def test_healthy_then_label_removed(world: SimWorld, e2e_namespace: str) -> None
     assert text.stdout.splitlines()[1] == "every link holds"
     assert "result: all links PASS (exit 0)" in text.stdout
     print("\n--- sample: healthy domain\n" + text.stdout)
+    assert_scraped_and_quiet(world, prom, uid, nodes)
     # The same as a kubectl plugin: kubectl finds kubectl-cdriver on PATH.
     plugin_dir = os.path.dirname(shutil.which("kubectl-cdriver") or sys.executable)
     env = {**os.environ, "PATH": f"{plugin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -168,7 +197,39 @@ def test_healthy_then_label_removed(world: SimWorld, e2e_namespace: str) -> None
     assert_text_leads_with(text, "node-label", f"node {victim}: {constants.LABEL_COMPUTE_DOMAIN}=<unset>",
                            f"next: kubectl get node {victim}")
     print("\n--- sample: node label removed by hand\n" + diagnose(world, "pod", on_victim, "-n", ns, "-q").stdout)
+    alert = monitoring.wait_firing(prom, "CdriverDomainLabelMissing", {"node": victim}, ALERT_TIMEOUT)
+    assert_names_diagnose(alert)
+    out = world.kubectl_cmd("label", "node", victim, f"{constants.LABEL_COMPUTE_DOMAIN}={uid}")
+    assert out.returncode == 0, out.stderr
+    monitoring.wait_cleared(prom, "CdriverDomainLabelMissing", {"node": victim}, ALERT_TIMEOUT)
     remove(world, ns, pod_names, "good", uid)
+
+
+def assert_scraped_and_quiet(world: SimWorld, prom: LocalPrometheus, uid: str, daemon_nodes: list[str]) -> None:
+    """Prometheus found every role through pod discovery and scrapes it; no alert fires; every
+    series the dashboard reads exists."""
+    def scraped() -> list | None:
+        up = [t for t in prom.targets() if t["health"] == "up"]
+        seen = sorted((t["labels"].get("component"), t["labels"].get("node"), t["labels"].get("compute_domain", ""))
+                      for t in up)
+        want = sorted([("controller", n, "") for n in [seen_controller_node(world)]]
+                      + [("kubelet-plugin", n.name, "") for n in world.nodes]
+                      + [("imex-daemon", n, uid) for n in daemon_nodes])
+        return seen if seen == want else None
+
+    wait_for(lambda: f"every role scraped; targets: {json.dumps(prom.targets())[:3000]}", scraped, 60, interval=1.0)
+    firing = [a for a in prom.alerts() if a["state"] == "firing"]
+    assert not firing, f"alerts on a healthy cluster: {json.dumps(firing)[:3000]}"
+    names_on_dashboard = set().union(*(metric_names(e) for e in monitoring.dashboard_expressions()))
+    assert {"nvidia_dra_compute_domain_info", "cdriver_imex_daemon_ready"} <= names_on_dashboard
+    present = set(prom.api("label/__name__/values"))
+    assert names_on_dashboard <= present, f"dashboard series no role exposes: {sorted(names_on_dashboard - present)}"
+
+
+def seen_controller_node(world: SimWorld) -> str:
+    (pod,) = world.raw.list(scenario.PODS, DRIVER_NAMESPACE,
+                            label_selector="app.kubernetes.io/component=controller")["items"]
+    return pod["spec"]["nodeName"]
 
 
 def namespace_reader_kubeconfig(world: SimWorld, ns: str, path: Path) -> Path:
@@ -268,8 +329,9 @@ def test_claim_not_referenced_by_the_container(world: SimWorld, e2e_namespace: s
     remove(world, ns, ["w"], "unused", uid)
 
 
-def test_nvidia_imex_failing_at_start(world: SimWorld, e2e_namespace: str) -> None:
-    """Another process holds the IMEX port on the node: nvidia-imex cannot start there."""
+def test_nvidia_imex_failing_at_start(world: SimWorld, prom: LocalPrometheus, e2e_namespace: str) -> None:
+    """Another process holds the IMEX port on the node: nvidia-imex cannot start there, and the
+    start-failure and daemon-not-Ready alerts fire until the port is free again."""
     ns, raw = e2e_namespace, world.raw
     node = world.node(clique_nodes(world, cliques(world)[1])[0])
     holder = socket.socket()
@@ -285,8 +347,13 @@ def test_nvidia_imex_failing_at_start(world: SimWorld, e2e_namespace: str) -> No
         assert link["ids"][f"pod {ns}/w"]["node"] == node.name
         assert_text_leads_with(text, "daemon", f"IMEX port {IMEX_PORT} on pod IP {node.ip}",
                                f"-c {names.DAEMON_CONTAINER}")
+        for name in ("CdriverImexStartFailing", "CdriverImexDaemonNotReady"):
+            assert_names_diagnose(monitoring.wait_firing(prom, name, {"node": node.name}, ALERT_TIMEOUT))
     finally:
         holder.close()
+    scenario.wait_pods_running(raw, ns, ["w"], 150)
+    for name in ("CdriverImexStartFailing", "CdriverImexDaemonNotReady"):
+        monitoring.wait_cleared(prom, name, {"node": node.name}, ALERT_TIMEOUT)
     remove(world, ns, ["w"], "blocked", uid)
 
 
@@ -297,7 +364,9 @@ def plugin_pods_ready(world: SimWorld) -> bool:
     return ready >= {n.name for n in world.nodes}
 
 
-def test_plugin_not_running_on_a_node(world: SimWorld, e2e_namespace: str) -> None:
+def test_plugin_not_running_on_a_node(world: SimWorld, prom: LocalPrometheus, e2e_namespace: str) -> None:
+    """The kubelet plugin is taken off a node: diagnose names the node, and the plugin-gone alert
+    fires for it until the plugin is back."""
     ns, raw = e2e_namespace, world.raw
     node = clique_nodes(world, cliques(world)[1])[-1]
     uid = new_domain(world, ns, "noplugin")
@@ -311,9 +380,11 @@ def test_plugin_not_running_on_a_node(world: SimWorld, e2e_namespace: str) -> No
         assert f"node {node}:" in link_of(chain, "resourceslices")["summary"]
         assert_text_leads_with(text, "resourceslices", "no plugin pod",
                                f"--field-selector spec.nodeName={node}")
+        assert_names_diagnose(monitoring.wait_firing(prom, "CdriverKubeletPluginGone", {"node": node}, ALERT_TIMEOUT))
     finally:
         raw.patch(scenario.DAEMONSETS, name, {"spec": {"template": {"spec": {"affinity": None}}}}, DRIVER_NAMESPACE)
     wait_for("every node's kubelet plugin to be ready again", lambda: plugin_pods_ready(world), 180)
+    monitoring.wait_cleared(prom, "CdriverKubeletPluginGone", {"node": node}, ALERT_TIMEOUT)
     remove(world, ns, [], "noplugin", uid)
 
 
