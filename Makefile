@@ -93,6 +93,11 @@ typecheck: venv
 protos: venv
 	$(BIN)/python hack/codegen.py
 
+# helm/cdriver/monitoring/cdriver-alerts.yaml: the chart's alert rules at their default values
+.PHONY: monitoring-rules
+monitoring-rules: venv
+	$(BIN)/python hack/monitoring/render_rules.py
+
 # dist/cdriver from the packaged bundle cached by sources' content (the driver image reuses it)
 binary: venv
 	$(BUILDER).binary dist
