@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -34,3 +35,43 @@ def write_yaml(path: Path, data: object) -> Path:
 def alerting_rules(groups: dict) -> dict[str, dict]:
     """The alerting rules of a rules file's content, by alert name."""
     return {rule["alert"]: rule for group in groups["groups"] for rule in group["rules"] if "alert" in rule}
+
+#: the series cdriver's roles expose (the metric catalog; histograms by their _bucket, _sum and
+#: _count series), which the rules and the dashboard may name besides `up` and process_*
+CATALOG_METRICS = frozenset({
+    "nvidia_dra_requests_total", "nvidia_dra_requests_inflight", "nvidia_dra_node_prepare_errors_total",
+    "nvidia_dra_node_unprepare_errors_total", "nvidia_dra_prepared_devices", "nvidia_dra_compute_domain_info",
+    *(f"nvidia_dra_request_duration_seconds{s}" for s in ("_bucket", "_sum", "_count")),
+    "cdriver_api_client_requests_total", "cdriver_api_client_rate_limiter_wait_seconds_total",
+    "cdriver_api_client_rate_limited_requests_total",
+    "cdriver_controller_compute_domain_ready", "cdriver_controller_clique_daemons",
+    "cdriver_controller_stale_node_labels",
+    "cdriver_controller_node_labels_removed_total", "cdriver_controller_reconcile_total",
+    *(f"cdriver_controller_reconcile_duration_seconds{s}" for s in ("_bucket", "_sum", "_count")),
+    "cdriver_controller_api_writes_total", "cdriver_controller_leader", "cdriver_controller_queue_depth",
+    "cdriver_kubelet_plugin_claim_operations_total",
+    *(f"cdriver_kubelet_plugin_claim_operation_duration_seconds{s}" for s in ("_bucket", "_sum", "_count")),
+    "cdriver_kubelet_plugin_readiness_waits", "cdriver_kubelet_plugin_claims_waiting",
+    "cdriver_kubelet_plugin_oldest_waiting_claim_seconds", "cdriver_kubelet_plugin_node_label_changes_total",
+    "cdriver_kubelet_plugin_domain_labels_missing", "cdriver_kubelet_plugin_checkpoint_rebuilds_total",
+    "cdriver_kubelet_plugin_registered", "cdriver_kubelet_plugin_resourceslice_published",
+    "cdriver_kubelet_plugin_resourceslice_publish_errors_total",
+    "cdriver_imex_daemon_ready", "cdriver_imex_daemon_imex_running", "cdriver_imex_daemon_imex_starts_total",
+    "cdriver_imex_daemon_imex_restarts_total", "cdriver_imex_daemon_imex_start_failures_total",
+    "cdriver_imex_daemon_index", "cdriver_imex_daemon_index_assignment_seconds",
+    "cdriver_imex_daemon_clique_update_conflicts_total", "cdriver_imex_daemon_clique_updates_total",
+    "cdriver_imex_daemon_peers",
+})
+#: a series name right before its label matchers (every expression of the rules and the
+#: dashboard writes its selectors with braces)
+SELECTED_SERIES = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{")
+
+
+def series_named(expr: str) -> set[str]:
+    """The series names an expression selects."""
+    return set(SELECTED_SERIES.findall(expr))
+
+
+def known_series(name: str) -> bool:
+    """A series of the catalog, `up`, or a standard process_* one."""
+    return name in CATALOG_METRICS or name == "up" or name.startswith("process_")
