@@ -21,14 +21,14 @@ $(VENV)/.installed: pyproject.toml setup.cfg
 REAL_NODES ?= 0
 DEMO_NODE_PARTS := $(if $(filter-out 0,$(REAL_NODES)),node)
 PLAN_control-plane := all
-PLAN_test-parts := kube-1.33 checkpoint-reader
+PLAN_test-parts := kube-1.33 checkpoint-reader prometheus
 PLAN_node-parts := node
 PLAN_peer := peer
 PLAN_peer-if-any := peer
 PLAN_demo := all $(DEMO_NODE_PARTS)
-PLAN_test := all kube-1.33 checkpoint-reader node peer
-PLAN_integration := all kube-1.33 checkpoint-reader
-PLAN_e2e := all kube-1.33 checkpoint-reader node peer
+PLAN_test := all kube-1.33 checkpoint-reader prometheus node peer
+PLAN_integration := all kube-1.33 checkpoint-reader prometheus
+PLAN_e2e := all kube-1.33 checkpoint-reader prometheus node peer
 PLAN_reliability := all
 PLAN_bench := all peer
 PLAN_bats-upstream := all
@@ -41,11 +41,12 @@ build-plan:
 control-plane: build-plan
 	hack/kube/build.sh all
 
-# what only the tests run: Kubernetes 1.33 (the oldest minor they cover) and upstream's
-# checkpoint reader, from upstream's source tarball (exit 4: no tarball here; its test says so,
-# or fails with CDRIVER_REQUIRE_UPSTREAM=1)
+# what only the tests run: Kubernetes 1.33 (the oldest minor they cover), Prometheus and promtool
+# (the monitoring tests) and upstream's checkpoint reader, from upstream's source tarball (exit 4:
+# no tarball here; its test says so, or fails with CDRIVER_REQUIRE_UPSTREAM=1)
 test-parts: build-plan
 	hack/kube/build.sh kube-1.33
+	hack/kube/build.sh prometheus
 	hack/peer-checkpoint/build.sh || { rc=$$?; [ $$rc -eq 4 ] && [ "$${CDRIVER_REQUIRE_UPSTREAM:-}" != 1 ]; }
 
 # what real nodes run: kubelet, containerd (+ ctr, runc shim), CNI plugins (built, cached), runc (Debian)
@@ -91,6 +92,11 @@ typecheck: venv
 
 protos: venv
 	$(BIN)/python hack/codegen.py
+
+# helm/cdriver/monitoring/cdriver-alerts.yaml: the chart's alert rules at their default values
+.PHONY: monitoring-rules
+monitoring-rules: venv
+	$(BIN)/python hack/monitoring/render_rules.py
 
 # dist/cdriver from the packaged bundle cached by sources' content (the driver image reuses it)
 binary: venv

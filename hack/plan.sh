@@ -3,7 +3,7 @@
 # built, and a cold build's rough time on a 2-core machine. Builds nothing.
 #
 # Usage: hack/plan.sh COMPONENT...   (the components of hack/kube/build.sh: all, etcd, kube,
-#        helm, node, kubelet, containerd, cni, runc, kube-1.<minor>; and checkpoint-reader
+#        helm, node, kubelet, containerd, cni, runc, prometheus, kube-1.<minor>; and checkpoint-reader
 #        (hack/peer-checkpoint/build.sh), peer (hack/peer/build.sh))
 set -euo pipefail
 

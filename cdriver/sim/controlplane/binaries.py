@@ -1,4 +1,5 @@
-"""Locate the control-plane binaries (etcd, kube-*, kubectl, helm).
+"""Locate the control-plane binaries (etcd, kube-*, kubectl, helm) and the test tools (prometheus,
+promtool).
 
 They are built from the Go wrapper modules in ``hack/kube/`` by ``hack/kube/build.sh``, which
 caches them under ``${XDG_CACHE_HOME:-~/.cache}/cdriver/`` and prints ``<component>=<dir>``
@@ -14,6 +15,7 @@ Environment overrides (no build is run for an overridden component):
   CDRIVER_KUBELET_BIN_DIR, CDRIVER_CONTAINERD_BIN_DIR, CDRIVER_CNI_BIN_DIR, CDRIVER_RUNC_BIN_DIR
                         the same for a real node's kubelet, containerd (+ ctr, runc shim),
                         CNI plugins and runc
+  CDRIVER_PROMETHEUS_BIN_DIR  directory holding ``prometheus`` and ``promtool`` (the monitoring tests)
   CDRIVER_KUBE_BUILD_SCRIPT  path of build.sh (default: hack/kube/build.sh of the source tree)
 """
 
@@ -44,6 +46,8 @@ COMPONENT_BINARIES: dict[str, tuple[str, ...]] = {
     "containerd": ("containerd", "ctr", "containerd-shim-runc-v2"),
     "cni": ("bridge", "host-local", "loopback", "portmap"),
     "runc": ("runc",),
+    # what the monitoring tests run (`hack/kube/build.sh prometheus`)
+    "prometheus": ("prometheus", "promtool"),
 }
 ENV_BIN_DIR = {
     "etcd": "CDRIVER_ETCD_BIN_DIR",
@@ -54,6 +58,7 @@ ENV_BIN_DIR = {
     "containerd": "CDRIVER_CONTAINERD_BIN_DIR",
     "cni": "CDRIVER_CNI_BIN_DIR",
     "runc": "CDRIVER_RUNC_BIN_DIR",
+    "prometheus": "CDRIVER_PROMETHEUS_BIN_DIR",
 }
 ENV_BUILD_SCRIPT = "CDRIVER_KUBE_BUILD_SCRIPT"
 LOG_TAIL_LINES = 40
@@ -72,6 +77,14 @@ class ControlPlaneBinaries:
     kube_controller_manager: Path
     kube_scheduler: Path
     kubectl: Path
+
+
+@dataclass(frozen=True)
+class PrometheusBinaries:
+    """Absolute paths of Prometheus and its rules/config checker."""
+
+    prometheus: Path
+    promtool: Path
 
 
 def parse_build_output(text: str) -> dict[str, Path]:
@@ -180,3 +193,9 @@ def control_plane_binaries(echo: bool = True, kube: str = KUBE) -> ControlPlaneB
 def helm_binary(echo: bool = True) -> Path:
     """Path of the helm binary, building it on first use."""
     return component_dirs(("helm",), echo=echo)["helm"] / "helm"
+
+
+def prometheus_binaries(echo: bool = True) -> PrometheusBinaries:
+    """Paths of prometheus and promtool, building them on first use."""
+    directory = component_dirs(("prometheus",), echo=echo)["prometheus"]
+    return PrometheusBinaries(prometheus=directory / "prometheus", promtool=directory / "promtool")

@@ -30,7 +30,6 @@ from cdriver.sim.world import scenario
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
 from tests.conftest import chart_device_classes
 from tests.support import monitoring
-from tests.support.promql import metric_names
 from tests.support.waiting import wait_for
 from tests.support.world import start_world
 
@@ -220,7 +219,7 @@ def assert_scraped_and_quiet(world: SimWorld, prom: LocalPrometheus, uid: str, d
     wait_for(lambda: f"every role scraped; targets: {json.dumps(prom.targets())[:3000]}", scraped, 60, interval=1.0)
     firing = [a for a in prom.alerts() if a["state"] == "firing"]
     assert not firing, f"alerts on a healthy cluster: {json.dumps(firing)[:3000]}"
-    names_on_dashboard = set().union(*(metric_names(e) for e in monitoring.dashboard_expressions()))
+    names_on_dashboard = set().union(*(monitoring.series_named(e) for e in monitoring.panel_queries().values()))
     assert {"nvidia_dra_compute_domain_info", "cdriver_imex_daemon_ready"} <= names_on_dashboard
     present = set(prom.api("label/__name__/values"))
     assert names_on_dashboard <= present, f"dashboard series no role exposes: {sorted(names_on_dashboard - present)}"

@@ -31,6 +31,12 @@ def test_plan_of_a_cold_cache_names_each_part_and_its_time_and_builds_nothing(tm
     assert [p.name for p in (tmp_path / "cdriver").iterdir()] == []
 
 
+def test_plan_of_the_test_parts_names_prometheus(tmp_path: Path) -> None:
+    text = plan(tmp_path, "prometheus")
+    assert "prometheus v0.316.0          about 2 min" in text, text
+    assert [p.name for p in (tmp_path / "cdriver").iterdir()] == []
+
+
 def test_plan_says_what_is_cached(tmp_path: Path) -> None:
     cold = plan(tmp_path, "etcd")
     assert "etcd v3.6.16" in cold
@@ -85,8 +91,9 @@ def test_demo_builds_only_what_the_demo_runs() -> None:
 
 def test_test_builds_the_rest() -> None:
     lines = make_dry_run("test")
-    assert lines[0] == "hack/plan.sh all kube-1.33 checkpoint-reader node peer"
-    for build in ("hack/kube/build.sh all", "hack/kube/build.sh kube-1.33", "hack/kube/build.sh node"):
+    assert lines[0] == "hack/plan.sh all kube-1.33 checkpoint-reader prometheus node peer"
+    for build in ("hack/kube/build.sh all", "hack/kube/build.sh kube-1.33", "hack/kube/build.sh prometheus",
+                  "hack/kube/build.sh node"):
         assert build in lines
     assert any(line.startswith("hack/peer-checkpoint/build.sh") for line in lines)
     assert any(line.startswith("hack/peer/build.sh") for line in lines)

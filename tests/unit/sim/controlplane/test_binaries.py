@@ -37,6 +37,23 @@ def test_env_override_skips_the_build(tmp_path: Path, monkeypatch: pytest.Monkey
     assert found.kubectl == kube / "kubectl"
 
 
+def test_prometheus_binaries_come_from_their_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    prom = _fake_bins(tmp_path / "prom", ("prometheus", "promtool"))
+    monkeypatch.setenv("CDRIVER_PROMETHEUS_BIN_DIR", str(prom))
+    monkeypatch.setenv("CDRIVER_KUBE_BUILD_SCRIPT", str(tmp_path / "absent.sh"))
+    found = binaries.prometheus_binaries(echo=False)
+    assert (found.prometheus, found.promtool) == (prom / "prometheus", prom / "promtool")
+
+
+def test_prometheus_binaries_are_built_by_the_build_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    prom = _fake_bins(tmp_path / "prom", ("prometheus", "promtool"))
+    script = tmp_path / "build.sh"
+    script.write_text(f"[ \"$1\" = prometheus ] || exit 9\necho building >&2\necho prometheus={prom}\n")
+    monkeypatch.delenv("CDRIVER_PROMETHEUS_BIN_DIR", raising=False)
+    monkeypatch.setenv("CDRIVER_KUBE_BUILD_SCRIPT", str(script))
+    assert binaries.prometheus_binaries(echo=False).promtool == prom / "promtool"
+
+
 def test_env_override_missing_binary_names_variable_and_binary(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
