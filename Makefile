@@ -98,6 +98,13 @@ protos: venv
 monitoring-rules: venv
 	$(BIN)/python hack/monitoring/render_rules.py
 
+# docs/monitoring-dashboard.png: the dashboard's panels drawn from a real run's Prometheus data
+# (a simulated cluster and a local Prometheus, about 8 minutes)
+.PHONY: monitoring-picture
+monitoring-picture: venv control-plane
+	$(BIN)/pip install -q -e '.[dev,bench]'
+	$(BIN)/python hack/monitoring/dashboard_picture.py
+
 # dist/cdriver from the packaged bundle cached by sources' content (the driver image reuses it)
 binary: venv
 	$(BUILDER).binary dist
