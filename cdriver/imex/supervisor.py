@@ -75,6 +75,10 @@ class ProcessSupervisor:
         self.on_exit: ExitCallback | None = on_exit
         self.name = name or os.path.basename(self.argv[0])
         self.restart_count = 0
+        #: children started, restarts after a crash, and starts that failed to spawn (metrics)
+        self.starts = 0
+        self.crash_restarts = 0
+        self.spawn_failures = 0
         self._failures = 0  # crashes in a row, for the backoff
         self._lines: collections.deque[str] = collections.deque(maxlen=output_lines)
         self._lines_lock = threading.Lock()
@@ -201,12 +205,15 @@ class ProcessSupervisor:
                 close_fds=True,
             )
         except FileNotFoundError:
+            self.spawn_failures += 1
             raise SupervisorError(
                 f"cannot start {self.name}: {self.argv[0]} not found; check PATH and the driver root"
             ) from None
         except OSError as e:
+            self.spawn_failures += 1
             raise SupervisorError(f"cannot start {self.name} ({self.argv[0]}): {e.strerror or e}") from None
         self._proc = proc
+        self.starts += 1
         self._open_log()
         self._emit(f"--- {self.name} started, pid {proc.pid} ---", to_ring=False)
         log.info("started %s, pid %d: %s", self.name, proc.pid, " ".join(self.argv))
@@ -250,6 +257,7 @@ class ProcessSupervisor:
                         log.error("%s", e)
                         continue
                     self.restart_count += 1
+                    self.crash_restarts += 1
                     started = time.monotonic()
                 log.info("restarted %s (restart #%d), pid %d", self.name, self.restart_count, proc.pid)
                 break

@@ -4,7 +4,8 @@ Objects stay the JSON the API server sent: no generated models, so fields the cl
 library does not know survive read-modify-write, and watching ResourceClaims works. What it
 acts on is a `cdriver.kube.resources.Resource`; failures raise `cdriver.kube.errors.ApiError`;
 `watch` returns a `cdriver.kube.watch.WatchStream`. With a `cdriver.kube.ratelimit.TokenBucket`
-every request waits for a token first; a watch takes one when it opens, none per event.
+every request waits for a token first; a watch takes one when it opens, none per event. With a
+`cdriver.kube.metrics.ApiClientMetrics` every request and every wait in the limiter is counted.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import urllib3
 from cdriver.kube import resource_versions
 from cdriver.kube.connection import as_connection
 from cdriver.kube.errors import ApiError
+from cdriver.kube.metrics import ApiClientMetrics, request_verb
 from cdriver.kube.objects import meta_of
 from cdriver.kube.ratelimit import LONG_WAIT_SECONDS, TokenBucket
 from cdriver.kube.resources import Resource
@@ -66,12 +68,14 @@ class RawClient:
     """CRUD + watch on raw JSON dicts. Safe to share between threads."""
 
     def __init__(self, api_client: Any, timeout: tuple[float, float] = DEFAULT_TIMEOUT,
-                 rate_limiter: TokenBucket | None = None) -> None:
+                 rate_limiter: TokenBucket | None = None, metrics: ApiClientMetrics | None = None) -> None:
         """``api_client``: a connection from `cdriver.kube.client.load_api_client`, or a
         `kubernetes.client.ApiClient` (its pool and auth settings are used).
-        ``rate_limiter``: the client-side limit of this client's requests (None: none)."""
+        ``rate_limiter``: the client-side limit of this client's requests (None: none).
+        ``metrics``: where requests and rate-limiter waits are counted (None: nowhere)."""
         self.api_client = api_client
         self.rate_limiter = rate_limiter
+        self.metrics = metrics
         self.connection = as_connection(api_client)
         self.timeout = timeout
         self._pool = self.connection.pool
@@ -95,15 +99,19 @@ class RawClient:
         if self.rate_limiter is None:
             return
         waited = self.rate_limiter.wait()
+        if self.metrics is not None:
+            self.metrics.rate_limited(waited)
         if waited > LONG_WAIT_SECONDS:
             log.debug("waited %.1fs due to client-side throttling (%s) before %s %s",
                       waited, self.rate_limiter.describe(), method, path)
 
     def _send(
         self, method: str, path: str, query: dict[str, str] | None, body: Any,
-        content_type: str | None, timeout: Any, stream: bool = False,
+        content_type: str | None, timeout: Any, stream: bool = False, collection: bool = False,
     ) -> urllib3.BaseHTTPResponse:
+        """One request; ``collection``: a GET of a collection (counted as ``list``)."""
         self._throttle(method, path)
+        verb = request_verb(method, query, content_type, collection) if self.metrics is not None else ""
         url = self.server.rstrip("/") + path
         if query:
             url += "?" + urlencode(query)
@@ -128,7 +136,11 @@ class RawClient:
             )
         except urllib3.exceptions.HTTPError as exc:
             _log_request(method, url, type(exc).__name__, started)
+            if self.metrics is not None:
+                self.metrics.request(verb, None)
             raise ApiError(0, type(exc).__name__, f"{method} {path}: {exc}") from exc
+        if self.metrics is not None:
+            self.metrics.request(verb, resp.status)
         _log_request(method, url, f"{resp.status}{' (stream opened)' if stream and resp.status < 300 else ''}",
                      started)
         if resp.status >= 300:
@@ -169,11 +181,13 @@ class RawClient:
     def request(
         self, method: str, path: str, query: dict[str, Any] | None = None,
         body: Any = None, content_type: str | None = None, timeout: Any = None,
+        collection: bool = False,
     ) -> Any:
-        """Any request: returns the decoded JSON body, or the text if it is not JSON."""
+        """Any request: returns the decoded JSON body, or the text if it is not JSON.
+        ``collection``: a GET of a collection (counted as ``list``)."""
         resp = self._send(
             method, path, _query(**(query or {})), body, content_type,
-            timeout if timeout is not None else self.timeout,
+            timeout if timeout is not None else self.timeout, collection=collection,
         )
         raw = resp.data or b""
         if not raw:
@@ -184,8 +198,8 @@ class RawClient:
             return raw.decode(errors="replace")
 
     def _json(self, method: str, path: str, query: dict[str, str] | None = None,
-              body: Any = None, content_type: str | None = None) -> dict:
-        result = self.request(method, path, query, body, content_type)
+              body: Any = None, content_type: str | None = None, collection: bool = False) -> dict:
+        result = self.request(method, path, query, body, content_type, collection=collection)
         return result if isinstance(result, dict) else {}
 
     @staticmethod
@@ -285,14 +299,14 @@ class RawClient:
         if continue_token:
             query["continue"] = continue_token
         wire = self.on_wire(res)
-        result = self._json("GET", wire.path(ns), query)
+        result = self._json("GET", wire.path(ns), query, collection=True)
         result.setdefault("items", [])
         if result["items"] is None:
             result["items"] = []
         if limit is None:
             while meta_of(result).get("continue"):
                 query["continue"] = result["metadata"]["continue"]
-                page = self._json("GET", wire.path(ns), query)
+                page = self._json("GET", wire.path(ns), query, collection=True)
                 result["items"].extend(page.get("items") or [])
                 result["metadata"] = meta_of(page)
         if wire is not res:

@@ -32,8 +32,10 @@ from cdriver.imex.names import DNS_NAME_PREFIX, UNUSED_SLOT_IP
 from cdriver.kube.raw import RawClient
 from cdriver.kube.resources import RESOURCES
 from cdriver.roles.imex_daemon.cli import ENV_IMEX_HOSTS_FILE, ENV_IMEXD_DIR
+from cdriver.roles.imex_daemon.inputs import DEFAULT_HTTP_PORT
 from cdriver.sim.imex.protocol import ENV_SIM_HOSTS_FILE
 from tests.support.imex_timing import fast_imex_env
+from tests.support.metrics import sample_value
 from tests.support.waiting import wait_for
 
 PODS, EVENTS = RESOURCES["pods"], RESOURCES["events"]
@@ -144,6 +146,8 @@ class Harness:
             ENV_IMEX_HOSTS_FILE: str(m.hosts),
             ENV_SIM_HOSTS_FILE: str(m.hosts),
             "KUBECONFIG": str(self.cluster.kubeconfig),
+            # as the controller renders it: the pod IP, so daemons on one machine keep apart
+            "HTTP_ENDPOINT": f"{m.ip}:{DEFAULT_HTTP_PORT}",
             "PATH": f"{self.bin_dir}:{env.get('PATH', '')}",
         })
         return env
@@ -172,6 +176,13 @@ class Harness:
         assert m.proc is not None
         os.killpg(m.proc.pid, signal.SIGKILL)
         m.proc.wait(10)
+
+    def metric(self, m: Member, name: str, **labels: str) -> float | None:
+        """A sample of m's metrics endpoint (None: not exported, or not served yet)."""
+        try:
+            return sample_value(f"http://{m.ip}:{DEFAULT_HTTP_PORT}/metrics", name, **labels)
+        except OSError:
+            return None
 
     def check(self, m: Member) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "cdriver", "imex-daemon", "check"], env=self.env(m),

@@ -20,6 +20,7 @@ from cdriver.durations import parse_duration
 from cdriver.errors import CdriverError
 from cdriver.imex.config import DEFAULT_MAX_NODES_PER_IMEX_DOMAIN
 from cdriver.roles.controller.settings import (
+    DEFAULT_DAEMON_METRICS_PORT,
     DEFAULT_DAEMON_PRIORITY_CLASS,
     DEFAULT_KUBE_API_BURST,
     DEFAULT_KUBE_API_QPS,
@@ -79,6 +80,10 @@ def _fail(message: str, code: int = 2) -> None:
               help="Memory request and limit of the daemon container; unset: none, as upstream. "
                    "A real nvidia-imex plus the daemon need more than 128Mi; size it from "
                    "kubectl top on a running domain.")
+@click.option("--daemon-metrics-port", type=int, default=DEFAULT_DAEMON_METRICS_PORT, envvar="DAEMON_METRICS_PORT",
+              show_default=True, show_envvar=True,
+              help="Port of the daemon pods' metrics endpoint (container port 'metrics', with prometheus.io "
+                   "scrape annotations); 0: no endpoint.")
 @click.option("--imex-mode", default="driverManaged", envvar=ENV_IMEX_MODE, show_default=True,
               show_envvar=True, help="driverManaged (daemons per domain) or hostManaged "
                                      "(host nvidia-imex service; needs gate "
@@ -152,6 +157,7 @@ def _build(opts: dict, root: dict) -> tuple[Runner, HttpServer | None]:
         host_managed=imex.host_managed,
         daemon_priority_class=opts["daemon_priority_class"],
         daemon_cpu=opts["daemon_cpu"],
+        daemon_metrics_port=opts["daemon_metrics_port"],
         daemon_memory=opts["daemon_memory"],
     )
     problems = settings.problems()
@@ -178,7 +184,7 @@ def _build(opts: dict, root: dict) -> tuple[Runner, HttpServer | None]:
     from cdriver.kube.client import load_api_client
 
     metrics = ControllerMetrics()
-    raw = RawClient(load_api_client(opts["kubeconfig"]), rate_limiter=limiter)
+    raw = RawClient(load_api_client(opts["kubeconfig"]), rate_limiter=limiter, metrics=metrics.api_client)
     identity = opts["pod_name"] or socket.gethostname()
     runner = Runner(raw, config, identity, leader, metrics)
     http = None

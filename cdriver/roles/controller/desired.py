@@ -42,6 +42,8 @@ DAEMON_CHECK_COMMAND = ("cdriver", "imex-daemon", "check")
 #: start, so a starting daemon records no "Startup probe failed" Warning.
 DAEMON_STARTUP_WAIT_SECONDS = 8
 DAEMON_STARTUP_CHECK_COMMAND = (*DAEMON_CHECK_COMMAND, "--wait", str(DAEMON_STARTUP_WAIT_SECONDS))
+#: Where daemon pods serve their metrics (the daemon's ``--metrics-path`` default).
+DAEMON_METRICS_PATH = "/metrics"
 #: Env vars daemon pods take from the downward API: (name, fieldPath).
 DOWNWARD_ENV = (
     (constants.ENV_NODE_NAME, "spec.nodeName"),
@@ -194,6 +196,9 @@ def daemon_set(cd: DomainLike, settings: ControllerSettings, claim_template_name
         feature_gates=settings.feature_gates_env,
         cpu=settings.daemon_cpu,
         memory=settings.daemon_memory,
+        metrics_port=settings.daemon_metrics_port,
+        metrics_path=DAEMON_METRICS_PATH,
+        env_pod_ip=constants.ENV_POD_IP,
         update_strategy=daemon_gates.UPDATE_STRATEGY,
         annotation_gates_stamp=daemon_gates.ANNOTATION_GATES_SET_AT,
         gates_stamp=settings.started_at,

@@ -17,10 +17,12 @@ from cdriver.kube.raw import RawClient
 from cdriver.kube.resources import Resource
 from cdriver.kube.workqueue import RequeueAfter, WorkQueue
 from cdriver.roles.controller import reconciler
+from cdriver.roles.controller.cleanup import stale_labelled_nodes
 from cdriver.roles.controller.desired import domain_uid_of
-from cdriver.roles.controller.metrics import ControllerMetrics
+from cdriver.roles.controller.metrics import CacheViews, ControllerMetrics
 from cdriver.roles.controller.overlay import Overlay
 from cdriver.roles.controller.settings import DEFAULT_LEASE_NAME, ControllerSettings
+from cdriver.roles.controller.status import entries_by_status
 from cdriver.roles.controller.trim import TrimmingClient, without_managed_fields
 
 CONTROLLER_COMPONENT = "cdriver-controller"
@@ -62,7 +64,9 @@ class Controller:
         self.reconciler = reconciler.Reconciler(raw, self.caches, self.settings, self.recorder,
                                                 self.metrics, self.overlay, config.timing)
         self.queue = WorkQueue(self._handle, workers=config.workers, name="controller")
-        self.metrics.bind(self.domain_counts, lambda: len(self.queue))
+        self.metrics.bind(CacheViews(domain_counts=self.domain_counts, domains=self.caches.domains.objects,
+                                     daemon_counts=self.daemon_counts, stale_node_labels=self.stale_node_labels),
+                          lambda: len(self.queue))
         self._sweep_lock = threading.Lock()
         self._sweep_pending = False
         self._stop = threading.Event()
@@ -199,6 +203,24 @@ class Controller:
             status = (obj.get("status") or {}).get("status") or ""
             counts[status] = counts.get(status, 0) + 1
         return counts
+
+    def daemon_counts(self) -> dict[str, int]:
+        """Daemon entries by status: of every clique, or (cliques off) of the domains' status.nodes."""
+        if self.settings.host_managed:
+            return entries_by_status([])
+        if self.caches.cliques is not None:
+            return entries_by_status(e for clique in self.caches.cliques.objects() for e in clique.get("daemons") or [])
+        return entries_by_status(n for cd in self.caches.domains.objects()
+                                 for n in (cd.get("status") or {}).get("nodes") or [])
+
+    def stale_node_labels(self) -> int:
+        """Nodes labelled for a domain that is gone, or deleted and otherwise cleaned up."""
+        if self.caches.nodes is None:  # host-managed: no node carries the label
+            return 0
+        generated = list(self.caches.templates.objects())
+        if self.caches.daemon_sets is not None:
+            generated.extend(self.caches.daemon_sets.objects())
+        return len(stale_labelled_nodes(self.caches.nodes.objects(), self.caches.domains.objects(), generated))
 
 
 @dataclass

@@ -683,6 +683,7 @@ class Reconciler:
                 return
             raise
         self._record("patch", NODES.plural, result)
+        self.metrics.node_labels_removed.inc()
         log.info("removed label %s=%s from node %s", constants.LABEL_COMPUTE_DOMAIN, uid, node)
 
     # --- orphans ------------------------------------------------------------------------

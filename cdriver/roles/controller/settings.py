@@ -9,6 +9,7 @@ from cdriver import __version__
 from cdriver.api import constants
 from cdriver.imex.config import DEFAULT_MAX_NODES_PER_IMEX_DOMAIN
 from cdriver.roles.controller.daemon_gates import start_stamp
+from cdriver.roles.imex_daemon.inputs import DEFAULT_HTTP_PORT
 
 DEFAULT_DAEMON_PRIORITY_CLASS = "system-node-critical"
 DEFAULT_LEASE_NAME = "cdriver-controller"
@@ -22,6 +23,8 @@ DEFAULT_KUBE_API_QPS = 50.0
 DEFAULT_KUBE_API_BURST = 100
 
 DEFAULT_DAEMON_IMAGE = f"cdriver:{__version__}"
+#: The daemon pods' metrics port (the daemon's own default).
+DEFAULT_DAEMON_METRICS_PORT = DEFAULT_HTTP_PORT
 
 # A Kubernetes resource quantity (e.g. 100m, 0.5, 256Mi, 1G, 1e3).
 _QUANTITY = re.compile(r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[numkMGTPE]|[KMGTPE]i)?$")
@@ -49,6 +52,8 @@ class ControllerSettings:
     #: it unset (the default, as upstream: nvidia-imex is never throttled or OOM-killed by it).
     daemon_cpu: str = ""
     daemon_memory: str = ""
+    #: Port of the daemon pods' metrics endpoint, annotated for Prometheus; 0: no endpoint.
+    daemon_metrics_port: int = DEFAULT_DAEMON_METRICS_PORT
     #: When this controller started (`daemon_gates.start_stamp`): the stamp of the daemon
     #: feature gates it sets, so that an older controller never sets them back.
     started_at: str = field(default_factory=start_stamp)
@@ -72,6 +77,9 @@ class ControllerSettings:
         if self.daemon_priority_class and not _DNS_SUBDOMAIN.match(self.daemon_priority_class):
             out.append(f"--daemon-priority-class {self.daemon_priority_class!r} is not a "
                        "valid PriorityClass name (use '' for none)")
+        if not 0 <= self.daemon_metrics_port <= 65535:
+            out.append(f"--daemon-metrics-port {self.daemon_metrics_port} is not a port: use 1..65535, or 0 for "
+                       f"no metrics endpoint (default {DEFAULT_DAEMON_METRICS_PORT})")
         for flag, value, example in (("--daemon-cpu", self.daemon_cpu, "100m"),
                                      ("--daemon-memory", self.daemon_memory, "256Mi")):
             if value and not _QUANTITY.match(value):

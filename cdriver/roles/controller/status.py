@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from cdriver.api import constants
@@ -199,6 +200,15 @@ def global_status(num_nodes: int, nodes: list[dict], host_managed: bool = False,
     if any(n.get("status") == constants.STATUS_NOT_READY for n in nodes):
         return constants.STATUS_NOT_READY
     return constants.STATUS_READY
+
+
+def entries_by_status(entries: Iterable[dict]) -> dict[str, int]:
+    """Daemon entries (of cliques, or of ``status.nodes``) by status: Ready, else NotReady."""
+    counts = {constants.STATUS_READY: 0, constants.STATUS_NOT_READY: 0}
+    for entry in entries:
+        ready = isinstance(entry, dict) and entry.get("status") == constants.STATUS_READY
+        counts[constants.STATUS_READY if ready else constants.STATUS_NOT_READY] += 1
+    return counts
 
 
 def ready_count(nodes: list[dict]) -> int:

@@ -22,7 +22,13 @@ from cdriver.imex.hosts import HOSTS_FILE
 from cdriver.roles.startup import kube_api_options, root_options
 from cdriver.roles.startup_log import log_startup_configuration
 
-from .inputs import DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS, RawInputs
+from .inputs import (
+    DEFAULT_HTTP_ENDPOINT,
+    DEFAULT_KUBE_API_BURST,
+    DEFAULT_KUBE_API_QPS,
+    DEFAULT_METRICS_PATH,
+    RawInputs,
+)
 
 ENV_IMEXD_DIR = "IMEXD_DIR"
 ENV_IMEX_HOSTS_FILE = "IMEX_HOSTS_FILE"
@@ -84,16 +90,22 @@ def command(ctx: click.Context, **options: Any) -> None:
               help="Seconds between checks whether a blocked IMEX port became free.")
 @click.option("--stop-grace", type=float, default=10.0, show_default=True,
               help="Seconds nvidia-imex gets to exit after SIGTERM before SIGKILL.")
+@click.option("--http-endpoint", default=DEFAULT_HTTP_ENDPOINT, envvar="HTTP_ENDPOINT", show_default=True,
+              show_envvar=True, help="HOST:PORT or :PORT to serve metrics on (empty: off).")
+@click.option("--metrics-path", default=DEFAULT_METRICS_PATH, envvar="METRICS_PATH", show_default=True,
+              show_envvar=True, help="Metrics HTTP path.")
 @click.pass_obj
 def run_command(raw: RawInputs, max_restart_backoff: float = 30.0, recheck_interval: float = 5.0,
-                stop_grace: float = 10.0) -> None:
+                stop_grace: float = 10.0, http_endpoint: str = DEFAULT_HTTP_ENDPOINT,
+                metrics_path: str = DEFAULT_METRICS_PATH) -> None:
     """Run the daemon until SIGTERM (the default subcommand)."""
     from dataclasses import asdict, replace
 
     from .inputs import parse_settings
 
     try:
-        given = replace(raw, max_backoff=max_restart_backoff, recheck_seconds=recheck_interval, stop_grace=stop_grace)
+        given = replace(raw, max_backoff=max_restart_backoff, recheck_seconds=recheck_interval, stop_grace=stop_grace,
+                        http_endpoint=http_endpoint, metrics_path=metrics_path)
         settings = parse_settings(given)
         log_startup_configuration("imex-daemon", asdict(given), settings.gates,
                                   root_options(click.get_current_context()))

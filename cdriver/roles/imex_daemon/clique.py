@@ -319,17 +319,23 @@ class CliqueStore(LatestObject):
 
 
 Mutation = Callable[[list[dict]], tuple[list[dict], bool]]
+#: What one write of the membership object came to (`update_with_retry`'s ``on_write``).
+WRITE_OK = "ok"
+WRITE_CONFLICT = "conflict"
+WRITE_ERROR = "error"
 
 
 def update_with_retry(store: MembershipStore, mutate: Mutation, *, attempts: int = 12,
                       sleep: Callable[[float], Any], what: str = "update",
-                      create_missing: bool = True) -> dict | None:
+                      create_missing: bool = True,
+                      on_write: Callable[[str], None] = lambda _result: None) -> dict | None:
     """Apply `mutate` to the store's entries and write, retrying on conflicts.
 
     Each attempt recomputes from the newest object (own writes, watch, or a fresh GET after a
     conflict), so a decision is never written over a version it was not computed from.
     Returns the object as stored; raises RetriesExhausted after `attempts` conflicts. With
     `create_missing` False (leaving), an object that is gone needs no write: returns None.
+    `on_write(result)` hears of every write: `WRITE_OK`, `WRITE_CONFLICT` (409) or `WRITE_ERROR`.
     """
     from cdriver.kube.errors import ApiError
 
@@ -343,8 +349,9 @@ def update_with_retry(store: MembershipStore, mutate: Mutation, *, attempts: int
         if not changed and not store.needs_write(obj):
             return obj
         try:
-            return store.write(store.with_entries(obj, entries))
+            written = store.write(store.with_entries(obj, entries))
         except ApiError as exc:
+            on_write(WRITE_CONFLICT if exc.conflict else WRITE_ERROR)
             if not (exc.conflict or exc.not_found):
                 raise
             delay = backoff_delay(attempt)
@@ -356,4 +363,7 @@ def update_with_retry(store: MembershipStore, mutate: Mutation, *, attempts: int
                 if not create_missing:
                     return None
                 obj = store.ensure()
+            continue
+        on_write(WRITE_OK)
+        return written
     raise RetriesExhausted(f"{what} of {store.description} still conflicting after {attempts} attempts")

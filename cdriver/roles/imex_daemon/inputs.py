@@ -49,6 +49,12 @@ IMEXD_STATE_NAME = "daemon-state.json"  # written by `imex-daemon run`, read by 
 #: list+watch pairs) and the conflict retries of a full clique joining at once fit the burst.
 DEFAULT_KUBE_API_QPS = 10.0
 DEFAULT_KUBE_API_BURST = 20
+#: The daemon's metrics port (``--http-endpoint``): next to the controller's 8080 and the kubelet
+#: plugin's 8081. The controller renders ``$(POD_IP):<port>`` into daemon pods, so daemons that
+#: share a network (simulated nodes) never take each other's port.
+DEFAULT_HTTP_PORT = 8082
+DEFAULT_HTTP_ENDPOINT = f":{DEFAULT_HTTP_PORT}"
+DEFAULT_METRICS_PATH = "/metrics"
 
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
@@ -82,6 +88,8 @@ class RawInputs:
     max_backoff: float = 30.0
     recheck_seconds: float = 5.0
     stop_grace: float = 10.0
+    http_endpoint: str = DEFAULT_HTTP_ENDPOINT
+    metrics_path: str = DEFAULT_METRICS_PATH
 
 
 @dataclass(frozen=True)
@@ -134,6 +142,9 @@ class Settings:
     max_backoff: float = 30.0
     recheck_seconds: float = 5.0
     stop_grace: float = 10.0
+    #: where metrics are served ("" or an empty path: nowhere)
+    http_endpoint: str = DEFAULT_HTTP_ENDPOINT
+    metrics_path: str = DEFAULT_METRICS_PATH
 
     @property
     def dns_names(self) -> bool:
@@ -263,6 +274,13 @@ def parse_settings(raw: RawInputs) -> Settings:
         limiter_for(raw.kube_api_qps, raw.kube_api_burst)
     except RateLimitSettingError as exc:
         problems.append(str(exc))
+    if raw.http_endpoint.strip():
+        from cdriver.httpserve import parse_endpoint  # keeps `check` (the probe) free of prometheus
+
+        try:
+            parse_endpoint(raw.http_endpoint.strip())
+        except ValueError as exc:
+            problems.append(f"{exc} (empty: no metrics endpoint)")
     _fail(problems)
     assert gates is not None
     return Settings(
@@ -286,6 +304,8 @@ def parse_settings(raw: RawInputs) -> Settings:
         max_backoff=raw.max_backoff,
         recheck_seconds=raw.recheck_seconds,
         stop_grace=raw.stop_grace,
+        http_endpoint=raw.http_endpoint.strip(),
+        metrics_path=raw.metrics_path.strip(),
     )
 
 

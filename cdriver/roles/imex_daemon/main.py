@@ -22,6 +22,7 @@ from typing import IO
 from cdriver.api import constants
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.errors import CdriverError
+from cdriver.httpserve import HttpServer
 from cdriver.imex import config as imex_config
 from cdriver.imex import ctl
 from cdriver.imex.config import IMEX_DAEMON_BINARY, IMEXD_DIR
@@ -60,12 +61,15 @@ from .daemon_state import (
     next_actions,
 )
 from .inputs import Settings
+from .metrics import RESTART_CONFIG_CHANGED, RESTART_EXITED, DaemonMetrics, DaemonViews
 
 log = logging.getLogger(__name__)
 
 COMPONENT = "compute-domain-daemon"
 RESYNC_SECONDS = 240.0
 REMOVE_DEADLINE = 10.0
+#: Seconds between attempts to bind the metrics endpoint while its port is taken.
+METRICS_BIND_RETRY_SECONDS = 5.0
 
 
 class DaemonError(CdriverError):
@@ -146,9 +150,11 @@ class Daemon:
     """The long-running daemon of one ComputeDomain on one node."""
 
     def __init__(self, settings: Settings, raw: RawClient, *, echo: IO[str] | None = None,
-                 initial_backoff: float = 1.0, probe_timeout: float = 5.0) -> None:
+                 initial_backoff: float = 1.0, probe_timeout: float = 5.0,
+                 metrics: DaemonMetrics | None = None) -> None:
         self.settings = settings
         self.raw = raw
+        self.started_at = time.monotonic()
         self.inbox: queue.SimpleQueue[Event] = queue.SimpleQueue()  # put() is safe in signal handlers
         self.stopping = threading.Event()
         self.member = clique.Member(settings.node_name, settings.pod_ip, settings.clique_id)
@@ -174,6 +180,11 @@ class Daemon:
         self.cmd_endpoint: tuple[str, int] | None = None  # where `nvidia-imex-ctl -q` connects
         #: (pod Ready, nvidia-imex READY, blocked) the entry's status was last decided from
         self.status_inputs: tuple[bool, bool, bool] | None = None
+        self.metrics = metrics or DaemonMetrics()
+        self.metrics.bind(DaemonViews(
+            ready=self.imex_ready, running=lambda: self.imex.running, starts=lambda: self.imex.starts,
+            crash_restarts=lambda: self.imex.crash_restarts, spawn_failures=lambda: self.imex.spawn_failures,
+            index=self.own_index, peers=self.peer_count))
 
     # --- inputs from other threads ----------------------------------------------------
 
@@ -397,10 +408,12 @@ class Daemon:
         key = self.store.key
         obj = clique.update_with_retry(
             self.store, lambda entries: clique.upsert_entry(entries, self.member, self.settings.max_nodes, key),
-            sleep=self.stopping.wait, what="join")
+            sleep=self.stopping.wait, what="join", on_write=self.metrics.clique_write)
         if obj is None:  # joining creates a missing object, so this does not happen
             return
         entries = self.store.entries(obj)
+        if self.own_index() is not None:
+            self.metrics.index_assigned(time.monotonic() - self.started_at)
         if self.settings.dns_names:
             self.sync_names(entries)
         else:
@@ -454,6 +467,7 @@ class Daemon:
             self.state.start_error = f"{exc}"
             self.state.recheck_at = time.monotonic() + self.settings.recheck_seconds
             return
+        self.metrics.restarted(RESTART_CONFIG_CHANGED)
         self.prober.arm()
 
     def sync_ips(self, cd: dict, entries: list[dict]) -> None:
@@ -473,6 +487,7 @@ class Daemon:
             if self.imex.active:
                 log.info("Restarting nvidia-imex for the new peer list")
                 self.imex.restart(self.settings.stop_grace)
+                self.metrics.restarted(RESTART_CONFIG_CHANGED)
                 self.state.ready_pid = None
                 self.prober.arm()
         if self.settings.pod_ip in ips and not self.imex.active:
@@ -490,6 +505,7 @@ class Daemon:
             self.block(failures.port_conflict_message(self.settings.pod_ip, holder))
             return
         self.unblock()
+        started_before = self.imex.starts > 0
         try:
             self.imex.start()
         except SupervisorError as exc:
@@ -500,6 +516,8 @@ class Daemon:
             self.state.start_error = message
             self.state.recheck_at = now + self.settings.recheck_seconds
             return
+        if started_before:  # held back after an exit (port conflict, failed start): started again
+            self.metrics.restarted(RESTART_EXITED)
         self.state.start_error = None
         self.state.ready_pid = None
         self.state.reload_pending = False
@@ -530,6 +548,7 @@ class Daemon:
         lines = self.imex.last_output_lines(10)
         restarts = self.imex.restart_count
         if not was_ready:
+            self.metrics.exited_before_ready()
             holder = failures.find_port_holder(self.settings.pod_ip, self.ports)
             if holder is not None:
                 self.block(failures.port_conflict_message(self.settings.pod_ip, holder))
@@ -547,6 +566,17 @@ class Daemon:
 
     def imex_ready(self) -> bool:
         return self.state.ready_pid is not None and self.state.ready_pid == self.imex.pid
+
+    def own_index(self) -> int | None:
+        """This daemon's index in its clique as last written or seen (None: no entry yet)."""
+        mine = clique.find_entry(self.store.entries(self.store.current()), self.settings.node_name, self.store.key)
+        return None if mine is None else clique.entry_index(mine)
+
+    def peer_count(self) -> int:
+        """Peers nvidia-imex is configured with: named in the hosts file, or listed in nodes.cfg."""
+        if self.settings.dns_names:
+            return len(self.state.mapping or {})
+        return len(self.state.ip_peers or [])
 
     def sync_status(self) -> None:
         key = self.store.key
@@ -567,7 +597,8 @@ class Daemon:
         node_name = self.settings.node_name
         out = clique.update_with_retry(self.store, lambda e: clique.set_entry_status(e, node_name, want, key),
                                        sleep=self.stopping.wait, what="status update",
-                                       create_missing=not (self.stopping.is_set() or self.state.domain_ended))
+                                       create_missing=not (self.stopping.is_set() or self.state.domain_ended),
+                                       on_write=self.metrics.clique_write)
         if out is None:
             return
         log.info("Entry of node %s in %s is now %s", self.settings.node_name, self.store.description, want)
@@ -603,7 +634,8 @@ class Daemon:
             # The domain may be deleted already (the controller removes its cliques): then there
             # is nothing to leave, and the object must not be created again.
             clique.update_with_retry(self.store, lambda e: clique.remove_entry(e, self.settings.node_name, key),
-                                 sleep=sleep, what="leave", create_missing=False)
+                                     sleep=sleep, what="leave", create_missing=False,
+                                     on_write=self.metrics.clique_write)
         except (ApiError, clique.RetriesExhausted, domain_status.DomainMissing) as exc:
             log.warning("could not remove node %s from %s: %s; the controller drops stale entries",
                         self.settings.node_name, self.store.description, exc)
@@ -618,10 +650,61 @@ class Daemon:
 API_TIMEOUT = (5.0, 15.0)
 
 
+class MetricsEndpoint:
+    """Serves the daemon's metrics; while the port is taken (e.g. by the daemon pod of another
+    domain that is still leaving the node) it tries again in the background: metrics never keep
+    a node out of its IMEX domain."""
+
+    def __init__(self, endpoint: str, metrics_path: str, metrics: DaemonMetrics,
+                 retry_seconds: float = METRICS_BIND_RETRY_SECONDS) -> None:
+        self.endpoint = endpoint
+        self.metrics_path = metrics_path
+        self.metrics = metrics
+        self.retry_seconds = retry_seconds
+        self.server: HttpServer | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="metrics-endpoint", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _serve(self) -> None:
+        warned = False
+        while not self._stop.is_set():
+            try:
+                server = HttpServer(self.endpoint, self.metrics.registry, self.metrics_path)
+            except OSError as exc:
+                if not warned:
+                    log.warning("cannot serve metrics on --http-endpoint %s (%s); trying again every %gs",
+                                self.endpoint, exc, self.retry_seconds)
+                    warned = True
+                self._stop.wait(self.retry_seconds)
+                continue
+            server.start()
+            self.server = server
+            log.info("serving metrics on %s at %s", self.endpoint, self.metrics_path)
+            return
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.server is not None:
+            self.server.stop()
+
+
 def run(settings: Settings) -> int:
-    """Build the API client and run the daemon until SIGTERM."""
+    """Build the API client, serve metrics and run the daemon until SIGTERM."""
+    metrics = DaemonMetrics()
     raw = RawClient(load_api_client(settings.kubeconfig), timeout=API_TIMEOUT,
-                    rate_limiter=rate_limiter(settings.kube_api_qps, settings.kube_api_burst))
-    daemon = Daemon(settings, raw)
+                    rate_limiter=rate_limiter(settings.kube_api_qps, settings.kube_api_burst),
+                    metrics=metrics.api_client)
+    daemon = Daemon(settings, raw, metrics=metrics)
     install_signal_handlers(daemon.request_stop)  # SIGTERM (kubelet) or SIGINT stop gracefully
-    return daemon.run()
+    endpoint = None
+    if settings.http_endpoint and settings.metrics_path:
+        endpoint = MetricsEndpoint(settings.http_endpoint, settings.metrics_path, metrics)
+        endpoint.start()
+    try:
+        return daemon.run()
+    finally:
+        if endpoint is not None:
+            endpoint.stop()

@@ -21,7 +21,18 @@ from cdriver.api.constants import (
 from cdriver.api.types import ChannelConfig, DaemonConfig, UnknownFieldError, ValidationError, decode_opaque_config
 from cdriver.kube.objects import meta_of, name_of, namespace_of, owner_references_of, uid_of
 from cdriver.roles.kubelet_plugin.devices import DeviceRef, parse_device
-from cdriver.roles.kubelet_plugin.errors import ClaimError, permanent, retryable, strict_decoding
+from cdriver.roles.kubelet_plugin.errors import (
+    REASON_CHANNEL_IN_USE,
+    REASON_DOMAIN_DELETING,
+    REASON_DOMAIN_NOT_FOUND,
+    REASON_INVALID_CONFIG,
+    REASON_OTHER,
+    REASON_WRONG_NAMESPACE,
+    ClaimError,
+    permanent,
+    retryable,
+    strict_decoding,
+)
 
 SOURCE_CLASS = "FromClass"
 SOURCE_CLAIM = "FromClaim"
@@ -101,20 +112,22 @@ def decode_configs(claim: dict, driver: str = DRIVER_NAME) -> list[tuple[list[st
         where = f"claim {label}: status.allocation.devices.config[{i}]"
         source = entry.get("source") if isinstance(entry, dict) else None
         if source not in by_source:
-            raise permanent(f"{where}: invalid config source {source!r}; expected {SOURCE_CLASS} or {SOURCE_CLAIM}")
+            raise permanent(f"{where}: invalid config source {source!r}; expected {SOURCE_CLASS} or {SOURCE_CLAIM}",
+                            reason=REASON_INVALID_CONFIG)
         opaque = entry.get("opaque")
         if not isinstance(opaque, dict):
-            raise permanent(f"{where}: only opaque parameters are supported by {driver}")
+            raise permanent(f"{where}: only opaque parameters are supported by {driver}", reason=REASON_INVALID_CONFIG)
         if opaque.get("driver") != driver:
             continue
         try:
             config = decode_opaque_config(opaque.get("parameters"))
         except UnknownFieldError as exc:
             raise permanent(
-                f"{where}: error decoding config parameters: {strict_decoding(exc.paths)}; {exc}"
+                f"{where}: error decoding config parameters: {strict_decoding(exc.paths)}; {exc}",
+                reason=REASON_INVALID_CONFIG,
             ) from None
         except ValidationError as exc:
-            raise permanent(f"{where}: error decoding config parameters: {exc}") from None
+            raise permanent(f"{where}: error decoding config parameters: {exc}", reason=REASON_INVALID_CONFIG) from None
         requests = [str(r) for r in entry.get("requests") or []]
         by_source[source].append((requests, config))
     return by_source[SOURCE_CLASS] + by_source[SOURCE_CLAIM]
@@ -139,7 +152,8 @@ def config_for(
                     raise permanent(
                         f"claim {label}: cannot apply {_config_name(config)} to request {request!r}, which "
                         f"was allocated {ref.type} device {ref.name}; use the config kind that matches "
-                        "the device class"
+                        "the device class",
+                        reason=REASON_INVALID_CONFIG,
                     )
                 return config
         elif _config_kind(config) == ref.type:
@@ -155,7 +169,8 @@ def plan_claim(claim: dict, node_name: str, driver: str = DRIVER_NAME) -> ClaimP
     if not allocation:
         raise permanent(
             f"claim {label} has no allocation (status.allocation is empty); "
-            "kubelet should only prepare allocated claims"
+            "kubelet should only prepare allocated claims",
+            reason=REASON_INVALID_CONFIG,
         )
     configs = decode_configs(claim, driver)
     devices: list[AllocatedDevice] = []
@@ -170,19 +185,22 @@ def plan_claim(claim: dict, node_name: str, driver: str = DRIVER_NAME) -> ClaimP
         if ref is None:
             raise permanent(
                 f"claim {label}: requested device {device!r} is not allocatable: this driver "
-                "offers channel-<0..2047> and daemon-0"
+                "offers channel-<0..2047> and daemon-0",
+                reason=REASON_INVALID_CONFIG,
             )
         if pool and pool != node_name:
             raise permanent(
                 f"claim {label}: device {device} was allocated from pool {pool!r}, but this "
-                f"plugin serves node {node_name!r}"
+                f"plugin serves node {node_name!r}",
+                reason=REASON_INVALID_CONFIG,
             )
         config = config_for(request, ref, configs, label)
         if config is None:
             want = KIND_CHANNEL_CONFIG if ref.type == KIND_CHANNEL else KIND_DAEMON_CONFIG
             raise permanent(
                 f"claim {label}: no {want} (with domainID) applies to request {request!r}; create the claim "
-                "from the ResourceClaimTemplate that the ComputeDomain controller generates"
+                "from the ResourceClaimTemplate that the ComputeDomain controller generates",
+                reason=REASON_INVALID_CONFIG,
             )
         devices.append(AllocatedDevice(request, pool, device, ref, bool(result.get("adminAccess"))))
         chosen.append(config)
@@ -196,18 +214,21 @@ def plan_claim(claim: dict, node_name: str, driver: str = DRIVER_NAME) -> ClaimP
         )
     kinds = {d.ref.type for d in devices}
     if len(kinds) > 1:
-        raise permanent(f"claim {label} mixes channel and daemon devices; use one claim per kind")
+        raise permanent(f"claim {label} mixes channel and daemon devices; use one claim per kind",
+                        reason=REASON_INVALID_CONFIG)
     domains = sorted({c.domain_id for c in chosen})
     if len(domains) > 1:
         raise permanent(
             f"claim {label} refers to several ComputeDomains ({', '.join(domains)}); "
-            "a claim belongs to exactly one ComputeDomain"
+            "a claim belongs to exactly one ComputeDomain",
+            reason=REASON_INVALID_CONFIG,
         )
     kind = kinds.pop()
     if kind == KIND_CHANNEL and len(devices) != 1:
         raise permanent(
             f"claim {label} was allocated {len(devices)} channel devices; a ComputeDomain "
-            "channel claim takes exactly one (set allocationMode: All to get every channel)"
+            "channel claim takes exactly one (set allocationMode: All to get every channel)",
+            reason=REASON_INVALID_CONFIG,
         )
     all_channels = any(isinstance(c, ChannelConfig) and c.all_channels for c in chosen)
     return ClaimPlan(
@@ -240,7 +261,8 @@ def check_devices_free(plan: ClaimPlan, held: Iterable[HeldDevice], host_managed
                 raise retryable(
                     f"claim {plan.label}: channel {wanted} already allocated by claim {h.claim_uid} "
                     "(according to the checkpoint); one ComputeDomain channel claim per node at a "
-                    "time: it is freed when that claim's pod is gone"
+                    "time: it is freed when that claim's pod is gone",
+                    reason=REASON_CHANNEL_IN_USE,
                 )
     for dev in plan.devices:
         if dev.admin_access:
@@ -250,7 +272,8 @@ def check_devices_free(plan: ClaimPlan, held: Iterable[HeldDevice], host_managed
                 raise retryable(
                     f"claim {plan.label}: device {dev.device} is already allocated to "
                     f"claim {h.claim_uid} (according to the checkpoint); it is freed when "
-                    "that claim's pod is gone"
+                    "that claim's pod is gone",
+                    reason=REASON_CHANNEL_IN_USE,
                 )
 
 
@@ -259,7 +282,8 @@ def check_domain_namespace(plan: ClaimPlan, cd: Mapping | None) -> None:
     if cd is None:
         raise permanent(
             f"claim {plan.label}: ComputeDomain with UID {plan.domain_id} not found; it was "
-            "deleted, or the claim was not created from its ResourceClaimTemplate"
+            "deleted, or the claim was not created from its ResourceClaimTemplate",
+            reason=REASON_DOMAIN_NOT_FOUND,
         )
     cd_ns = namespace_of(cd)
     cd_name = name_of(cd)
@@ -267,7 +291,8 @@ def check_domain_namespace(plan: ClaimPlan, cd: Mapping | None) -> None:
         raise permanent(
             f"claim {plan.label}: the ResourceClaim's namespace {plan.namespace!r} is different than the "
             f"ComputeDomain's namespace {cd_ns!r} (ComputeDomain {cd_ns}/{cd_name}, UID {plan.domain_id}); "
-            "create the workload in the ComputeDomain's namespace"
+            "create the workload in the ComputeDomain's namespace",
+            reason=REASON_WRONG_NAMESPACE,
         )
 
 
@@ -280,7 +305,8 @@ def domain_deleting_error(plan: ClaimPlan, cd: Mapping | None) -> ClaimError:
     """The retryable refusal of a channel claim whose ComputeDomain is being deleted (or gone)."""
     return retryable(
         f"claim {plan.label}: ComputeDomain {plan.namespace}/{name_of(cd) if cd else '?'} (UID {plan.domain_id}) "
-        "is being deleted; delete the pods that use its channel claim"
+        "is being deleted; delete the pods that use its channel claim",
+        reason=REASON_DOMAIN_DELETING,
     )
 
 
@@ -319,12 +345,14 @@ def check_daemon_claim_owner(plan: ClaimPlan, driver_namespace: str, pods: Mappi
         raise permanent(
             f"claim {plan.label}: a {constants.KIND_DAEMON_CONFIG} claim (ComputeDomain UID {plan.domain_id}) "
             f"is accepted "
-            f"only in the driver namespace {driver_namespace!r}, not in {plan.namespace!r}; {fix}"
+            f"only in the driver namespace {driver_namespace!r}, not in {plan.namespace!r}; {fix}",
+            reason=REASON_WRONG_NAMESPACE,
         )
     want = constants.daemon_object_name(plan.domain_id)
     consumers = daemon_pods_reserving(claim)
     if not consumers:
-        raise retryable(f"claim {plan.label}: the claim is not reserved for any pod yet; kubelet retries")
+        raise retryable(f"claim {plan.label}: the claim is not reserved for any pod yet; kubelet retries",
+                        reason=REASON_OTHER)
     for name, uid in consumers:
         pod = pods.get(name) if uid else None
         got_uid = uid_of(pod)
@@ -337,7 +365,8 @@ def check_daemon_claim_owner(plan: ClaimPlan, driver_namespace: str, pods: Mappi
             raise permanent(
                 f"claim {plan.label}: reserved for {name!r}, which {what}; a {constants.KIND_DAEMON_CONFIG} claim "
                 f"(ComputeDomain UID {plan.domain_id}) is prepared only for pods of DaemonSet "
-                f"{driver_namespace}/{want}; {fix}"
+                f"{driver_namespace}/{want}; {fix}",
+                reason=REASON_INVALID_CONFIG,
             )
 
 
@@ -347,7 +376,8 @@ def check_claim_identity(claim: dict, uid: str) -> None:
     if got != uid:
         raise permanent(
             f"claim {claim_label(claim)}: kubelet asked for UID {uid}, but the API has UID "
-            f"{got}: the claim was deleted and re-created"
+            f"{got}: the claim was deleted and re-created",
+            reason=REASON_OTHER,
         )
 
 

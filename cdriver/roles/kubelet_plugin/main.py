@@ -37,7 +37,7 @@ from cdriver.roles.kubelet_plugin.config import PluginConfig
 from cdriver.roles.kubelet_plugin.devices import published_devices
 from cdriver.roles.kubelet_plugin.discovery import NodeDiscovery, base_device_nodes, discover, read_clique_id
 from cdriver.roles.kubelet_plugin.driver import ComputeDomainDriver
-from cdriver.roles.kubelet_plugin.metrics import CountingRawClient, PluginMetrics
+from cdriver.roles.kubelet_plugin.metrics import REBUILD_CORRUPT, REBUILD_MISSING, PluginMetrics
 from cdriver.roles.kubelet_plugin.prepare import remove_orphan_specs
 from cdriver.roles.kubelet_plugin.recovery import recover
 from cdriver.roles.kubelet_plugin.resourceslice import SlicePublisher, slice_field_selector
@@ -92,13 +92,14 @@ class Plugin:
         found = discover(cfg)
         self._write_base_spec(found)
         store = CheckpointStore(cfg.checkpoint_path)
-        lost = self._open_checkpoint(store)
+        lost, lost_reason = self._open_checkpoint(store)
         checkpoint = store.read()
         log.info("checkpoint %s: %d claims", cfg.checkpoint_path, len(checkpoint.claims))
 
         metrics = PluginMetrics(cfg.node_name)
-        raw = self.raw or CountingRawClient(load_api_client(cfg.kubeconfig), metrics,
-                                            rate_limiter(cfg.kube_api_qps, cfg.kube_api_burst))
+        raw = self.raw or RawClient(load_api_client(cfg.kubeconfig),
+                                    rate_limiter=rate_limiter(cfg.kube_api_qps, cfg.kube_api_burst),
+                                    metrics=metrics.api_client)
         self.raw = raw
         cds = Informer(raw, COMPUTE_DOMAINS)
         cds.add_index(UID_INDEX, uid_index)
@@ -141,12 +142,14 @@ class Plugin:
 
         if lost:
             try:
-                recover(state, lost)
+                rebuilt = recover(state, lost)
             except (ApiError, CdriverError) as exc:
                 raise StartupError(
                     f"{lost}; rebuilding it needs the ResourceClaims from the API server, which failed ({exc}). "
                     "No CDI spec was removed; the plugin retries on its next start"
                 ) from None
+            if rebuilt is not None:
+                metrics.checkpoint_rebuilds.labels(lost_reason).inc()
         remove_orphan_specs(state)  # before serving: no Prepare can be half-way now
         self.driver = ComputeDomainDriver(state)
         dra = node_service.serve_node_service(cfg.dra_socket, self.driver, max_workers=cfg.grpc_workers)
@@ -176,8 +179,14 @@ class Plugin:
             cfg.node_name,
             lambda: uid_of(state.node_object()),
             published_devices(cfg.host_managed),
+            on_error=metrics.slice_publish_errors.inc,
         )
         self._slices.start()
+        registration_state = self.registration.state
+        slices_publisher = self._slices
+        metrics.bind(registered=lambda: registration_state.registered,
+                     slice_published=slices_publisher.current,
+                     domain_labels_missing=state.domain_labels_missing)
         if cfg.gpu_clique_label_enabled and found.clique_id:
             self.driver.preparer.labeler.set_label(constants.LABEL_NODE_CLIQUE, found.clique_id)
             log.info("labelled node %s %s=%s", cfg.node_name, constants.LABEL_NODE_CLIQUE, found.clique_id)
@@ -194,18 +203,20 @@ class Plugin:
         )
 
     @staticmethod
-    def _open_checkpoint(store: CheckpointStore) -> str:
-        """"" when the checkpoint is usable; otherwise what happened to it. A damaged file is
-        kept aside (never replaced), so the record can be rebuilt."""
+    def _open_checkpoint(store: CheckpointStore) -> tuple[str, str]:
+        """("", "") when the checkpoint is usable; otherwise what happened to it and why, in a
+        word (`REBUILD_MISSING`, `REBUILD_CORRUPT`). A damaged file is kept aside (never
+        replaced), so the record can be rebuilt."""
         if not store.path.exists():
-            return f"checkpoint {store.path} does not exist (deleted, or this node's first start)"
+            return f"checkpoint {store.path} does not exist (deleted, or this node's first start)", REBUILD_MISSING
         try:
             store.read()
         except CorruptCheckpoint as exc:
             kept = store.keep_aside()
             log.error("checkpoint %s is unusable (%s); kept it as %s", store.path, exc.reason, kept)
-            return f"checkpoint {store.path} was unusable ({exc.reason}); the damaged file is kept as {kept}"
-        return ""
+            return (f"checkpoint {store.path} was unusable ({exc.reason}); the damaged file is kept as {kept}",
+                    REBUILD_CORRUPT)
+        return "", ""
 
     def _serve_metrics(self, metrics: PluginMetrics) -> None:
         cfg = self.config

@@ -10,19 +10,23 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
-from cdriver.api.constants import LABEL_COMPUTE_DOMAIN
+from cdriver.api.constants import DEVICE_TYPE_CHANNEL, LABEL_COMPUTE_DOMAIN
+from cdriver.checkpoint import ClaimRecord, ClaimState
 from cdriver.kube.errors import ApiError
 from cdriver.kube.objects import labels_of, resource_version_of
 from cdriver.kube.raw import RawClient
 from cdriver.kube.resources import RESOURCES
-from cdriver.roles.kubelet_plugin.errors import retryable
+from cdriver.roles.kubelet_plugin.errors import REASON_API_ERROR, REASON_CHANNEL_IN_USE, retryable
 
 log = logging.getLogger(__name__)
 
 NODES = RESOURCES["nodes"]
 MAX_ATTEMPTS = 5
+#: What a write did to the ComputeDomain label (``on_change``'s argument).
+LABEL_APPLIED = "applied"
+LABEL_REMOVED = "removed"
 
 
 def _labels(node: dict | None) -> dict:
@@ -47,10 +51,14 @@ def _json_pointer(key: str) -> str:
 class NodeLabeler:
     """Adds and removes the ComputeDomain label of one node (thread-safe)."""
 
-    def __init__(self, raw: RawClient, node_name: str, cached_node: Callable[[], dict | None]) -> None:
+    def __init__(self, raw: RawClient, node_name: str, cached_node: Callable[[], dict | None],
+                 on_change: Callable[[str], None] = lambda _action: None) -> None:
+        """``on_change(action)``: called after each write of the ComputeDomain label
+        (`LABEL_APPLIED` or `LABEL_REMOVED`)."""
         self.raw = raw
         self.node_name = node_name
         self.cached_node = cached_node
+        self.on_change = on_change
         self._lock = threading.Lock()
         self._written: dict | None = None  # the node as our last write returned it
 
@@ -91,22 +99,27 @@ class NodeLabeler:
                 raise retryable(
                     f"node {self.node_name} already belongs to ComputeDomain {current} (label "
                     f"{LABEL_COMPUTE_DOMAIN}={current}); a node serves one ComputeDomain at a time, so "
-                    "this claim can be prepared once that domain's workloads have left the node"
+                    "this claim can be prepared once that domain's workloads have left the node",
+                    reason=REASON_CHANNEL_IN_USE,
                 )
             if current:
                 log.info("replacing stale label %s=%s on node %s", LABEL_COMPUTE_DOMAIN, current, self.node_name)
             patch = {"metadata": {"labels": {LABEL_COMPUTE_DOMAIN: domain_id}, "resourceVersion": _rv(node)}}
             try:
                 self._remember(self.raw.patch(NODES, self.node_name, patch))
-                log.info("labelled node %s %s=%s", self.node_name, LABEL_COMPUTE_DOMAIN, domain_id)
-                return True
             except ApiError as exc:
                 if not exc.conflict:
                     raise retryable(
-                        f"cannot label node {self.node_name} with {LABEL_COMPUTE_DOMAIN}={domain_id}: {exc}"
+                        f"cannot label node {self.node_name} with {LABEL_COMPUTE_DOMAIN}={domain_id}: {exc}",
+                        reason=REASON_API_ERROR,
                     ) from None
                 node = None  # stale view: read fresh and decide again
-        raise retryable(f"cannot label node {self.node_name}: it kept changing during {MAX_ATTEMPTS} attempts")
+                continue
+            log.info("labelled node %s %s=%s", self.node_name, LABEL_COMPUTE_DOMAIN, domain_id)
+            self.on_change(LABEL_APPLIED)
+            return True
+        raise retryable(f"cannot label node {self.node_name}: it kept changing during {MAX_ATTEMPTS} attempts",
+                        reason=REASON_API_ERROR)
 
     def remove_domain(self, domain_id: str) -> bool:
         """Remove the label if (and only if) it still names ``domain_id``; True if removed."""
@@ -122,9 +135,11 @@ class NodeLabeler:
             if exc.invalid or exc.not_found:
                 return False  # label absent or names another domain: nothing of ours to remove
             raise retryable(
-                f"cannot remove label {LABEL_COMPUTE_DOMAIN}={domain_id} from node {self.node_name}: {exc}"
+                f"cannot remove label {LABEL_COMPUTE_DOMAIN}={domain_id} from node {self.node_name}: {exc}",
+                reason=REASON_API_ERROR,
             ) from None
         log.info("removed label %s=%s from node %s", LABEL_COMPUTE_DOMAIN, domain_id, self.node_name)
+        self.on_change(LABEL_REMOVED)
         return True
 
     def set_label(self, key: str, value: str | None) -> None:
@@ -135,6 +150,15 @@ class NodeLabeler:
         try:
             node = self.raw.get(NODES, self.node_name)
         except ApiError as exc:
-            raise retryable(f"cannot read node {self.node_name}: {exc}") from None
+            raise retryable(f"cannot read node {self.node_name}: {exc}", reason=REASON_API_ERROR) from None
         self._remember(node)
         return node
+
+
+def domains_missing_label(records: Iterable[ClaimRecord], label: str | None) -> set[str]:
+    """ComputeDomains with a completely prepared channel claim here whose node label
+    (``label``, the current value of ``resource.nvidia.com/computeDomain``) does not name them:
+    removed or replaced by someone else while their workloads run."""
+    return {rec.domain_id for rec in records
+            if rec.kind == DEVICE_TYPE_CHANNEL and rec.domain_id and rec.state == ClaimState.PREPARE_COMPLETED
+            and rec.domain_id != label}

@@ -26,7 +26,7 @@ from cdriver.api.imex_mode import IMEX_MODE_HOST_MANAGED
 from cdriver.atomic import atomic_write
 from cdriver.cdi.model import ContainerEdits
 from cdriver.cdi.writer import claim_spec_name, list_specs, remove_spec, write_spec
-from cdriver.checkpoint import CheckpointError, ClaimDevice, ClaimRecord, ClaimState, intended_device, recorded_device
+from cdriver.checkpoint import ClaimDevice, ClaimRecord, ClaimState, intended_device, recorded_device
 from cdriver.dra.node_service import ClaimRef, PreparedDevice
 from cdriver.errors import CdriverError
 from cdriver.imex.config import IMEXD_TEMPLATE_NAME, domain_template, load_template
@@ -38,7 +38,21 @@ from cdriver.nvml.discover import IMEX_CHANNEL_COUNT
 from cdriver.roles.kubelet_plugin import cdi_edits, claims
 from cdriver.roles.kubelet_plugin.claims import KIND_DAEMON, ClaimPlan
 from cdriver.roles.kubelet_plugin.discovery import DiscoveryError, fabric_mgmt_device
-from cdriver.roles.kubelet_plugin.errors import ClaimError, permanent, retryable
+from cdriver.roles.kubelet_plugin.errors import (
+    KIND_UNKNOWN,
+    REASON_API_ERROR,
+    REASON_CANCELLED,
+    REASON_DOMAIN_NOT_FOUND,
+    REASON_HOST_IMEX_NOT_READY,
+    REASON_INTERNAL,
+    REASON_INVALID_CONFIG,
+    REASON_OTHER,
+    REASON_WAITING_FOR_DAEMON,
+    ClaimSeen,
+    as_claim_error,
+    permanent,
+    retryable,
+)
 from cdriver.roles.kubelet_plugin.host_imex import check_host_imex
 from cdriver.roles.kubelet_plugin.readiness import node_readiness
 from cdriver.roles.kubelet_plugin.state import PluginState, held_devices
@@ -71,6 +85,7 @@ class Prepared:
 
     devices: list[PreparedDevice]
     cached: bool = False  # answered from the checkpoint (already prepared)
+    kind: str = KIND_UNKNOWN  # channel or daemon (unknown: a claim without devices of this driver)
 
 
 def record_devices(records: list[PreparedDevice], plan: ClaimPlan) -> list[ClaimDevice]:
@@ -132,16 +147,13 @@ class Preparer:
         """Prepare ``ref``; raises ClaimError (permanent or retryable) with a user-facing message."""
         if deadline is None:
             deadline = time.monotonic() + self.config.prepare_timeout
+        seen = ClaimSeen()
         try:
-            return self._prepare(ref, deadline)
-        except CheckpointError as exc:
-            raise retryable(f"claim {ref}: {exc}") from None
-        except ClaimError:
-            raise
+            return self._prepare(ref, deadline, seen)
         except CdriverError as exc:
-            raise retryable(f"claim {ref}: {exc}") from None
+            raise as_claim_error(ref, exc, seen) from None
 
-    def _prepare(self, ref: ClaimRef, deadline: float) -> Prepared:
+    def _prepare(self, ref: ClaimRef, deadline: float, seen: ClaimSeen) -> Prepared:
         store = self.state.store
         done = self._completed(store.read().claims.get(ref.uid))
         if done is not None:
@@ -150,6 +162,7 @@ class Preparer:
         plan = claims.plan_claim(claim, self.config.node_name)
         if not plan.devices:
             return Prepared(devices=[])
+        seen.kind = plan.kind
         cd = self._check_domain(plan)
         if plan.kind == KIND_DAEMON:
             self._check_daemon_owner(plan, claim)
@@ -163,7 +176,8 @@ class Preparer:
             raise claims.domain_deleting_error(plan, cd)
         if self.config.host_managed:
             if self.state.discovery.clique_id:
-                self._wait_host_ready(plan, claim, deadline)
+                with self.state.metrics.readiness_wait(plan.kind):
+                    self._wait_host_ready(plan, claim, deadline)
             return self._complete(plan, self._channel_edits(plan, claim))
         if self.labeler.current() == plan.domain_id and self._node_ready(plan)[0]:
             try:
@@ -177,7 +191,8 @@ class Preparer:
             claims.check_devices_free(plan, held_devices(cp.claims), self.config.host_managed)
             cp.claims[ref.uid] = self._record(plan, ClaimState.PREPARE_STARTED)
         self.labeler.ensure_domain(plan.domain_id, self._label_is_stale)
-        self._wait_ready(plan, claim, cd, deadline)
+        with self.state.metrics.readiness_wait(plan.kind):
+            self._wait_ready(plan, claim, cd, deadline)
         return self._complete(plan, self._channel_edits(plan, claim), started=True)
 
     # -- steps ---------------------------------------------------------------------------
@@ -185,7 +200,7 @@ class Preparer:
     def _completed(rec: ClaimRecord | None) -> Prepared | None:
         if rec is None or rec.state != ClaimState.PREPARE_COMPLETED:
             return None
-        return Prepared(devices=recorded_prepared_devices(rec), cached=True)
+        return Prepared(devices=recorded_prepared_devices(rec), cached=True, kind=rec.kind or KIND_UNKNOWN)
 
     def _record_refused(self, plan: ClaimPlan) -> Prepared | None:
         """Record a refused channel claim as PrepareStarted (as any failed Prepare, so its
@@ -205,9 +220,10 @@ class Preparer:
             if exc.not_found:
                 raise permanent(
                     f"claim {ref}: ResourceClaim {ref.namespace}/{ref.name} does not exist "
-                    "(deleted before it was prepared)"
+                    "(deleted before it was prepared)",
+                    reason=REASON_OTHER,
                 ) from None
-            raise retryable(f"claim {ref}: cannot read ResourceClaim: {exc}") from None
+            raise retryable(f"claim {ref}: cannot read ResourceClaim: {exc}", reason=REASON_API_ERROR) from None
         claims.check_claim_identity(claim, ref.uid)
         return claim
 
@@ -221,7 +237,8 @@ class Preparer:
                 try:
                     pods[name] = self.state.raw.get_or_none(PODS, name, plan.namespace)
                 except ApiError as exc:
-                    raise retryable(f"claim {plan.label}: cannot read pod {plan.namespace}/{name}: {exc}") from None
+                    raise retryable(f"claim {plan.label}: cannot read pod {plan.namespace}/{name}: {exc}",
+                                    reason=REASON_API_ERROR) from None
         claims.check_daemon_claim_owner(plan, self.config.namespace, pods, claim)
 
     def _check_domain(self, plan: ClaimPlan) -> dict | None:
@@ -231,7 +248,8 @@ class Preparer:
                 raise permanent(
                     f"claim {plan.label}: ComputeDomain daemon claims are not supported with "
                     f"--imex-mode={IMEX_MODE_HOST_MANAGED}: the host runs nvidia-imex itself; delete the "
-                    "claim (it can only come from a stale or hand-written object)"
+                    "claim (it can only come from a stale or hand-written object)",
+                    reason=REASON_INVALID_CONFIG,
                 )
             return self.state.compute_domain(plan.domain_id)
         deadline = time.monotonic() + CD_APPEAR_TIMEOUT
@@ -314,7 +332,7 @@ class Preparer:
                 "waiting for this domain's IMEX daemon on the node to become Ready (kubelet retries)"
             )
             st.events.emit(claim, NORMAL, EVENT_WAITING, msg)
-            raise retryable(msg)
+            raise retryable(msg, reason=REASON_WAITING_FOR_DAEMON)
 
     def _wait_host_ready(self, plan: ClaimPlan, claim: dict, deadline: float) -> None:
         interval = max(0.05, self.config.host_probe_interval)
@@ -328,14 +346,15 @@ class Preparer:
             if time.monotonic() + interval >= deadline:
                 msg = f"claim {plan.label}: {problem}"
                 self.state.events.emit(claim, WARNING, EVENT_HOST_NOT_READY, msg)
-                raise retryable(msg)
+                raise retryable(msg, reason=REASON_HOST_IMEX_NOT_READY)
             time.sleep(interval)
 
     def _daemon_effects(self, plan: ClaimPlan, cd: dict | None) -> ContainerEdits:
         if cd is None:
             raise retryable(
                 f"claim {plan.label}: ComputeDomain with UID {plan.domain_id} not found; the "
-                "daemon claim is prepared once it exists"
+                "daemon claim is prepared once it exists",
+                reason=REASON_DOMAIN_NOT_FOUND,
             )
         domain_dir = self.config.domain_dir(plan.domain_id)
         self._write_domain_dir(domain_dir)
@@ -344,7 +363,7 @@ class Preparer:
             try:
                 fabric = fabric_mgmt_device(self.config.read_root)
             except DiscoveryError as exc:
-                raise retryable(f"claim {plan.label}: {exc}") from None
+                raise retryable(f"claim {plan.label}: {exc}", reason=REASON_INTERNAL) from None
         meta = meta_of(cd)
         return cdi_edits.daemon_edits(
             clique_id=self.state.discovery.clique_id,
@@ -367,7 +386,8 @@ class Preparer:
             if not target.exists() or target.read_text() != self._template:
                 atomic_write(target, self._template, mode=0o644)
         except OSError as exc:
-            raise retryable(f"cannot write the IMEX config template to {domain_dir}: {exc.strerror or exc}") from None
+            raise retryable(f"cannot write the IMEX config template to {domain_dir}: {exc.strerror or exc}",
+                            reason=REASON_INTERNAL) from None
 
     def _complete(
         self, plan: ClaimPlan, edits: ContainerEdits, started: bool = False, label_required: bool = False
@@ -387,7 +407,8 @@ class Preparer:
                 return done
             current = cp.claims.get(plan.uid)
             if started and (current is None or current.state == ClaimState.PREPARE_ABORTED):
-                raise retryable(f"claim {plan.label} was unprepared while it was being prepared; kubelet retries")
+                raise retryable(f"claim {plan.label} was unprepared while it was being prepared; kubelet retries",
+                                reason=REASON_CANCELLED)
             if label_required and self.labeler.current() != plan.domain_id:
                 raise _LabelGone()
             if plan.kind != KIND_DAEMON:
@@ -414,7 +435,7 @@ class Preparer:
             plan.domain_id,
             ", ".join(i for d in devices for i in d.cdi_device_ids) or "no CDI devices",
         )
-        return Prepared(devices=devices)
+        return Prepared(devices=devices, kind=plan.kind)
 
 
 def remove_orphan_specs(state: PluginState) -> list[str]:

@@ -129,13 +129,16 @@ class SlicePublisher:
         node_uid: Callable[[], str],
         devices: list[DeviceRef],
         retry_seconds: float = 5.0,
+        on_error: Callable[[], None] = lambda: None,
     ) -> None:
+        """``on_error``: called after each failed attempt to publish the slice."""
         self.raw = raw
         self.informer = informer
         self.node_name = node_name
         self.node_uid = node_uid
         self.devices = devices
         self.retry_seconds = retry_seconds
+        self.on_error = on_error
         self._trigger = threading.Event()
         self._cache_changed = threading.Condition()
         self._stop = threading.Event()
@@ -163,6 +166,11 @@ class SlicePublisher:
         self._poke()
         if self._thread is not None:
             self._thread.join(5)
+
+    def current(self) -> bool:
+        """Whether the slices seen now publish exactly this node's devices (nothing to do)."""
+        uid = self.node_uid()
+        return bool(uid) and plan_sync(self.informer.objects(), self.node_name, uid, self.devices).noop
 
     def sync_once(self) -> SyncPlan:
         """Apply one plan from the cached slices; raises ApiError on API failures."""
@@ -225,6 +233,7 @@ class SlicePublisher:
                 if plan.noop:
                     self.published.set()
             except ApiError as exc:
+                self.on_error()
                 log.warning(
                     "ResourceSlice sync for node %s failed (retrying in %.0fs): %s",
                     self.node_name,

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from cdriver.api import constants
-from cdriver.checkpoint import CheckpointStore, ClaimRecord
+from cdriver.checkpoint import CheckpointError, CheckpointStore, ClaimRecord
 from cdriver.kube.events import EventRecorder
 from cdriver.kube.informer import Informer
 from cdriver.kube.raw import RawClient
@@ -16,7 +16,7 @@ from cdriver.roles.kubelet_plugin.claims import HeldDevice
 from cdriver.roles.kubelet_plugin.config import PluginConfig
 from cdriver.roles.kubelet_plugin.discovery import NodeDiscovery
 from cdriver.roles.kubelet_plugin.metrics import PluginMetrics
-from cdriver.roles.kubelet_plugin.node_labels import NodeLabeler
+from cdriver.roles.kubelet_plugin.node_labels import NodeLabeler, domains_missing_label
 from cdriver.roles.kubelet_plugin.readiness import ChangeNotifier
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,8 @@ class PluginState:
     wake_sweeper: Callable[[], None] = field(default=lambda: None)
 
     def __post_init__(self) -> None:
-        self.labeler = NodeLabeler(self.raw, self.config.node_name, self.node_object)
+        self.labeler = NodeLabeler(self.raw, self.config.node_name, self.node_object,
+                                   on_change=self.metrics.node_label_changed)
 
     # -- cache lookups ---------------------------------------------------------------
     def compute_domain(self, uid: str) -> dict | None:
@@ -74,6 +75,18 @@ class PluginState:
 
     def node_object(self) -> dict | None:
         return self.node.get_by_name(self.config.node_name)
+
+    def domain_labels_missing(self) -> int:
+        """ComputeDomains with a prepared channel claim here whose node label is missing
+        (driver-managed mode: in host-managed mode the plugin labels no node)."""
+        if self.config.host_managed:
+            return 0
+        try:
+            records = self.store.read().claims.values()
+        except CheckpointError as exc:  # Prepare and Unprepare report it; a scrape still answers
+            log.debug("domain labels missing: %s", exc)
+            return 0
+        return len(domains_missing_label(records, self.labeler.current()))
 
     def refresh_prepared_gauge(self, claims: dict[str, ClaimRecord]) -> None:
         self.metrics.set_prepared_devices(

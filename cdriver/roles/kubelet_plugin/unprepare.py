@@ -14,11 +14,11 @@ import logging
 import time
 
 from cdriver.cdi.writer import claim_spec_name, remove_spec
-from cdriver.checkpoint import CheckpointError, ClaimState
+from cdriver.checkpoint import ClaimState
 from cdriver.dra.node_service import ClaimRef
 from cdriver.errors import CdriverError
 from cdriver.roles.kubelet_plugin.claims import KIND_CHANNEL
-from cdriver.roles.kubelet_plugin.errors import ClaimError, retryable
+from cdriver.roles.kubelet_plugin.errors import KIND_UNKNOWN, ClaimSeen, as_claim_error
 from cdriver.roles.kubelet_plugin.state import PluginState
 
 log = logging.getLogger(__name__)
@@ -33,24 +33,29 @@ class Unpreparer:
 
     def unprepare(self, ref: ClaimRef) -> bool:
         """Undo ``ref``; False if it was unknown (nothing to do). Raises a retryable ClaimError."""
-        try:
-            return self._unprepare(ref)
-        except ClaimError:
-            raise
-        except CheckpointError as exc:
-            raise retryable(f"claim {ref}: {exc}") from None
-        except CdriverError as exc:
-            raise retryable(f"claim {ref}: {exc}") from None
+        return self.unprepare_kind(ref) is not None
 
-    def _unprepare(self, ref: ClaimRef) -> bool:
+    def unprepare_kind(self, ref: ClaimRef) -> str | None:
+        """Undo ``ref``; the kind of the claim undone ("" for a claim without devices), None if
+        it was unknown (nothing to do). Raises a retryable ClaimError whose ``claim_kind`` says
+        the kind once the claim's record was read."""
+        self.state.metrics.waiting.resolved(ref.uid)  # kubelet (or the sweeper) gave it up: no more waiting
+        seen = ClaimSeen()
+        try:
+            return self._unprepare(ref, seen)
+        except CdriverError as exc:
+            raise as_claim_error(ref, exc, seen) from None
+
+    def _unprepare(self, ref: ClaimRef, seen: ClaimSeen) -> str | None:
         store = self.state.store
         if ref.uid not in store.read().claims:
             log.debug("unprepare %s: not prepared here, nothing to do", ref)
-            return False
+            return None
         with store.locked() as cp:
             rec = cp.claims.get(ref.uid)
             if rec is None or rec.state == ClaimState.PREPARE_ABORTED:
-                return False
+                return None
+            seen.kind = rec.kind or KIND_UNKNOWN
             remove_spec(self.state.config.cdi_root, claim_spec_name(ref.uid))
             if rec.kind == KIND_CHANNEL and rec.domain_id and not self.state.config.host_managed:
                 others = [
@@ -76,4 +81,4 @@ class Unpreparer:
         log.info("unprepared claim %s (%s, ComputeDomain %s)", ref, rec.kind or "no devices", rec.domain_id)
         if rec.domain_id and self.state.compute_domain(rec.domain_id) is None:
             self.state.wake_sweeper()  # its domain is gone: clean up what it left now
-        return True
+        return rec.kind

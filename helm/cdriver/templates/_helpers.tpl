@@ -135,9 +135,13 @@ given, the upstream key wins: it is what a values file carried over from upstrea
 {{- regexFind "[0-9]+$" . | int -}}
 {{- end -}}
 
-{{/* Pod annotations: the chart-wide podAnnotations under the component's own. */}}
+{{/* Pod annotations: the chart-wide podAnnotations under the component's own, and with a
+metricsPort (metrics on) and metrics.podAnnotations.enabled, prometheus.io/scrape, /port and /path. */}}
 {{- define "cdriver.podAnnotations" -}}
 {{- $merged := merge (deepCopy (.component.podAnnotations | default dict)) (.root.Values.podAnnotations | default dict) -}}
+{{- if and .metricsPort (dig "podAnnotations" "enabled" true (.root.Values.metrics | default dict)) }}
+{{- $merged = merge $merged (dict "prometheus.io/scrape" "true" "prometheus.io/port" (toString .metricsPort) "prometheus.io/path" "/metrics") -}}
+{{- end }}
 {{- with $merged }}
 annotations:
   {{- toYaml . | nindent 2 }}

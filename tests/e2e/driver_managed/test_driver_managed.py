@@ -26,6 +26,8 @@ from cdriver.nvml.discover import channel_device_path
 from cdriver.roles.controller.desired import DAEMON_POD_CLAIM_NAME
 from cdriver.sim.world import scenario
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
+from tests.support.metrics import sample_value
+from tests.support.waiting import wait_for
 from tests.support.world import (
     clique_nodes,
     cliques,
@@ -65,6 +67,13 @@ def test_the_charts_imex_settings_reach_the_config_each_daemon_writes(world: Sim
         written = parse_config(text(exec_in(world, DRIVER_NAMESPACE, daemon, ["cat", IMEXD_CONFIG]).stdout))
         assert (written["IMEX_NODE_DISCONNECTED_GRACE_TIME"], written["LOG_LEVEL"],
                 written["IMEX_WAIT_FOR_QUORUM"]) == (GRACE_TIME, "4", "RECOVERY")
+        # each daemon serves its metrics where its pod annotations say, on its own pod IP
+        notes = daemon["metadata"]["annotations"]
+        url = f"http://{daemon['status']['podIP']}:{notes['prometheus.io/port']}{notes['prometheus.io/path']}"
+        assert notes["prometheus.io/scrape"] == "true"
+        wait_for(f"{url} to say the daemon is READY", lambda u=url: sample_value(u, "cdriver_imex_daemon_ready") == 1,
+                 30)
+        assert sample_value(url, "cdriver_imex_daemon_peers") == 2
     delete_all(world, ns, ["a", "b"], "tuned", uid)
 
 

@@ -114,6 +114,23 @@ def test_client_rate_limits_render_with_the_roles_defaults_and_as_set(helm: Path
     assert out.returncode != 0 and "kubeApiBurst" in out.stderr
 
 
+def test_metrics_pods_are_annotated_for_prometheus_and_the_daemon_port_is_passed(helm: Path) -> None:
+    def rendered(*args: str) -> tuple:
+        docs = objects(helm, *args)
+        pods = (by_kind(docs, "Deployment")[constants.CONTROLLER_DEPLOYMENT]["spec"]["template"],
+                by_kind(docs, "DaemonSet")[constants.KUBELET_PLUGIN_DAEMONSET]["spec"]["template"])
+        annotations = tuple((p["metadata"].get("annotations") or {}).get("prometheus.io/port") for p in pods)
+        env = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0]["env"]}
+        return annotations, env["DAEMON_METRICS_PORT"]
+
+    assert rendered() == (("8080", "8081"), "8082")
+    assert rendered("--set", "kubeletPlugin.metrics.enabled=false", "--set", "controller.daemon.metrics.port=0") \
+        == (("8080", None), "0")
+    assert rendered("--set", "metrics.podAnnotations.enabled=false") == ((None, None), "8082")
+    out = render(helm, "--set", "controller.daemon.metrics.port=70000")
+    assert out.returncode != 0 and "port" in out.stderr
+
+
 @pytest.mark.parametrize("mode_args", [[], HOST_MODE], ids=["driverManaged", "hostManaged"])
 def test_rendered_objects_pass_server_side_dry_run(helm: Path, raw, mode_args: list[str]) -> None:
     dry_run_render(helm, raw, *mode_args)

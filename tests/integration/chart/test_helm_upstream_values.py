@@ -46,7 +46,9 @@ def test_upstream_values_file_keeps_its_meaning(helm: Path) -> None:
     assert "DRAListTypeAttributes=true" in penv["FEATURE_GATES"]
     assert plugin["resources"] == {"limits": {"memory": "512Mi"}}
     assert plugin["livenessProbe"]["grpc"] == {"port": 51600, "service": "liveness"}
-    assert plugin_pod["metadata"]["annotations"] == {"team": "gpu-platform", "plugin-note": "kept"}
+    # the values' annotations, and Prometheus' (metrics.podAnnotations.enabled) for the metrics port
+    assert plugin_pod["metadata"]["annotations"] == {"team": "gpu-platform", "plugin-note": "kept",
+                                                     **scrape_annotations("8181")}
     # Host-managed: no daemon DeviceClass.
     assert set(by_kind(docs, "DeviceClass")) == {DEVICE_CLASS_DEFAULT_CHANNEL}
 
@@ -59,7 +61,12 @@ def test_upstream_values_file_keeps_its_meaning(helm: Path) -> None:
     assert cenv["EXTRA_CONTROLLER"] == "1"
     assert controller["ports"] == [{"name": "metrics", "containerPort": 9090}]
     assert controller["resources"] == {"requests": {"cpu": "50m"}}
-    assert controller_pod["metadata"]["annotations"] == {"team": "gpu-platform", "scrape": "true"}
+    assert controller_pod["metadata"]["annotations"] == {"team": "gpu-platform", "scrape": "true",
+                                                         **scrape_annotations("9090")}
+
+
+def scrape_annotations(port: str) -> dict[str, str]:
+    return {"prometheus.io/scrape": "true", "prometheus.io/port": port, "prometheus.io/path": "/metrics"}
 
 
 def test_durations_reach_the_controller_in_a_form_it_parses(helm: Path) -> None:

@@ -115,7 +115,7 @@ class FakeServer:
         self.calls: list[tuple[str, str, object]] = []
 
     def request(self, method: str, path: str, query: object = None, body: object = None,
-                content_type: object = None, timeout: object = None) -> object:
+                content_type: object = None, timeout: object = None, **_kw: object) -> object:
         from cdriver.kube.errors import ApiError
 
         self.calls.append((method, path, body))

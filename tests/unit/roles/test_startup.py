@@ -17,7 +17,6 @@ from cdriver.roles.imex_daemon import cli as daemon_cli
 from cdriver.roles.imex_daemon import inputs as daemon_inputs
 from cdriver.roles.kubelet_plugin import cli as plugin_cli
 from cdriver.roles.kubelet_plugin import config as plugin_config
-from cdriver.roles.kubelet_plugin.metrics import CountingRawClient, PluginMetrics
 
 KUBECONFIG = """apiVersion: v1
 kind: Config
@@ -74,17 +73,6 @@ def test_plugin_flags_and_environment_reach_its_config(monkeypatch: pytest.Monke
     assert cfg.kube_api_qps == 0  # client-go's default applies when the client is built
     with pytest.raises(CdriverError, match="--kube-api-burst -3"):
         plugin_cli.build_config(params(plugin_cli.command, [*PLUGIN_ARGS, "--kube-api-burst", "-3"]), "")
-
-
-def test_the_plugins_counting_client_keeps_the_limiter() -> None:
-    class Connection:
-        host, pool = "https://api.test", None
-
-        def headers(self) -> dict[str, str]:
-            return {}
-
-    limiter = TokenBucket(1, 1)
-    assert CountingRawClient(Connection(), PluginMetrics("n1"), limiter).rate_limiter is limiter
 
 
 DAEMON_IDENTITY = daemon_inputs.RawInputs(cd_uid="uid-1", pod_name="p", pod_namespace="drv")

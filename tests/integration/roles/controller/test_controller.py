@@ -560,10 +560,14 @@ def test_orphans_of_vanished_domains_are_cleaned_up(raw, namespace, driver_ns,
     raw.create(DS, objects.daemon_set)
     node = nodes({constants.LABEL_COMPUTE_DOMAIN: uid})
     live = raw.create(CDS, compute_domain("live", namespace, "live-chan", mode=None), namespace)
-    start_controller(settings)
+    controller = start_controller(settings)
     wait_for("orphans removed", lambda: not labelled(raw, RCTS, uid) and not labelled(raw, DS, uid), 30)
     wait_for("orphan node label removed",
              lambda: constants.LABEL_COMPUTE_DOMAIN not in raw.get(NODES, node)["metadata"]["labels"], 10)
+    registry = controller.metrics.registry
+    assert registry.get_sample_value("cdriver_controller_node_labels_removed_total") == 1
+    wait_for("no stale node label counted", lambda: registry.get_sample_value(
+        "cdriver_controller_stale_node_labels") == 0, 10)
     # The live domain's objects are untouched.
     wait_generated(raw, live, driver_ns)
 
@@ -673,6 +677,11 @@ def test_metrics_and_health_endpoint(raw, namespace, driver_ns, start_controller
         assert "cdriver_controller_reconcile_total" in text
         assert "cdriver_controller_queue_depth" in text
         assert 'cdriver_controller_api_writes_total{resource="daemonsets",verb="create"}' in text
+        ready = 1.0 if raw.get(CDS, "cd1", namespace)["status"]["status"] == constants.STATUS_READY else 0.0
+        assert f'cdriver_controller_compute_domain_ready{{domain_name="cd1",domain_namespace="{namespace}"}} {ready}' \
+            in text
+        assert 'cdriver_controller_clique_daemons{status="NotReady"}' in text
+        assert "cdriver_controller_stale_node_labels 0.0" in text
         with urllib.request.urlopen(f"{base}/healthz", timeout=5) as resp:
             assert resp.status == 200
     finally:

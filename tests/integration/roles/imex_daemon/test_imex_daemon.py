@@ -205,9 +205,18 @@ def all_connected(h: Harness, m: Member) -> bool:
 def test_killed_imex_is_restarted_and_readiness_follows(daemons: Harness) -> None:
     h = daemons
     a = h.start(h.add(CQ0))
-    ready_and_reported(h, a)
+    entry = ready_and_reported(h, a)
     first = h.imex_pid(a)
     assert first is not None
+    # its metrics endpoint (on the pod IP) says so too
+    wait_for("the daemon to report READY on its metrics endpoint",
+             lambda: h.metric(a, "cdriver_imex_daemon_ready") == 1, 10)
+    assert h.metric(a, "cdriver_imex_daemon_index") == entry["index"]
+    assert h.metric(a, "cdriver_imex_daemon_index_assignment_seconds") > 0
+    assert (h.metric(a, "cdriver_imex_daemon_imex_starts_total"), h.metric(a, "cdriver_imex_daemon_imex_running")) \
+        == (1, 1)
+    assert h.metric(a, "cdriver_imex_daemon_clique_updates_total", result="ok") >= 2  # joined, then Ready
+    assert h.metric(a, "cdriver_api_client_requests_total", verb="update", code="200") >= 2
     os.kill(first, signal.SIGKILL)
     seen: list[str] = []
 
@@ -223,6 +232,8 @@ def test_killed_imex_is_restarted_and_readiness_follows(daemons: Harness) -> Non
     assert h.check(a).returncode == 0
     assert "exited unexpectedly" in a.log()
     assert h.events(a, EVENT_REASON_IMEX_RESTARTED)
+    assert h.metric(a, "cdriver_imex_daemon_imex_starts_total") == 2
+    assert h.metric(a, "cdriver_imex_daemon_imex_restarts_total", reason="exited") == 1
 
 
 def test_new_peer_is_signalled_not_restarted_and_leaving_prunes_the_entry(daemons: Harness) -> None:

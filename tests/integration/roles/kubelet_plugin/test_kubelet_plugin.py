@@ -176,7 +176,7 @@ def metric(plugin: PluginProcess, port: int, name: str, **labels: str) -> float:
 
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     for line in text.splitlines():
-        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+        if line.startswith((name + "{", name + " ")) and all(f'{k}="{v}"' in line for k, v in labels.items()):
             return float(line.rsplit(" ", 1)[1])
     raise AssertionError(f"metric {name}{labels} not exported")
 
@@ -267,6 +267,52 @@ def test_ready_clique_wakes_waiting_prepare_and_unprepare_cleans_up(
     assert metric(plugin, port, "nvidia_dra_prepared_devices", device_type="channel") == 0
     # Unknown UID: a no-op success.
     assert kubelet.unprepare(claim) == {uid_of(claim): ""}
+
+
+def test_metrics_follow_a_claim_that_waits_for_its_daemon(
+        plugin_factory: Callable[..., PluginProcess], raw: RawClient, namespace: str, node: SimNode,
+        driver_ns: str) -> None:
+    """Scraped from the plugin's endpoint: a Prepare that fails waiting for the node's daemon is
+    counted with its reason and makes the claim wait; a successful one clears it; the node
+    label, the registration and the slice are seen too."""
+    from cdriver.dra.client import notify_registration
+    from cdriver.sim.controlplane.cluster import free_port
+
+    port = free_port()
+    plugin = plugin_factory(node, extra_args=["--http-endpoint", f"127.0.0.1:{port}"])
+    assert metric(plugin, port, "cdriver_kubelet_plugin_registered") == 0
+    assert notify_registration(plugin.reg_socket, True, "", timeout=5) == ""
+    assert metric(plugin, port, "cdriver_kubelet_plugin_registered") == 1
+    wait_for("the slice to count as published",
+             lambda: metric(plugin, port, "cdriver_kubelet_plugin_resourceslice_published") == 1, 20)
+    cd = make_cd(raw, namespace)
+    claim = allocated_claim(raw, namespace, node.name, channel_params(cd))
+    set_clique_ready(raw, driver_ns, cd, node, status="NotReady")
+    kubelet = Kubelet(plugin)
+    first = kubelet.prepare(claim)[uid_of(claim)]
+    assert "is not ready on node" in first.error
+    waiting = dict(kind="channel", reason="waiting_for_daemon")
+    assert metric(plugin, port, "cdriver_kubelet_plugin_claim_operations_total", operation="prepare",
+                  outcome="retryable", **waiting) == 1
+    assert metric(plugin, port, "cdriver_kubelet_plugin_claims_waiting", **waiting) == 1
+    assert metric(plugin, port, "cdriver_kubelet_plugin_oldest_waiting_claim_seconds", kind="channel") > 0
+    assert metric(plugin, port, "cdriver_kubelet_plugin_readiness_waits", kind="channel") == 0
+    assert metric(plugin, port, "cdriver_kubelet_plugin_node_label_changes_total", action="applied") == 1
+
+    set_clique_ready(raw, driver_ns, cd, node, status="Ready")
+    assert kubelet.prepare(claim)[uid_of(claim)].error == ""
+    assert metric(plugin, port, "cdriver_kubelet_plugin_claims_waiting", **waiting) == 0
+    assert metric(plugin, port, "cdriver_kubelet_plugin_oldest_waiting_claim_seconds", kind="channel") == 0
+    assert metric(plugin, port, "cdriver_kubelet_plugin_claim_operations_total", operation="prepare",
+                  kind="channel", outcome="ok", reason="none") == 1
+    assert metric(plugin, port, "cdriver_kubelet_plugin_domain_labels_missing") == 0
+    raw.patch(NODES, node.name, {"metadata": {"labels": {LABEL_COMPUTE_DOMAIN: None}}})  # by hand
+    wait_for("the missing label to be seen",
+             lambda: metric(plugin, port, "cdriver_kubelet_plugin_domain_labels_missing") == 1, 10)
+    assert metric(plugin, port, "cdriver_api_client_requests_total", verb="patch", code="200") >= 1
+    assert metric(plugin, port, "cdriver_kubelet_plugin_api_requests_total", verb="patch") >= 1
+    assert kubelet.unprepare(claim) == {uid_of(claim): ""}
+    assert metric(plugin, port, "cdriver_kubelet_plugin_domain_labels_missing") == 0
 
 
 def test_all_mode_injects_every_channel(plugin: PluginProcess, raw: RawClient, namespace: str, node: SimNode,
@@ -682,7 +728,10 @@ def test_lost_checkpoint_is_rebuilt_without_removing_specs_running_pods_use(
         driver_ns: str, damage: str) -> None:
     """Deleting or damaging the checkpoint must not take the CDI spec from a running pod (its
     restarted container would fail with "CDI device ... is not defined")."""
-    plugin = plugin_factory(node)
+    from cdriver.sim.controlplane.cluster import free_port
+
+    port = free_port()
+    plugin = plugin_factory(node, extra_args=["--http-endpoint", f"127.0.0.1:{port}"])
     cd = make_cd(raw, namespace)
     set_clique_ready(raw, driver_ns, cd, node)
     claim = allocated_claim(raw, namespace, node.name, channel_params(cd))
@@ -704,6 +753,8 @@ def test_lost_checkpoint_is_rebuilt_without_removing_specs_running_pods_use(
 
     plugin.start()
     assert spec.read_bytes() == content and stranger.exists(), "no CDI spec may be removed"
+    reason = "missing" if damage == "deleted" else "corrupt"
+    assert metric(plugin, port, "cdriver_kubelet_plugin_checkpoint_rebuilds_total", reason=reason) == 1
     if damage == "garbage":
         (kept,) = plugin.plugin_dir.glob(f"{CHECKPOINT_FILE_NAME}.corrupt-*")
         assert kept.read_bytes() == b'{"cdriver": {"version": 1, "claims": {'

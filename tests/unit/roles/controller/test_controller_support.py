@@ -10,7 +10,7 @@ from cdriver.api import constants
 from cdriver.roles.controller import desired
 from cdriver.roles.controller.cleanup import objects_of, orphan_domains
 from cdriver.roles.controller.cli import parse_duration
-from cdriver.roles.controller.metrics import ControllerMetrics, parse_endpoint
+from cdriver.roles.controller.metrics import CacheViews, ControllerMetrics, parse_endpoint
 from cdriver.roles.controller.overlay import Overlay
 from cdriver.roles.controller.reconciler import domain_index, domain_target_index, parse_domain
 from cdriver.roles.controller.settings import ControllerSettings, split_names
@@ -85,6 +85,23 @@ def test_metrics_render_domain_counts_and_queue_depth():
     assert 'nvidia_dra_compute_domain_info{status="NotReady"} 0.0' in text
     assert "cdriver_controller_queue_depth 7.0" in text
     assert 'cdriver_controller_api_writes_total{resource="daemonsets",verb="create"} 1.0' in text
+
+
+def test_metrics_read_per_domain_readiness_daemons_and_stale_labels_from_the_caches():
+    ready = {"metadata": {"namespace": "a", "name": "one"}, "status": {"status": constants.STATUS_READY}}
+    fresh = {"metadata": {"namespace": "b", "name": "two"}}
+    metrics = ControllerMetrics()
+    metrics.bind(CacheViews(domain_counts=lambda: {constants.STATUS_READY: 1}, domains=lambda: [ready, fresh],
+                            daemon_counts=lambda: {constants.STATUS_READY: 4, constants.STATUS_NOT_READY: 1},
+                            stale_node_labels=lambda: 2), lambda: 0)
+    metrics.node_labels_removed.inc()
+    text = metrics.render().decode()
+    assert 'cdriver_controller_compute_domain_ready{domain_name="one",domain_namespace="a"} 1.0' in text
+    assert 'cdriver_controller_compute_domain_ready{domain_name="two",domain_namespace="b"} 0.0' in text
+    assert 'cdriver_controller_clique_daemons{status="Ready"} 4.0' in text
+    assert 'cdriver_controller_clique_daemons{status="NotReady"} 1.0' in text
+    assert "cdriver_controller_stale_node_labels 2.0" in text
+    assert "cdriver_controller_node_labels_removed_total 1.0" in text
 
 
 # --- trimming ------------------------------------------------------------------------------

@@ -183,3 +183,26 @@ def test_ownership_is_by_domain_label():
     assert not desired.owned_by(obj, "other-uid")
     assert not desired.owned_by({"metadata": {"name": "x"}}, UID)
     assert desired.has_finalizer(obj) and not desired.is_terminating(obj)
+
+
+def test_daemon_pods_serve_metrics_on_their_pod_ip_and_are_annotated_for_prometheus():
+    ds = desired.daemon_set(domain(), settings(), "t")
+    template = ds["spec"]["template"]
+    (container,) = template["spec"]["containers"]
+    env = _env(container)
+    names = [e["name"] for e in container["env"]]
+    # $(POD_IP) expands only after POD_IP is defined
+    assert env["HTTP_ENDPOINT"] == "$(POD_IP):8082" and names.index("POD_IP") < names.index("HTTP_ENDPOINT")
+    assert container["ports"] == [{"name": "metrics", "containerPort": 8082, "protocol": "TCP"}]
+    assert template["metadata"]["annotations"] == {
+        "prometheus.io/scrape": "true", "prometheus.io/port": "8082", "prometheus.io/path": "/metrics"}
+
+
+def test_daemon_metrics_port_0_turns_the_endpoint_and_annotations_off():
+    ds = desired.daemon_set(domain(), settings(daemon_metrics_port=0), "t")
+    template = ds["spec"]["template"]
+    (container,) = template["spec"]["containers"]
+    assert _env(container)["HTTP_ENDPOINT"] == ""  # the daemon's own default would serve
+    assert "ports" not in container and "annotations" not in template["metadata"]
+    assert settings(daemon_metrics_port=70000).problems() == [
+        "--daemon-metrics-port 70000 is not a port: use 1..65535, or 0 for no metrics endpoint (default 8082)"]

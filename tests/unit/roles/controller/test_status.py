@@ -15,6 +15,7 @@ from cdriver.roles.controller.status import (
     aggregate_nodes,
     corrected_clique,
     desired_status,
+    entries_by_status,
     global_status,
     nodes_from_cliques,
     pod_node_name,
@@ -217,3 +218,9 @@ def test_status_fields_an_older_crd_prunes_stop_the_rewrites():
     assert not status_differs(stored, without_fields(want, dropped))
     assert pruned_fields(want, want) == set()
     assert without_fields(want, set()) is want
+
+
+def test_daemon_entries_by_status_count_an_absent_status_as_not_ready():
+    entries = [{"status": constants.STATUS_READY}, {"status": constants.STATUS_NOT_READY}, {}]
+    assert entries_by_status(entries) == {constants.STATUS_READY: 1, constants.STATUS_NOT_READY: 2}
+    assert entries_by_status([]) == {constants.STATUS_READY: 0, constants.STATUS_NOT_READY: 0}

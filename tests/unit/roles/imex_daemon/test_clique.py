@@ -106,3 +106,51 @@ def test_backoff_doubles_caps_and_jitters_within_25_percent() -> None:
     assert cl.backoff_delay(30, rng=lambda: 0.5) == pytest.approx(6.0)
     assert cl.backoff_delay(30, rng=lambda: 0.0) == pytest.approx(4.5)
     assert cl.backoff_delay(30, rng=lambda: 0.999999) == pytest.approx(7.5, rel=1e-5)
+
+
+class ConflictingStore:
+    """A membership object whose first `conflicts` writes answer 409, and then a 500 when `fail`."""
+
+    key, description = cl.KEY_CLIQUE, "clique test"
+
+    def __init__(self, conflicts: int, fail: bool = False) -> None:
+        self.obj: dict = {"metadata": {"resourceVersion": "1"}}
+        self.conflicts, self.fail = conflicts, fail
+
+    def current(self) -> dict:
+        return dict(self.obj)
+
+    refresh = ensure = current
+
+    def needs_write(self, obj: dict) -> bool:
+        return False
+
+    def entries(self, obj: dict | None) -> list[dict]:
+        return list((obj or {}).get("daemons") or [])
+
+    def with_entries(self, obj: dict, entries: list[dict]) -> dict:
+        return {**obj, "daemons": entries}
+
+    def write(self, obj: dict) -> dict:
+        from cdriver.kube.errors import ApiError
+
+        if self.conflicts:
+            self.conflicts -= 1
+            raise ApiError(409, "Conflict", "the object has been modified")
+        if self.fail:
+            raise ApiError(500, "InternalError", "etcd")
+        self.obj = obj
+        return obj
+
+
+def test_every_write_of_the_entry_is_reported_with_its_result() -> None:
+    results: list[str] = []
+    member = cl.Member("node-a", "10.0.0.1", CQ)
+    join = lambda entries: cl.upsert_entry(entries, member, 4)  # noqa: E731
+    cl.update_with_retry(ConflictingStore(conflicts=2), join, sleep=lambda _s: None, on_write=results.append)
+    assert results == [cl.WRITE_CONFLICT, cl.WRITE_CONFLICT, cl.WRITE_OK]
+    results.clear()
+    with pytest.raises(Exception, match="etcd"):
+        cl.update_with_retry(ConflictingStore(conflicts=0, fail=True), join, sleep=lambda _s: None,
+                             on_write=results.append)
+    assert results == [cl.WRITE_ERROR]

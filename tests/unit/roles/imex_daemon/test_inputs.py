@@ -91,3 +91,10 @@ def test_check_settings_accept_an_empty_clique() -> None:
     s = parse_check_settings(RawInputs(clique_id="  ", imexd_dir="/x"))
     assert s.clique_id == ""
     assert s.paths.config == Path("/x/imexd.cfg")
+
+
+def test_the_metrics_endpoint_defaults_to_8082_and_a_bad_one_is_named() -> None:
+    assert (parse_settings(raw()).http_endpoint, parse_settings(raw()).metrics_path) == (":8082", "/metrics")
+    assert parse_settings(raw(http_endpoint=" ")).http_endpoint == ""  # off
+    with pytest.raises(InputError, match="--http-endpoint '8082'.*empty: no metrics endpoint"):
+        parse_settings(raw(http_endpoint="8082"))

@@ -171,7 +171,7 @@ def test_bad_claims_are_permanent_errors_naming_the_problem(mutate, needle):
     mutate(claim)
     with pytest.raises(claims.ClaimError) as err:
         claims.plan_claim(claim, NODE)
-    assert err.value.permanent
+    assert err.value.permanent and err.value.reason == "invalid_config"
     assert needle in str(err.value)
     assert "team-a/wl-claim:claim-uid-1" in str(err.value)
 
@@ -221,7 +221,7 @@ def test_channel_zero_taken_by_another_completed_claim_is_retryable():
     plan = claims.plan_claim(make_claim(), NODE)
     with pytest.raises(claims.ClaimError) as err:
         claims.check_devices_free(plan, [held("other-uid")], host_managed=False)
-    assert not err.value.permanent
+    assert not err.value.permanent and err.value.reason == "channel_in_use"
     assert "already allocated" in str(err.value) and "other-uid" in str(err.value)
 
 
@@ -256,7 +256,7 @@ def test_namespace_must_match_compute_domain():
     cd = {"metadata": {"name": "dom", "namespace": "team-a", "uid": CD_UID}}
     with pytest.raises(claims.ClaimError) as err:
         claims.check_domain_namespace(plan, cd)
-    assert err.value.permanent
+    assert err.value.permanent and err.value.reason == "wrong_namespace"
     assert "'team-b'" in str(err.value) and "'team-a'" in str(err.value)
     claims.check_domain_namespace(claims.plan_claim(make_claim(ns="team-a"), NODE), cd)
 
@@ -265,7 +265,7 @@ def test_missing_compute_domain_is_permanent():
     plan = claims.plan_claim(make_claim(), NODE)
     with pytest.raises(claims.ClaimError) as err:
         claims.check_domain_namespace(plan, None)
-    assert err.value.permanent and CD_UID in str(err.value)
+    assert err.value.permanent and err.value.reason == "domain_not_found" and CD_UID in str(err.value)
 
 
 def test_replaced_claim_is_detected():

@@ -85,6 +85,7 @@ def test_a_claim_not_prepared_before_the_deletion_is_refused_every_time(world) -
         with pytest.raises(ClaimError) as err:
             prepare(preparer, claims, "late")
         assert not err.value.permanent
+        assert (err.value.reason, err.value.claim_kind) == ("domain_deleting", "channel")
         assert "ComputeDomain team/cd (UID cd-uid) is being deleted; delete the pods" in str(err.value)
     # recorded like any failed Prepare, so its Unprepare finds it; it holds no channel
     rec = preparer.state.store.read().claims["uid-late"]
