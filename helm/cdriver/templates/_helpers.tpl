@@ -130,6 +130,11 @@ given, the upstream key wins: it is what a values file carried over from upstrea
 {{- .Values.controller.metrics.httpEndpoint | default (printf ":%d" (int .Values.controller.metrics.port)) -}}
 {{- end -}}
 
+{{/* The plugin's metrics endpoint as the user gave it, or ":<port>" (the pod serves it on its pod IP). */}}
+{{- define "cdriver.pluginHttpEndpoint" -}}
+{{- .Values.kubeletPlugin.metrics.computeDomainHttpEndpoint | default (printf ":%d" (int .Values.kubeletPlugin.metrics.port)) -}}
+{{- end -}}
+
 {{/* The port number at the end of an endpoint such as ":8080" or "0.0.0.0:8080". */}}
 {{- define "cdriver.endpointPort" -}}
 {{- regexFind "[0-9]+$" . | int -}}
