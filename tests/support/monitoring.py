@@ -132,6 +132,13 @@ def start_prometheus(world: SimWorld, run_dir: Path, rule_values: list[str]) -> 
         prom.stop()
 
 
+def target_summary(prom: LocalPrometheus) -> list[tuple[str, str, str, str, str]]:
+    """Each active target as (component, node, compute_domain, health, last error), sorted."""
+    return sorted((t["labels"].get("component", ""), t["labels"].get("node", ""),
+                   t["labels"].get("compute_domain", ""), t["health"], t.get("lastError", ""))
+                  for t in prom.targets())
+
+
 def matching(alert: dict, labels: dict[str, str]) -> bool:
     return all(alert["labels"].get(k) == v for k, v in labels.items())
 
@@ -141,7 +148,8 @@ def wait_firing(prom: LocalPrometheus, alertname: str, labels: dict[str, str], t
     def probe() -> dict | None:
         return next((a for a in prom.firing(alertname) if matching(a, labels)), None)
 
-    return wait_for(lambda: f"alert {alertname} {labels} to fire; alerts now: {json.dumps(prom.alerts())[:3000]}",
+    return wait_for(lambda: f"alert {alertname} {labels} to fire; alerts now: {json.dumps(prom.alerts())[:3000]}; "
+                            f"targets: {target_summary(prom)}",
                     probe, timeout, interval=1.0)
 
 

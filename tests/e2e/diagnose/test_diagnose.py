@@ -207,16 +207,11 @@ def test_healthy_then_label_removed(world: SimWorld, prom: LocalPrometheus, e2e_
 def assert_scraped_and_quiet(world: SimWorld, prom: LocalPrometheus, uid: str, daemon_nodes: list[str]) -> None:
     """Prometheus found every role through pod discovery and scrapes it; no alert fires; every
     series the dashboard reads exists."""
-    def scraped() -> list | None:
-        up = [t for t in prom.targets() if t["health"] == "up"]
-        seen = sorted((t["labels"].get("component"), t["labels"].get("node"), t["labels"].get("compute_domain", ""))
-                      for t in up)
-        want = sorted([("controller", n, "") for n in [seen_controller_node(world)]]
-                      + [("kubelet-plugin", n.name, "") for n in world.nodes]
-                      + [("imex-daemon", n, uid) for n in daemon_nodes])
-        return seen if seen == want else None
-
-    wait_for(lambda: f"every role scraped; targets: {json.dumps(prom.targets())[:3000]}", scraped, 60, interval=1.0)
+    want = sorted([("controller", seen_controller_node(world), "", "up", "")]
+                  + [("kubelet-plugin", n.name, "", "up", "") for n in world.nodes]
+                  + [("imex-daemon", n, uid, "up", "") for n in daemon_nodes])
+    wait_for(lambda: f"every role scraped: want {want}, targets {monitoring.target_summary(prom)}",
+             lambda: monitoring.target_summary(prom) == want, 60, interval=1.0)
     firing = [a for a in prom.alerts() if a["state"] == "firing"]
     assert not firing, f"alerts on a healthy cluster: {json.dumps(firing)[:3000]}"
     names_on_dashboard = set().union(*(monitoring.series_named(e) for e in monitoring.panel_queries().values()))
