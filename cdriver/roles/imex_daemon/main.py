@@ -502,6 +502,7 @@ class Daemon:
             return
         holder = failures.find_port_holder(self.settings.pod_ip, self.ports)
         if holder is not None:
+            self.metrics.start_held_back()
             self.block(failures.port_conflict_message(self.settings.pod_ip, holder))
             return
         self.unblock()

@@ -74,6 +74,7 @@ class DaemonMetrics:
         self._lock = threading.Lock()
         self._restarts = {RESTART_EXITED: 0, RESTART_CONFIG_CHANGED: 0}
         self._exits_before_ready = 0
+        self._held_back = 0
         self._index_seconds = 0.0
         self._views: DaemonViews | None = None
         self.clique_updates = Counter("cdriver_imex_daemon_clique_updates", "Writes of this daemon's clique "
@@ -108,6 +109,11 @@ class DaemonMetrics:
         with self._lock:
             self._exits_before_ready += 1
 
+    def start_held_back(self) -> None:
+        """A start of nvidia-imex that did not happen: another process holds its port."""
+        with self._lock:
+            self._held_back += 1
+
     def index_assigned(self, seconds: float) -> None:
         """The first index this daemon got, ``seconds`` after it started (kept once set)."""
         with self._lock:
@@ -126,10 +132,11 @@ class DaemonMetrics:
         return counts
 
     def start_failures(self) -> int:
-        """Exits before READY plus starts that could not spawn nvidia-imex."""
+        """Exits before READY, starts held back by a taken port, and starts that could not spawn
+        nvidia-imex."""
         with self._lock:
-            before_ready = self._exits_before_ready
-        return before_ready + (self._views.spawn_failures() if self._views is not None else 0)
+            failed = self._exits_before_ready + self._held_back
+        return failed + (self._views.spawn_failures() if self._views is not None else 0)
 
 
 class _StartFailures:
@@ -138,5 +145,6 @@ class _StartFailures:
 
     def collect(self) -> Iterable[Metric]:
         yield CounterMetricFamily("cdriver_imex_daemon_imex_start_failures", "nvidia-imex starts that failed: "
-                                  "it could not be spawned, or exited before it answered READY",
+                                  "it could not be spawned, another process held its port, or it exited "
+                                  "before it answered READY",
                                   value=self._metrics.start_failures())

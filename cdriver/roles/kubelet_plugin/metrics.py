@@ -13,7 +13,7 @@ from prometheus_client.process_collector import ProcessCollector
 
 from cdriver.api import constants
 from cdriver.kube.metrics import ApiClientMetrics
-from cdriver.roles.kubelet_plugin.errors import KIND_UNKNOWN
+from cdriver.roles.kubelet_plugin.errors import KIND_UNKNOWN, REASON_HOST_IMEX_NOT_READY, REASON_WAITING_FOR_DAEMON
 from cdriver.roles.kubelet_plugin.node_labels import LABEL_APPLIED, LABEL_REMOVED
 from cdriver.roles.kubelet_plugin.waiting import WaitingClaims
 
@@ -30,6 +30,10 @@ REBUILD_MISSING = "missing"
 REBUILD_CORRUPT = "corrupt"
 
 CLAIMS_WAITING = "cdriver_kubelet_plugin_claims_waiting"
+#: the waits of a channel claim for its node's readiness, exported as 0 while none waits so a
+#: query on them (the dashboard, alerts) sees a series on every plugin
+USUAL_WAITS = ((constants.DEVICE_TYPE_CHANNEL, REASON_WAITING_FOR_DAEMON),
+               (constants.DEVICE_TYPE_CHANNEL, REASON_HOST_IMEX_NOT_READY))
 OLDEST_WAITING = "cdriver_kubelet_plugin_oldest_waiting_claim_seconds"
 LEGACY_API_REQUESTS = "cdriver_kubelet_plugin_api_requests"
 #: The verbs of `LEGACY_API_REQUESTS`: the HTTP method (``watch`` for watches), as before the
@@ -69,7 +73,8 @@ class _WaitingCollector:
     def collect(self) -> Iterable[Metric]:
         counts = GaugeMetricFamily(CLAIMS_WAITING, "Claims whose latest Prepare failed retryably and that "
                                    "are not prepared since", labels=["kind", "reason"])
-        for (kind, reason), n in sorted(self._waiting.counts().items()):
+        waiting = {**dict.fromkeys(USUAL_WAITS, 0), **self._waiting.counts()}
+        for (kind, reason), n in sorted(waiting.items()):
             counts.add_metric([kind, reason], n)
         yield counts
         oldest = GaugeMetricFamily(OLDEST_WAITING, "Seconds since the first failed Prepare of the oldest "

@@ -34,6 +34,7 @@ def test_a_running_ready_daemon_with_restarts_failures_and_writes() -> None:
                        spawn_failures=lambda: 1, index=lambda: 3, peers=lambda: 5))
     metrics.restarted(RESTART_CONFIG_CHANGED)
     metrics.exited_before_ready()
+    metrics.start_held_back()
     metrics.index_assigned(1.5)
     metrics.index_assigned(9.0)  # the first assignment counts
     for result in (WRITE_CONFLICT, WRITE_OK):
@@ -43,7 +44,7 @@ def test_a_running_ready_daemon_with_restarts_failures_and_writes() -> None:
         ("cdriver_imex_daemon_imex_starts_total", ()): 4,
         ("cdriver_imex_daemon_imex_restarts_total", (("reason", "exited"),)): 2,
         ("cdriver_imex_daemon_imex_restarts_total", (("reason", "config_changed"),)): 1,
-        ("cdriver_imex_daemon_imex_start_failures_total", ()): 2,
+        ("cdriver_imex_daemon_imex_start_failures_total", ()): 3,
         ("cdriver_imex_daemon_index", ()): 3, ("cdriver_imex_daemon_index_assignment_seconds", ()): 1.5,
         ("cdriver_imex_daemon_peers", ()): 5,
         ("cdriver_imex_daemon_clique_updates_total", (("result", "conflict"),)): 1,

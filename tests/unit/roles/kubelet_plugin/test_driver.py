@@ -19,6 +19,8 @@ def test_a_refused_prepare_is_counted_with_its_reason_and_waits_until_unprepared
     driver = ComputeDomainDriver(preparer.state)
     claims.items["late"] = channel_claim("late")
     ref = ClaimRef(namespace="team", name="late", uid="uid-late")
+    for reason in ("waiting_for_daemon", "host_imex_not_ready"):  # a series to query before any claim waits
+        assert sample(driver, "cdriver_kubelet_plugin_claims_waiting", kind="channel", reason=reason) == 0
     begin_deletion(cd)
     for _ in range(2):
         assert driver.prepare_claims([ref])["uid-late"].error
