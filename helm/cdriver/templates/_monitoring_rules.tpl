@@ -113,7 +113,7 @@ groups:
   {{- include "cdriver.monitoring.rule" (dict "a" $a.imexStartFailing "alert" "CdriverImexStartFailing" "component" "imex-daemon"
       "expr" (include "cdriver.monitoring.rose" (list "cdriver_imex_daemon_imex_start_failures_total" $daemon $a.imexStartFailing.window))
       "summary" `nvidia-imex fails to start on node {{ $labels.node }}`
-      "description" (print `A start of nvidia-imex in {{ $labels.pod }} exited or never became READY within its start-up window. ` $cliqueBoundary)
+      "description" (print `nvidia-imex in {{ $labels.pod }} could not start (it could not be spawned, or another process holds its port: the daemon's IMEXPortConflict Event names it) or exited before it answered READY. ` $cliqueBoundary)
       "runbook" "`kubectl -n {{ $labels.namespace }} logs {{ $labels.pod }}` shows nvidia-imex's output; `cdriver diagnose --all` (the domain of UID {{ $labels.compute_domain }}) names its start-up error Event.") | nindent 2 }}
 - name: cdriver.api-client
   rules:
