@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -14,6 +14,13 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 log = logging.getLogger(__name__)
 
 HEALTH_PATHS = ("/healthz", "/readyz", "/livez")
+READYZ = "/readyz"
+LIVEZ = "/livez"
+#: a startup probe's path (served only where the role gives it a check)
+STARTUPZ = "/startupz"
+
+#: a health source: (healthy, why) — 200 or 503 with the text
+HealthCheck = Callable[[], tuple[bool, str]]
 
 
 def parse_endpoint(endpoint: str) -> tuple[str, int]:
@@ -42,24 +49,27 @@ def normalise_path(path: str) -> str:
 
 
 class HttpServer:
-    """Serves ``registry`` at ``metrics_path`` and, with ``healthy``, the health paths (200 or
-    503 with its text); anything else is 404. Runs on a daemon thread after `start()`.
+    """Serves ``registry`` at ``metrics_path`` (none when empty) and, with ``healthy``, the health
+    paths (200 or 503 with its text); ``checks`` gives a path its own source (it wins over
+    ``healthy``). Anything else is 404. Runs on a daemon thread after `start()`.
 
     Raises ValueError for a malformed endpoint and OSError when the address cannot be bound.
     """
 
     def __init__(self, endpoint: str, registry: CollectorRegistry, metrics_path: str = "/metrics",
-                 healthy: Callable[[], tuple[bool, str]] | None = None) -> None:
+                 healthy: HealthCheck | None = None, checks: Mapping[str, HealthCheck] | None = None) -> None:
         host, port = parse_endpoint(endpoint)
         metrics_path = normalise_path(metrics_path)
+        sources: dict[str, HealthCheck] = dict.fromkeys(HEALTH_PATHS, healthy) if healthy is not None else {}
+        sources.update(checks or {})
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server API
                 path = self.path.split("?", 1)[0]
                 if metrics_path and path.rstrip("/") == metrics_path:
                     self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
-                elif healthy is not None and path in HEALTH_PATHS:
-                    ok, text = healthy()
+                elif path in sources:
+                    ok, text = sources[path]()
                     self._send(200 if ok else 503, (text + "\n").encode(), "text/plain")
                 else:
                     self._send(404, b"not found\n", "text/plain")

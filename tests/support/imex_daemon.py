@@ -13,6 +13,8 @@ import random
 import signal
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -183,6 +185,14 @@ class Harness:
             return sample_value(f"http://{m.ip}:{DEFAULT_HTTP_PORT}/metrics", name, **labels)
         except OSError:
             return None
+
+    def http_probe(self, m: Member, path: str) -> tuple[int, str]:
+        """What m's endpoint answers a kubelet httpGet probe of `path`: (status, text)."""
+        try:
+            with urllib.request.urlopen(f"http://{m.ip}:{DEFAULT_HTTP_PORT}{path}", timeout=15) as resp:
+                return resp.status, resp.read().decode().strip()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode().strip()
 
     def check(self, m: Member) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "cdriver", "imex-daemon", "check"], env=self.env(m),

@@ -52,6 +52,19 @@ def test_health_paths_report_the_health_source(registry: CollectorRegistry) -> N
         server.stop()
 
 
+def test_each_checked_path_answers_from_its_own_source(registry: CollectorRegistry) -> None:
+    checks = {"/readyz": lambda: (False, "not READY"), "/startupz": lambda: (True, "READY")}
+    server = HttpServer("127.0.0.1:0", registry, "", lambda: (True, "alive"), checks=checks)
+    server.start()
+    try:
+        assert fetch(server.port, "/readyz") == (503, "not READY\n")
+        assert fetch(server.port, "/startupz") == (200, "READY\n")
+        assert fetch(server.port, "/livez") == (200, "alive\n")
+        assert fetch(server.port, "/metrics")[0] == 404  # no metrics path: probes only
+    finally:
+        server.stop()
+
+
 def test_bad_endpoint_and_busy_port_raise(registry: CollectorRegistry) -> None:
     with pytest.raises(ValueError, match="--http-endpoint"):
         HttpServer("8080", registry)

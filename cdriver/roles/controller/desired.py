@@ -19,6 +19,7 @@ import yaml
 from cdriver.api import constants
 from cdriver.checkout import TEMPLATES_DIR
 from cdriver.featuregates import ENV_FEATURE_GATES
+from cdriver.httpserve import LIVEZ, READYZ, STARTUPZ
 from cdriver.kube.objects import being_deleted, finalizers_of, labels_of
 from cdriver.roles.controller import daemon_gates
 from cdriver.roles.controller.settings import ControllerSettings
@@ -44,6 +45,11 @@ DAEMON_STARTUP_WAIT_SECONDS = 8
 DAEMON_STARTUP_CHECK_COMMAND = (*DAEMON_CHECK_COMMAND, "--wait", str(DAEMON_STARTUP_WAIT_SECONDS))
 #: Where daemon pods serve their metrics (the daemon's ``--metrics-path`` default).
 DAEMON_METRICS_PATH = "/metrics"
+#: Paths of the probes a daemon with an HTTP endpoint answers itself (`imex_daemon.health`).
+DAEMON_PROBE_PATHS = {"startup": STARTUPZ, "readiness": READYZ, "liveness": LIVEZ}
+#: Seconds before the first HTTP startup probe: the daemon's process starts and binds its
+#: endpoint (a refused connection would record a "Startup probe failed" Warning).
+DAEMON_HTTP_STARTUP_DELAY_SECONDS = 3
 #: Env vars daemon pods take from the downward API: (name, fieldPath).
 DOWNWARD_ENV = (
     (constants.ENV_NODE_NAME, "spec.nodeName"),
@@ -188,6 +194,8 @@ def daemon_set(cd: DomainLike, settings: ControllerSettings, claim_template_name
         run_command=list(DAEMON_RUN_COMMAND),
         check_command=list(DAEMON_CHECK_COMMAND),
         startup_check_command=list(DAEMON_STARTUP_CHECK_COMMAND),
+        probe_paths=DAEMON_PROBE_PATHS,
+        http_startup_delay=DAEMON_HTTP_STARTUP_DELAY_SECONDS,
         downward_env=[list(pair) for pair in DOWNWARD_ENV],
         log_verbosity=settings.daemon_log_verbosity,
         env_max_nodes=constants.ENV_MAX_NODES,

@@ -91,7 +91,8 @@ def command(ctx: click.Context, **options: Any) -> None:
 @click.option("--stop-grace", type=float, default=10.0, show_default=True,
               help="Seconds nvidia-imex gets to exit after SIGTERM before SIGKILL.")
 @click.option("--http-endpoint", default=DEFAULT_HTTP_ENDPOINT, envvar="HTTP_ENDPOINT", show_default=True,
-              show_envvar=True, help="HOST:PORT or :PORT to serve metrics on (empty: off).")
+              show_envvar=True, help="HOST:PORT or :PORT to serve metrics and the pod's probes on (/startupz, "
+                   "/readyz, /livez: what `check` decides, without a process per probe; empty: off).")
 @click.option("--metrics-path", default=DEFAULT_METRICS_PATH, envvar="METRICS_PATH", show_default=True,
               show_envvar=True, help="Metrics HTTP path.")
 @click.pass_obj
@@ -133,7 +134,10 @@ CHECK_TIMEOUT = 9.0
                    "on its first run instead of recording failures while the daemon starts).")
 @click.pass_obj
 def check_command(raw: RawInputs, timeout: float, wait: float) -> None:
-    """Probe: succeed only if the local nvidia-imex answers exactly READY."""
+    """Probe: succeed only if the local nvidia-imex answers exactly READY.
+
+    The DaemonSet uses it only for daemons without an HTTP endpoint; with one, the running
+    daemon answers the same question at /readyz (`health`)."""
     import time
 
     from cdriver.imex import ctl

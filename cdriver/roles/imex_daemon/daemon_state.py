@@ -16,6 +16,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field, replace
 
+from .health import Answer
+
 # --- events: everything the loop reacts to, posted from other threads -------------------------
 
 
@@ -60,6 +62,16 @@ class ImexReady:
 
 
 @dataclass(frozen=True)
+class ImexAnswered:
+    """nvidia-imex process ``pid`` answered the self-probe, READY or not, at ``at`` (monotonic):
+    what the pod's probes decide from. No reconcile follows."""
+
+    pid: int
+    ready: bool
+    at: float
+
+
+@dataclass(frozen=True)
 class ImexExited:
     """nvidia-imex exited with ``returncode``; ``expected`` when the daemon stopped it."""
 
@@ -80,8 +92,8 @@ class Stop:
     """SIGTERM or SIGINT: leave the loop and shut down."""
 
 
-Event = (Started | MembersChanged | MembersDeleted | PodChanged | PodDeleted | ImexReady | ImexExited
-         | NamesChanged | Stop)
+Event = (Started | MembersChanged | MembersDeleted | PodChanged | PodDeleted | ImexReady | ImexAnswered
+         | ImexExited | NamesChanged | Stop)
 
 
 # --- state ----------------------------------------------------------------------------------------
@@ -103,6 +115,8 @@ class DaemonState:
     ip_peers: list[str] | None = None
     #: the nvidia-imex child that answered READY since its start
     ready_pid: int | None = None
+    #: nvidia-imex's last answer to the self-probe (what the pod's probes decide from)
+    answer: Answer | None = None
     #: a port conflict holds nvidia-imex back (the message says who holds the port)
     blocked: str | None = None
     #: the ComputeDomain is being deleted: never join again
@@ -172,6 +186,8 @@ def next_actions(state: DaemonState, event: Event, imex_pid: int | None) -> tupl
             if state.reload_pending:
                 steps.append(Step(Action.RELOAD))
             return replace(state, ready_pid=pid, reload_pending=False), tuple(steps)
+        case ImexAnswered(pid=pid, ready=ready, at=at):
+            return replace(state, answer=Answer(pid, ready, at)), ()
         case ImexExited(returncode=returncode, expected=expected):
             # the next process reads the current hosts file: no signal pending any more
             if expected:

@@ -22,7 +22,7 @@ from typing import IO
 from cdriver.api import constants
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.errors import CdriverError
-from cdriver.httpserve import HttpServer
+from cdriver.httpserve import LIVEZ, READYZ, STARTUPZ, HealthCheck, HttpServer
 from cdriver.imex import config as imex_config
 from cdriver.imex import ctl
 from cdriver.imex.config import IMEX_DAEMON_BINARY, IMEXD_DIR
@@ -44,11 +44,12 @@ from cdriver.roles.imex_daemon.failures import (
 )
 from cdriver.roles.startup import install_signal_handlers, rate_limiter
 
-from . import clique, dnsnames, domain_status, failures, readiness
+from . import clique, dnsnames, domain_status, failures, health, readiness
 from .daemon_state import (
     Action,
     DaemonState,
     Event,
+    ImexAnswered,
     ImexExited,
     ImexReady,
     MembersChanged,
@@ -77,23 +78,29 @@ class DaemonError(CdriverError):
 
 
 class ImexReadyProbe:
-    """After each (re)start of nvidia-imex, run `nvidia-imex-ctl -q` until it answers READY.
+    """After each (re)start of nvidia-imex, run `nvidia-imex-ctl -q` until it answers READY, then
+    ask again every `recheck` seconds while that child runs (the pod's probes read the answers).
 
-    Posts `on_ready(pid)` once per child; runs in its own thread so a slow ctl never blocks
-    the daemon loop. Until the command port accepts connections only a cheap in-process
-    connect is tried, so the ctl runs once the daemon can answer; a not-READY answer (e.g.
-    still waiting for peers) backs the ctl off up to `maximum` seconds.
+    Posts `on_answer(pid, ready)` for every answer of the child still running, and
+    `on_ready(pid)` once per child; runs in its own thread so a slow ctl never blocks the
+    daemon loop. Until the command port accepts connections only a cheap in-process connect is
+    tried, so the ctl runs once the daemon can answer; a not-READY answer (e.g. still waiting
+    for peers) backs the ctl off up to `maximum` seconds.
     """
 
     def __init__(self, probe: Callable[[], bool], current_pid: Callable[[], int | None],
                  on_ready: Callable[[int], None], port_open: Callable[[], bool] = lambda: True,
-                 initial: float = 0.01, maximum: float = 1.0) -> None:
+                 initial: float = 0.01, maximum: float = 1.0,
+                 on_answer: Callable[[int, bool], None] = lambda _pid, _ready: None,
+                 recheck: float = health.READY_RECHECK_SECONDS) -> None:
         self.probe = probe
         self.current_pid = current_pid
         self.on_ready = on_ready
+        self.on_answer = on_answer
         self.port_open = port_open
         self.initial = initial
         self.maximum = maximum
+        self.recheck = recheck
         self._armed = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="imex-ready-probe", daemon=True)
@@ -114,18 +121,41 @@ class ImexReadyProbe:
         while not self._stop.is_set():
             self._armed.wait()
             self._armed.clear()
-            waiting, backoff = self.initial, self.initial
-            while not self._stop.is_set():
-                pid = self.current_pid()
-                if pid is not None and self.port_open():
-                    if self.probe() and self.current_pid() == pid:
-                        self.on_ready(pid)
-                        break
-                    delay, backoff = backoff, min(self.maximum, backoff * 2)
-                else:
-                    delay, waiting = waiting, min(0.25, waiting * 2)
-                if self._stop.wait(delay):
-                    return
+            if self._until_ready():
+                self._watch()
+
+    def _ask(self, pid: int) -> bool:
+        """Ask nvidia-imex; report the answer unless another child runs by then."""
+        ready = self.probe()
+        if self.current_pid() != pid:
+            return False
+        self.on_answer(pid, ready)
+        return ready
+
+    def _until_ready(self) -> bool:
+        """Ask the current child until it answers READY (True), or stop (False)."""
+        waiting, backoff = self.initial, self.initial
+        while not self._stop.is_set():
+            pid = self.current_pid()
+            if pid is not None and self.port_open():
+                if self._ask(pid):
+                    self.on_ready(pid)
+                    return True
+                delay, backoff = backoff, min(self.maximum, backoff * 2)
+            else:
+                delay, waiting = waiting, min(0.25, waiting * 2)
+            if self._stop.wait(delay):
+                return False
+        return False
+
+    def _watch(self) -> None:
+        """Ask the READY child again every `recheck` seconds until it is gone, a (re)start arms
+        the probe anew, or it stops."""
+        while not self._armed.wait(self.recheck):
+            pid = self.current_pid()
+            if pid is None:
+                return  # exited: its restart arms the probe
+            self._ask(pid)
 
 
 def release_memory() -> None:
@@ -151,7 +181,8 @@ class Daemon:
 
     def __init__(self, settings: Settings, raw: RawClient, *, echo: IO[str] | None = None,
                  initial_backoff: float = 1.0, probe_timeout: float = 5.0,
-                 metrics: DaemonMetrics | None = None) -> None:
+                 metrics: DaemonMetrics | None = None,
+                 ready_recheck: float = health.READY_RECHECK_SECONDS) -> None:
         self.settings = settings
         self.raw = raw
         self.started_at = time.monotonic()
@@ -174,7 +205,11 @@ class Daemon:
             name=IMEX_DAEMON_BINARY)
         self.prober = ImexReadyProbe(self._probe_once, lambda: self.imex.pid,
                                      lambda pid: self._post(ImexReady(pid)),
-                                     port_open=self._command_service_up)
+                                     port_open=self._command_service_up, recheck=ready_recheck,
+                                     on_answer=lambda pid, ready: self._post(ImexAnswered(pid, ready,
+                                                                                          time.monotonic())))
+        #: notified after every turn of the loop: a waiting startup probe decides again
+        self.health_changed = threading.Condition()
         self.watchers: list[Informer] = []
         self.ports: list[int] = []
         self.cmd_endpoint: tuple[str, int] | None = None  # where `nvidia-imex-ctl -q` connects
@@ -341,9 +376,13 @@ class Daemon:
                 except Exception:  # a bug must not take the node out of its domain
                     log.exception("handling %s failed", type(event).__name__)
             now = time.monotonic()
-            if events or (self.state.retry_at is not None and now >= self.state.retry_at) or \
+            # an answer of nvidia-imex only feeds the pod's probes: nothing to reconcile
+            if any(not isinstance(event, ImexAnswered) for event in events) or \
+                    (self.state.retry_at is not None and now >= self.state.retry_at) or \
                     (self._waiting_recheck() and now >= self.state.recheck_at):
                 self.reconcile_safely()
+            with self.health_changed:
+                self.health_changed.notify_all()
 
     def apply(self, event: Event) -> None:
         """Record what an event says (`next_actions`) and run its effects; `reconcile` acts on it."""
@@ -565,6 +604,29 @@ class Daemon:
 
     # --- readiness ----------------------------------------------------------------------------
 
+    def health_view(self) -> health.HealthView:
+        """What the pod's probes decide from, now (read from other threads: one state snapshot)."""
+        state = self.state
+        return health.HealthView(in_clique=bool(self.settings.clique_id), stopping=self.stopping.is_set(),
+                                 blocked=state.blocked, imex_pid=self.imex.pid, ready_pid=state.ready_pid,
+                                 answer=state.answer, now=time.monotonic())
+
+    def health_checks(self, startup_wait: float = health.STARTUP_WAIT_SECONDS) -> dict[str, HealthCheck]:
+        """The probe paths the HTTP endpoint serves; ``/startupz`` holds a request up to
+        ``startup_wait`` seconds until READY (or a port conflict) instead of failing at once."""
+        def startup() -> health.Verdict:
+            def settled() -> bool:
+                view = self.health_view()
+                return health.startup(view)[0] or bool(view.blocked)
+
+            with self.health_changed:
+                self.health_changed.wait_for(settled, timeout=startup_wait)
+            return health.startup(self.health_view())
+
+        return {READYZ: lambda: health.readiness(self.health_view()),
+                LIVEZ: lambda: health.liveness(self.health_view()),
+                STARTUPZ: startup}
+
     def imex_ready(self) -> bool:
         return self.state.ready_pid is not None and self.state.ready_pid == self.imex.pid
 
@@ -652,16 +714,19 @@ API_TIMEOUT = (5.0, 15.0)
 
 
 class MetricsEndpoint:
-    """Serves the daemon's metrics; while the port is taken (e.g. by the daemon pod of another
-    domain that is still leaving the node) it tries again in the background: metrics never keep
-    a node out of its IMEX domain."""
+    """Serves the daemon's metrics and its pod's probes (`Daemon.health_checks`); while the port
+    is taken (e.g. by the daemon pod of another domain that is still leaving the node) it tries
+    again in the background: the pod's probes fail meanwhile (the pod is not started or not
+    Ready), but the daemon joins its clique and runs nvidia-imex all the same."""
 
     def __init__(self, endpoint: str, metrics_path: str, metrics: DaemonMetrics,
-                 retry_seconds: float = METRICS_BIND_RETRY_SECONDS) -> None:
+                 retry_seconds: float = METRICS_BIND_RETRY_SECONDS,
+                 checks: dict[str, HealthCheck] | None = None) -> None:
         self.endpoint = endpoint
         self.metrics_path = metrics_path
         self.metrics = metrics
         self.retry_seconds = retry_seconds
+        self.checks = checks or {}
         self.server: HttpServer | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="metrics-endpoint", daemon=True)
@@ -673,7 +738,7 @@ class MetricsEndpoint:
         warned = False
         while not self._stop.is_set():
             try:
-                server = HttpServer(self.endpoint, self.metrics.registry, self.metrics_path)
+                server = HttpServer(self.endpoint, self.metrics.registry, self.metrics_path, checks=self.checks)
             except OSError as exc:
                 if not warned:
                     log.warning("cannot serve metrics on --http-endpoint %s (%s); trying again every %gs",
@@ -683,7 +748,8 @@ class MetricsEndpoint:
                 continue
             server.start()
             self.server = server
-            log.info("serving metrics on %s at %s", self.endpoint, self.metrics_path)
+            log.info("serving metrics on %s at %s%s", self.endpoint, self.metrics_path or "(none)",
+                     f" and probes at {', '.join(sorted(self.checks))}" if self.checks else "")
             return
 
     def stop(self) -> None:
@@ -693,7 +759,7 @@ class MetricsEndpoint:
 
 
 def run(settings: Settings) -> int:
-    """Build the API client, serve metrics and run the daemon until SIGTERM."""
+    """Build the API client, serve metrics and probes, and run the daemon until SIGTERM."""
     metrics = DaemonMetrics()
     raw = RawClient(load_api_client(settings.kubeconfig), timeout=API_TIMEOUT,
                     rate_limiter=rate_limiter(settings.kube_api_qps, settings.kube_api_burst),
@@ -701,8 +767,9 @@ def run(settings: Settings) -> int:
     daemon = Daemon(settings, raw, metrics=metrics)
     install_signal_handlers(daemon.request_stop)  # SIGTERM (kubelet) or SIGINT stop gracefully
     endpoint = None
-    if settings.http_endpoint and settings.metrics_path:
-        endpoint = MetricsEndpoint(settings.http_endpoint, settings.metrics_path, metrics)
+    if settings.http_endpoint:
+        endpoint = MetricsEndpoint(settings.http_endpoint, settings.metrics_path, metrics,
+                                   checks=daemon.health_checks())
         endpoint.start()
     try:
         return daemon.run()

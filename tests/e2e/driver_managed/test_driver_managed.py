@@ -160,7 +160,30 @@ def test_imex_domain_ready_alone_then_up_then_degraded(world: SimWorld, e2e_name
         role.resume()
     scenario.wait_for("domain UP again after B's daemon restarts nvidia-imex",
                       lambda: query(daemon_a)["status"] == "UP", 60)
+    assert_readiness_follows_imex(world, daemon_a)
     delete_all(world, ns, ["a", "b"], "imex", uid)
+
+
+def assert_readiness_follows_imex(world: SimWorld, daemon: dict) -> None:
+    """The daemon answers its pod's probes over HTTP (kubelet starts no process): a frozen
+    nvidia-imex, which stops answering READY, turns the pod NotReady; thawed, it is Ready again."""
+    container = daemon["spec"]["containers"][0]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    name = daemon["metadata"]["name"]
+    agent = world.node(daemon["spec"]["nodeName"]).agent
+    role = psutil.Process(agent.container_main_pid(DRIVER_NAMESPACE, name, container["name"]))
+    (imex,) = [p for p in role.children(recursive=True) if p.name() == IMEX_DAEMON_BINARY]
+
+    def ready() -> bool:
+        return scenario.pod_ready(world.raw.get(scenario.PODS, name, DRIVER_NAMESPACE))
+
+    assert ready()
+    imex.suspend()
+    try:
+        wait_for(f"daemon pod {name} to turn NotReady while its nvidia-imex is frozen", lambda: not ready(), 60)
+    finally:
+        imex.resume()
+    wait_for(f"daemon pod {name} to turn Ready again", ready, 60)
 
 
 def test_non_fabric_node_gets_no_channel(world: SimWorld, e2e_namespace: str) -> None:

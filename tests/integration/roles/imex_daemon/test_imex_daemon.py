@@ -35,6 +35,7 @@ from cdriver.roles.imex_daemon.failures import (
     EVENT_REASON_IMEX_RESTARTED,
     EVENT_REASON_IMEX_START_FAILED,
 )
+from cdriver.roles.imex_daemon.health import NOOP_TEXT
 from cdriver.sim.imex.protocol import (
     IMEX_DOMAIN_UP,
 )
@@ -217,6 +218,10 @@ def test_killed_imex_is_restarted_and_readiness_follows(daemons: Harness) -> Non
         == (1, 1)
     assert h.metric(a, "cdriver_imex_daemon_clique_updates_total", result="ok") >= 2  # joined, then Ready
     assert h.metric(a, "cdriver_api_client_requests_total", verb="update", code="200") >= 2
+    # the pod's probes, answered by the daemon: what `check` decides
+    for path in ("/startupz", "/readyz", "/livez"):
+        status, why = h.http_probe(a, path)
+        assert status == 200 and why.endswith("answers READY"), (path, why)
     os.kill(first, signal.SIGKILL)
     seen: list[str] = []
 
@@ -344,6 +349,8 @@ def test_imex_start_failure_is_reported_with_its_error_line(daemons: Harness) ->
     assert h.entry(a)["status"] == constants.STATUS_NOT_READY
     result = h.check(a)
     assert result.returncode == 1 and "IMEX daemon check failed" in result.stderr
+    status, why = h.http_probe(a, "/readyz")
+    assert status == 503 and ("has not answered READY yet" in why or why == "nvidia-imex is not running")
 
 
 def test_port_held_by_another_process_is_named_with_the_fix(daemons: Harness) -> None:
@@ -367,6 +374,10 @@ def test_port_held_by_another_process_is_named_with_the_fix(daemons: Harness) ->
         assert events and expected in events[0]["message"]
         result = h.check(a)
         assert result.returncode == 1 and expected in result.stderr
+        # the HTTP probes decide the same; the startup probe does not wait out a port conflict
+        for path in ("/startupz", "/readyz", "/livez"):
+            status, why = h.http_probe(a, path)
+            assert status == 503 and expected in why
         assert h.entry(a)["status"] == constants.STATUS_NOT_READY
     finally:
         holder.kill()
@@ -386,6 +397,7 @@ def test_empty_clique_runs_no_imex_and_check_is_a_noop(daemons: Harness) -> None
     wait_for(lambda: f"the pod's empty clique label\n{a.log()[-3000:]}", labelled, 30)
     result = h.check(a)
     assert result.returncode == 0 and result.stdout.strip() == IMEX_CHECK_NOOP_MESSAGE
+    assert h.http_probe(a, "/readyz") == (200, NOOP_TEXT)
     wait_for("the empty-clique log line", lambda: "no IMEX daemon runs here" in a.log(), 20)
     assert h.imex_pid(a) is None
     assert not (a.imexd / "imexd.cfg").exists()

@@ -13,6 +13,7 @@ from cdriver.roles.controller.desired import DAEMON_POD_CLAIM_NAME
 from cdriver.roles.controller.reconciler import parse_domain
 from cdriver.roles.controller.settings import ControllerSettings
 from cdriver.roles.imex_daemon.cli import CHECK_TIMEOUT
+from cdriver.roles.imex_daemon.health import STARTUP_WAIT_SECONDS
 
 UID = "6a1b2c3d-0000-4000-8000-00000000abcd"
 
@@ -111,14 +112,15 @@ def test_daemon_set_targets_labelled_nodes_and_runs_the_daemon():
     assert container["image"] == "registry.local/cdriver:1.2"
     assert container["command"] == ["cdriver", "imex-daemon", "run"]
     assert container["resources"]["claims"] == [{"name": DAEMON_POD_CLAIM_NAME}]
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert container[probe]["exec"]["command"] == ["cdriver", "imex-daemon", "check"]
-        # the check answers (even slowly) before kubelet abandons the probe
-        assert CHECK_TIMEOUT < container[probe]["timeoutSeconds"]
-    # The startup probe waits for READY within its timeout: no failure recorded while starting.
-    startup = container["startupProbe"]
-    assert startup["exec"]["command"] == ["cdriver", "imex-daemon", "check", "--wait", "8"]
-    assert 8 < startup["timeoutSeconds"]
+    # With an HTTP endpoint the running daemon answers its probes: no process per probe.
+    probes = {probe: container[probe] for probe in ("startupProbe", "livenessProbe", "readinessProbe")}
+    assert {probe: (spec["httpGet"], "exec" in spec) for probe, spec in probes.items()} == {
+        "startupProbe": ({"path": "/startupz", "port": "metrics"}, False),
+        "livenessProbe": ({"path": "/livez", "port": "metrics"}, False),
+        "readinessProbe": ({"path": "/readyz", "port": "metrics"}, False)}
+    _assert_probe_timings(container, initial_delay=desired.DAEMON_HTTP_STARTUP_DELAY_SECONDS)
+    # /startupz holds a request until READY within the probe's timeout: no failure while starting.
+    assert STARTUP_WAIT_SECONDS < probes["startupProbe"]["timeoutSeconds"]
     env = _env(container)
     assert env[ENV_FEATURE_GATES] == gates.to_env()
     assert "ComputeDomainCliques=false," in env[ENV_FEATURE_GATES]
@@ -198,11 +200,34 @@ def test_daemon_pods_serve_metrics_on_their_pod_ip_and_are_annotated_for_prometh
         "prometheus.io/scrape": "true", "prometheus.io/port": "8082", "prometheus.io/path": "/metrics"}
 
 
+def _assert_probe_timings(container: dict, initial_delay: int = 0) -> None:
+    """The daemon probes' periods and thresholds, whichever way they are answered."""
+    timings = {probe: {k: container[probe][k] for k in ("periodSeconds", "timeoutSeconds", "failureThreshold",
+                                                        "successThreshold")}
+               for probe in ("startupProbe", "livenessProbe", "readinessProbe")}
+    assert timings == {
+        "startupProbe": {"periodSeconds": 1, "timeoutSeconds": 10, "failureThreshold": 1200, "successThreshold": 1},
+        "livenessProbe": {"periodSeconds": 60, "timeoutSeconds": 10, "failureThreshold": 20, "successThreshold": 1},
+        "readinessProbe": {"periodSeconds": 10, "timeoutSeconds": 10, "failureThreshold": 1, "successThreshold": 1}}
+    assert container["startupProbe"]["initialDelaySeconds"] == initial_delay
+
+
 def test_daemon_metrics_port_0_turns_the_endpoint_and_annotations_off():
     ds = desired.daemon_set(domain(), settings(daemon_metrics_port=0), "t")
     template = ds["spec"]["template"]
     (container,) = template["spec"]["containers"]
     assert _env(container)["HTTP_ENDPOINT"] == ""  # the daemon's own default would serve
     assert "ports" not in container and "annotations" not in template["metadata"]
+    # no endpoint to probe: kubelet runs `check` in the container, as before
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["exec"]["command"] == ["cdriver", "imex-daemon", "check"]
+        assert "httpGet" not in container[probe]
+        # the check answers (even slowly) before kubelet abandons the probe
+        assert CHECK_TIMEOUT < container[probe]["timeoutSeconds"]
+    # The startup probe waits for READY within its timeout: no failure recorded while starting.
+    startup = container["startupProbe"]
+    assert startup["exec"]["command"] == ["cdriver", "imex-daemon", "check", "--wait", "8"]
+    assert 8 < startup["timeoutSeconds"]
+    _assert_probe_timings(container)
     assert settings(daemon_metrics_port=70000).problems() == [
         "--daemon-metrics-port 70000 is not a port: use 1..65535, or 0 for no metrics endpoint (default 8082)"]

@@ -7,6 +7,7 @@ import pytest
 from cdriver.roles.imex_daemon.daemon_state import (
     Action,
     DaemonState,
+    ImexAnswered,
     ImexExited,
     ImexReady,
     MembersChanged,
@@ -17,6 +18,7 @@ from cdriver.roles.imex_daemon.daemon_state import (
     Step,
     next_actions,
 )
+from cdriver.roles.imex_daemon.health import Answer
 
 
 def test_membership_events_go_to_the_store() -> None:
@@ -66,3 +68,12 @@ def test_an_unexpected_exit_is_reported_as_crash_or_failed_start(ready_pid: int 
 def test_started_changes_nothing() -> None:
     state = DaemonState()
     assert next_actions(state, Started(), None) == (state, ())
+
+
+def test_each_answer_of_nvidia_imex_is_remembered_without_effects() -> None:
+    ready, _ = next_actions(DaemonState(), ImexReady(8), imex_pid=8)
+    answered, steps = next_actions(ready, ImexAnswered(8, True, 5.0), imex_pid=8)
+    assert answered.answer == Answer(8, True, 5.0) and answered.ready_pid == 8 and steps == ()
+    later, steps = next_actions(answered, ImexAnswered(8, False, 15.0), imex_pid=8)
+    # the pod's probes read the answer; the entry follows the pod's Ready condition
+    assert later.answer == Answer(8, False, 15.0) and later.ready_pid == 8 and steps == ()

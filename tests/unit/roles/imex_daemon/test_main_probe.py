@@ -1,4 +1,5 @@
-"""The daemon's own readiness probe of nvidia-imex: once per child, only once it listens."""
+"""The daemon's own readiness probe of nvidia-imex: READY once per child, only once it listens,
+then asked again while that child runs."""
 
 from __future__ import annotations
 
@@ -37,6 +38,38 @@ def test_probe_waits_for_the_port_then_reports_each_child_once() -> None:
         prober.arm()
         assert got.wait(5)
         assert ready == [10, 11]
+    finally:
+        prober.stop()
+
+
+def test_a_ready_child_is_asked_again_and_every_answer_reported() -> None:
+    state: dict = {"pid": 10, "answers": [True, True, False]}
+    answers: list[tuple[int, bool]] = []
+    ready: list[int] = []
+    got = threading.Event()
+
+    def probe() -> bool:
+        return state["answers"].pop(0) if state["answers"] else True
+
+    def on_answer(pid: int, ok: bool) -> None:
+        answers.append((pid, ok))
+        if len(answers) >= 3:
+            got.set()
+
+    prober = ImexReadyProbe(probe, lambda: state["pid"], ready.append, initial=0.001, maximum=0.01,
+                            on_answer=on_answer, recheck=0.01)
+    prober.start()
+    try:
+        prober.arm()
+        assert got.wait(5)
+        # READY once per child; the answers after it (the last one not READY) reach the pod's probes
+        assert ready == [10] and answers[:3] == [(10, True), (10, True), (10, False)]
+        state["pid"] = 11  # restarted: the new child answers READY once, then is asked again
+        got.clear()
+        answers.clear()
+        prober.arm()
+        assert got.wait(5)
+        assert ready == [10, 11] and {pid for pid, _ in answers[1:]} == {11}
     finally:
         prober.stop()
 
