@@ -168,7 +168,8 @@ def assert_readiness_follows_imex(world: SimWorld, daemon: dict) -> None:
     """The daemon answers its pod's probes over HTTP (kubelet starts no process): a frozen
     nvidia-imex, which stops answering READY, turns the pod NotReady; thawed, it is Ready again."""
     container = daemon["spec"]["containers"][0]
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    probe = container["readinessProbe"]["httpGet"]
+    assert (probe["path"], probe["port"]) == ("/readyz", "metrics")
     name = daemon["metadata"]["name"]
     agent = world.node(daemon["spec"]["nodeName"]).agent
     role = psutil.Process(agent.container_main_pid(DRIVER_NAMESPACE, name, container["name"]))
