@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from report import print_rows  # bench/report.py (scripts run from bench/)
+from versus import commit  # bench/versus.py
 
 from cdriver.sim.world import scenario
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld, WorldSettings
@@ -115,11 +117,13 @@ def main() -> None:
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="cdp", dir="/tmp") as base:
-        figures = measure(args.window, Path(base))
+        figures = {"commit": commit(), **measure(args.window, Path(base))}
     text = json.dumps(figures, indent=2)
     print(text)
     if args.json_out:
         args.json_out.write_text(text + "\n")
+    print_rows([(name, str(value)) for name, value in figures.items()],
+               str(args.json_out) if args.json_out else None)
 
 
 if __name__ == "__main__":
