@@ -111,7 +111,7 @@ groups:
       "description" (print `The IMEX daemon {{ $labels.pod }} restarted nvidia-imex more than ` $a.imexRestarting.restarts ` times within ` $a.imexRestarting.window ` (the restarts counter's reason label says why). ` $cliqueBoundary)
       "runbook" "`kubectl -n {{ $labels.namespace }} logs {{ $labels.pod }}` shows nvidia-imex's exits; `cdriver diagnose --all` (the domain of UID {{ $labels.compute_domain }}) shows its clique entry and the nvidia-imex start-up Events.") | nindent 2 }}
   {{- include "cdriver.monitoring.rule" (dict "a" $a.imexStartFailing "alert" "CdriverImexStartFailing" "component" "imex-daemon"
-      "expr" (include "cdriver.monitoring.rose" (list "cdriver_imex_daemon_imex_start_failures_total" $daemon $a.imexStartFailing.window))
+      "expr" (printf "(%s) unless on (namespace, pod) (cdriver_imex_daemon_ready{%s} == 1)" (include "cdriver.monitoring.rose" (list "cdriver_imex_daemon_imex_start_failures_total" $daemon $a.imexStartFailing.window)) $daemon)
       "summary" `nvidia-imex fails to start on node {{ $labels.node }}`
       "description" (print `nvidia-imex in {{ $labels.pod }} could not start (it could not be spawned, or another process holds its port: the daemon's IMEXPortConflict Event names it) or exited before it answered READY. ` $cliqueBoundary)
       "runbook" "`kubectl -n {{ $labels.namespace }} logs {{ $labels.pod }}` shows nvidia-imex's output; `cdriver diagnose --all` (the domain of UID {{ $labels.compute_domain }}) names its start-up error Event.") | nindent 2 }}
