@@ -3,7 +3,9 @@
 Each daemon runs as its own process with the environment CDI and the DaemonSet give it, its
 own loopback IP, a private hosts file and /imexd directory, and a Pod object bound to a test
 Node. `Harness.probe` runs `imex-daemon check` as the readiness probe and writes the Pod's Ready
-condition through the status subresource.
+condition through the status subresource. No controller runs: by default the daemons take their
+indices themselves (`--index-wait 0`); `Harness.assign_indices` plays the controller's index
+assignment for tests of the default join (the controller's own is tested with the controller).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
 import uuid
@@ -96,6 +99,12 @@ class Harness:
         self.nodes: list[Any] = []
         self._register = register_node
         self._next_ip = random.randint(1, 50)
+        #: the daemons' --index-wait: 0, they take their index themselves (no controller here)
+        self.index_wait = "0"
+        self._assigner: threading.Thread | None = None
+        self._assigner_stop = threading.Event()
+        #: every index write the assigner made: (node, index)
+        self.assigned: list[tuple[str, int]] = []
 
     # -- set-up ------------------------------------------------------------------------
     def add(self, clique: str, template: str | None = None, ip: str | None = None) -> Member:
@@ -161,7 +170,7 @@ class Harness:
         with open(log, "w") as out:
             m.proc = subprocess.Popen(
                 [sys.executable, "-m", "cdriver", "imex-daemon", "run", "--max-restart-backoff", "0.5",
-                 "--recheck-interval", "0.3", "--stop-grace", "3", *extra],
+                 "--recheck-interval", "0.3", "--stop-grace", "3", "--index-wait", self.index_wait, *extra],
                 env=self.env(m), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         return m
 
@@ -251,7 +260,37 @@ class Harness:
         items = self.raw.list(EVENTS, self.ns)["items"]
         return [e for e in items if e.get("reason") == reason and e["involvedObject"].get("name") == m.pod_name]
 
+    def assign_indices(self, clique: str) -> None:
+        """Play the controller's part of a join: watch `clique` and give each entry without a
+        valid index one, by the same pure function and the same optimistic update it uses."""
+        from cdriver.imex.indices import assign_indices
+        from cdriver.kube.errors import ApiError
+
+        self.index_wait = "60"  # the daemons wait for this assigner, never for themselves
+
+        def run() -> None:
+            while not self._assigner_stop.wait(0.05):
+                obj = self.clique(clique)
+                if obj is None:
+                    continue
+                decided = assign_indices(list(obj.get("daemons") or []), self.max_nodes)
+                if not decided.assigned:
+                    continue
+                try:
+                    self.raw.update(CLIQUES, {**obj, "daemons": decided.entries}, self.ns)
+                except ApiError as exc:
+                    if exc.conflict or exc.not_found:
+                        continue
+                    raise
+                self.assigned.extend(decided.assigned.items())
+
+        self._assigner = threading.Thread(target=run, name="index-assigner", daemon=True)
+        self._assigner.start()
+
     def cleanup(self) -> None:
+        self._assigner_stop.set()
+        if self._assigner is not None:
+            self._assigner.join(5)
         for m in self.members:
             if m.proc is not None and m.proc.poll() is None:
                 try:

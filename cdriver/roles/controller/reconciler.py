@@ -479,7 +479,7 @@ class Reconciler:
             hosts = {pod_node_name(p) for p in pods} - {""}
             ready = {pod_node_name(p) for p in pods if pod_ready(p)} - {""}
             for clique in self.cliques(uid):
-                kept = corrected_clique(clique, hosts, ready)
+                kept = corrected_clique(clique, hosts, ready, self.settings.max_nodes_per_imex_domain)
                 if kept is not None:
                     clique = self._correct(clique, kept)
                 cliques.append(clique)
@@ -496,6 +496,11 @@ class Reconciler:
         after = {d.get("nodeName"): d.get("status") for d in kept}
         gone = sorted(map(str, before.keys() - after.keys()))
         demoted = sorted(str(n) for n, st in after.items() if st != before.get(n))
+        old_index = {d.get("nodeName"): d.get("index") for d in clique.get("daemons") or []}
+        indexed = sorted(f"{d.get('nodeName')}={d.get('index')}" for d in kept
+                         if d.get("index") != old_index.get(d.get("nodeName")))
+        if indexed:
+            log.info("clique %s: assigning indices %s", object_key(clique), ", ".join(indexed))
         if gone:
             log.info("clique %s: removing entries of nodes without a daemon pod: %s",
                      object_key(clique), ", ".join(gone))

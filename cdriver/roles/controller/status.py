@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from cdriver.api import constants
+from cdriver.imex.config import DEFAULT_MAX_NODES_PER_IMEX_DOMAIN
+from cdriver.imex.indices import assign_indices
 from cdriver.kube.objects import labels_of
 
 CONDITION_READY = "Ready"
@@ -175,12 +177,20 @@ def demote_unready(daemons: list[dict], ready_nodes: set[str]) -> list[dict] | N
     return out if changed else None
 
 
-def corrected_clique(clique: dict, nodes_with_pods: set[str], ready_nodes: set[str]) -> list[dict] | None:
-    """The clique's daemons after pruning entries without a daemon pod and demoting entries
-    whose pod is not Ready; None when the clique is right as it is."""
+def corrected_clique(clique: dict, nodes_with_pods: set[str], ready_nodes: set[str],
+                     max_nodes: int = DEFAULT_MAX_NODES_PER_IMEX_DOMAIN) -> list[dict] | None:
+    """The clique's daemons after pruning entries without a daemon pod, demoting entries
+    whose pod is not Ready and giving each entry without a valid index (none, a duplicate, or
+    one out of range) the lowest free one; None when the clique is right as it is.
+
+    Daemons write only their own entry, without an index, so daemons joining at once never
+    conflict; the controller assigns the indices of all that joined meanwhile in one write."""
     pruned = prune_clique(clique, nodes_with_pods)
     daemons = (clique.get("daemons") or []) if pruned is None else pruned
     demoted = demote_unready(daemons, ready_nodes)
+    indexed = assign_indices(demoted if demoted is not None else daemons, max_nodes)
+    if indexed.assigned:
+        return indexed.entries
     if demoted is not None:
         return demoted
     return pruned

@@ -24,6 +24,7 @@ from cdriver.roles.startup_log import log_startup_configuration
 
 from .inputs import (
     DEFAULT_HTTP_ENDPOINT,
+    DEFAULT_INDEX_WAIT,
     DEFAULT_KUBE_API_BURST,
     DEFAULT_KUBE_API_QPS,
     DEFAULT_METRICS_PATH,
@@ -90,6 +91,9 @@ def command(ctx: click.Context, **options: Any) -> None:
               help="Seconds between checks whether a blocked IMEX port became free.")
 @click.option("--stop-grace", type=float, default=10.0, show_default=True,
               help="Seconds nvidia-imex gets to exit after SIGTERM before SIGKILL.")
+@click.option("--index-wait", type=float, default=DEFAULT_INDEX_WAIT, show_default=True,
+              help="Seconds a new clique entry waits for the controller to assign its index before the daemon "
+                   "takes the lowest free one itself (0: always itself, by optimistic writes of the whole list).")
 @click.option("--http-endpoint", default=DEFAULT_HTTP_ENDPOINT, envvar="HTTP_ENDPOINT", show_default=True,
               show_envvar=True, help="HOST:PORT or :PORT to serve metrics and the pod's probes on (/startupz, "
                    "/readyz, /livez: what `check` decides, without a process per probe; empty: off).")
@@ -98,7 +102,7 @@ def command(ctx: click.Context, **options: Any) -> None:
 @click.pass_obj
 def run_command(raw: RawInputs, max_restart_backoff: float = 30.0, recheck_interval: float = 5.0,
                 stop_grace: float = 10.0, http_endpoint: str = DEFAULT_HTTP_ENDPOINT,
-                metrics_path: str = DEFAULT_METRICS_PATH) -> None:
+                metrics_path: str = DEFAULT_METRICS_PATH, index_wait: float = DEFAULT_INDEX_WAIT) -> None:
     """Run the daemon until SIGTERM (the default subcommand)."""
     from dataclasses import asdict, replace
 
@@ -106,7 +110,7 @@ def run_command(raw: RawInputs, max_restart_backoff: float = 30.0, recheck_inter
 
     try:
         given = replace(raw, max_backoff=max_restart_backoff, recheck_seconds=recheck_interval, stop_grace=stop_grace,
-                        http_endpoint=http_endpoint, metrics_path=metrics_path)
+                        http_endpoint=http_endpoint, metrics_path=metrics_path, index_wait=index_wait)
         settings = parse_settings(given)
         log_startup_configuration("imex-daemon", asdict(given), settings.gates,
                                   root_options(click.get_current_context()))

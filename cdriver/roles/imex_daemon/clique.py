@@ -1,10 +1,12 @@
 """Clique membership: this node's entry in ComputeDomainClique `<cdUID>.<cliqueID>`.
 
-Pure part: index assignment and entry upsert/remove/status over plain entry lists (shared
-with the legacy ComputeDomain.status.nodes path, whose key field is `name`).
-Effects: `CliqueStore` (read-your-writes cache over the API) and `update_with_retry`, the
-optimistic-concurrency loop: every write carries the resourceVersion it was computed from;
-a 409 re-reads the object and recomputes, so two daemons joining at once get distinct indices.
+Pure part: entry upsert/remove/status over plain entry lists (shared with the legacy
+ComputeDomain.status.nodes path, whose key field is `name`), and the server-side-apply body of
+this daemon's own entry. Effects: `CliqueStore` (read-your-writes cache over the API) with
+`apply_entry`, the conflict-free write of a daemon's own entry (the controller then assigns its
+index), and `update_with_retry`, the optimistic-concurrency loop for whole-list changes (leaving,
+the legacy path, a daemon taking an index itself): every write carries the resourceVersion it was
+computed from; a 409 re-reads the object and recomputes, so two writers never pick one index.
 """
 
 from __future__ import annotations
@@ -19,16 +21,14 @@ from typing import Any, Protocol
 from cdriver.api import constants
 from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES
 from cdriver.errors import CdriverError
+from cdriver.imex.indices import IndexExhausted as IndexExhausted
+from cdriver.imex.indices import entry_index, next_free_index, used_indices
 from cdriver.kube.objects import owner_references_of
 
 log = logging.getLogger(__name__)
 
 KEY_CLIQUE = "nodeName"  # list-map key of ComputeDomainClique.daemons
 KEY_CD_STATUS = "name"  # list-map key of ComputeDomain.status.nodes
-
-
-class IndexExhausted(CdriverError):
-    """Every index below MAX_NODES_PER_IMEX_DOMAIN is taken in this clique."""
 
 
 class RetriesExhausted(CdriverError):
@@ -45,41 +45,6 @@ class Member:
 
 
 # --- pure: entries -------------------------------------------------------------------
-
-
-def entry_index(entry: dict) -> int | None:
-    """The entry's index, or None when absent or not a non-negative integer."""
-    value = entry.get("index")
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        return None
-    return value
-
-
-def used_indices(entries: list[dict], clique_id: str, exclude_node: str = "",
-                 key: str = KEY_CLIQUE) -> set[int]:
-    """Indices held by entries of `clique_id` (other than `exclude_node`)."""
-    used: set[int] = set()
-    for entry in entries:
-        if entry.get("cliqueID") != clique_id or entry.get(key) == exclude_node:
-            continue
-        index = entry_index(entry)
-        if index is not None:
-            used.add(index)
-    return used
-
-
-def next_free_index(used: set[int], max_nodes: int) -> int:
-    """Lowest non-negative index not in `used`; holes left by departed nodes are reused."""
-    index = 0
-    while index in used:
-        index += 1
-    if index >= max_nodes:
-        raise IndexExhausted(
-            f"no free index in the clique: all {max_nodes} indices (MAX_NODES_PER_IMEX_DOMAIN) are "
-            "taken; remove a node from the ComputeDomain or raise the controller's "
-            "maxNodesPerIMEXDomain setting"
-        )
-    return index
 
 
 def find_entry(entries: list[dict], node_name: str, key: str = KEY_CLIQUE) -> dict | None:
@@ -123,6 +88,12 @@ def upsert_entry(entries: list[dict], member: Member, max_nodes: int,
         mine["ipAddress"] = member.ip_address
         changed = True
     return out, changed
+
+
+def entry_outdated(entries: list[dict], member: Member, key: str = KEY_CLIQUE) -> bool:
+    """True when this node has no entry yet, or its entry names another IP or clique."""
+    mine = find_entry(entries, member.node_name, key)
+    return mine is None or mine.get("ipAddress") != member.ip_address or mine.get("cliqueID") != member.clique_id
 
 
 def remove_entry(entries: list[dict], node_name: str, key: str = KEY_CLIQUE) -> tuple[list[dict], bool]:
@@ -178,6 +149,37 @@ def new_clique(name: str, namespace: str, cd_uid: str, clique_id: str, owner: di
             "ownerReferences": [dict(owner)],
         },
     }
+
+
+#: Field managers are at most 128 characters; node names up to 253.
+_MAX_FIELD_MANAGER = 128
+FIELD_MANAGER_PREFIX = "cdriver-imex-daemon-"
+
+
+def field_manager(node_name: str) -> str:
+    """This node's server-side-apply field manager. One per node: an apply removes what its
+    manager applied before and left out now, so daemons sharing one manager would remove
+    each other's entries."""
+    name = FIELD_MANAGER_PREFIX + node_name
+    if len(name) <= _MAX_FIELD_MANAGER:
+        return name
+    import hashlib
+
+    digest = hashlib.sha256(node_name.encode()).hexdigest()[:16]
+    return name[: _MAX_FIELD_MANAGER - 17] + "-" + digest
+
+
+def own_entry_applied(name: str, namespace: str, cd_uid: str, owner: dict, member: Member, status: str) -> dict:
+    """The server-side-apply body of this daemon's part of the clique: the object's labels, its
+    pod as an owner, and its own entry (never an index: the controller assigns indices)."""
+    body = new_clique(name, namespace, cd_uid, member.clique_id, owner)
+    body["daemons"] = [{
+        KEY_CLIQUE: member.node_name,
+        "ipAddress": member.ip_address,
+        "cliqueID": member.clique_id,
+        "status": status,
+    }]
+    return body
 
 
 def resource_version(obj: dict | None) -> int:
@@ -291,6 +293,15 @@ class CliqueStore(LatestObject):
             created = self.raw.get(self.res, self.name, namespace=self.namespace)
         self.observe(created)
         return copy.deepcopy(created)
+
+    def apply_entry(self, member: Member, status: str) -> dict:
+        """Write this daemon's own entry (and its pod as an owner) by server-side apply: no
+        resourceVersion, so daemons joining at once never conflict; creates the clique if missing."""
+        body = own_entry_applied(self.name, self.namespace, self.cd_uid, self.owner, member, status)
+        out = self.raw.patch(self.res, self.name, body, namespace=self.namespace, patch_type="apply",
+                             field_manager=field_manager(member.node_name), force=True)
+        self.observe(out)
+        return out
 
     def needs_write(self, obj: dict) -> bool:
         """True when this pod is not yet an owner (a new pod of the same node)."""

@@ -55,6 +55,9 @@ DEFAULT_KUBE_API_BURST = 20
 DEFAULT_HTTP_PORT = 8082
 DEFAULT_HTTP_ENDPOINT = f":{DEFAULT_HTTP_PORT}"
 DEFAULT_METRICS_PATH = "/metrics"
+#: How long a new clique entry waits for the controller's index (it usually comes within a
+#: second; a daemon whose controller is down or older takes one itself after this).
+DEFAULT_INDEX_WAIT = 10.0
 
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
@@ -90,6 +93,7 @@ class RawInputs:
     stop_grace: float = 10.0
     http_endpoint: str = DEFAULT_HTTP_ENDPOINT
     metrics_path: str = DEFAULT_METRICS_PATH
+    index_wait: float = DEFAULT_INDEX_WAIT
 
 
 @dataclass(frozen=True)
@@ -142,6 +146,9 @@ class Settings:
     max_backoff: float = 30.0
     recheck_seconds: float = 5.0
     stop_grace: float = 10.0
+    #: seconds a new entry waits for the controller to assign its index before the daemon takes
+    #: the lowest free one itself; 0: always itself (optimistic writes of the whole list)
+    index_wait: float = DEFAULT_INDEX_WAIT
     #: where metrics are served ("" or an empty path: nowhere)
     http_endpoint: str = DEFAULT_HTTP_ENDPOINT
     metrics_path: str = DEFAULT_METRICS_PATH
@@ -270,6 +277,9 @@ def parse_settings(raw: RawInputs) -> Settings:
                         ("--recheck-interval", raw.recheck_seconds), ("--stop-grace", raw.stop_grace)):
         if value <= 0:
             problems.append(f"{name}={value} must be a positive number of seconds")
+    if not raw.index_wait >= 0:
+        problems.append(f"--index-wait={raw.index_wait} must be 0 (the daemon takes its index itself) or a "
+                        "positive number of seconds")
     try:
         limiter_for(raw.kube_api_qps, raw.kube_api_burst)
     except RateLimitSettingError as exc:
@@ -303,6 +313,7 @@ def parse_settings(raw: RawInputs) -> Settings:
         kube_api_burst=raw.kube_api_burst,
         max_backoff=raw.max_backoff,
         recheck_seconds=raw.recheck_seconds,
+        index_wait=raw.index_wait,
         stop_grace=raw.stop_grace,
         http_endpoint=raw.http_endpoint.strip(),
         metrics_path=raw.metrics_path.strip(),

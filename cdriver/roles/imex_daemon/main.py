@@ -215,6 +215,9 @@ class Daemon:
         self.cmd_endpoint: tuple[str, int] | None = None  # where `nvidia-imex-ctl -q` connects
         #: (pod Ready, nvidia-imex READY, blocked) the entry's status was last decided from
         self.status_inputs: tuple[bool, bool, bool] | None = None
+        #: since when this daemon's entry waits for the controller to assign its index, and until when
+        self.index_wait_since: float | None = None
+        self.index_deadline: float | None = None
         self.metrics = metrics or DaemonMetrics()
         self.metrics.bind(DaemonViews(
             ready=self.imex_ready, running=lambda: self.imex.running, starts=lambda: self.imex.starts,
@@ -344,8 +347,8 @@ class Daemon:
     # --- the loop -----------------------------------------------------------------------
 
     def _timeout(self) -> float | None:
-        deadlines = [t for t in (self.state.retry_at, self.state.recheck_at if self._waiting_recheck() else None)
-                     if t is not None]
+        deadlines = [t for t in (self.state.retry_at, self.state.recheck_at if self._waiting_recheck() else None,
+                                 self.index_deadline) if t is not None]
         if not deadlines:
             return None
         return max(0.0, min(deadlines) - time.monotonic())
@@ -379,7 +382,8 @@ class Daemon:
             # an answer of nvidia-imex only feeds the pod's probes: nothing to reconcile
             if any(not isinstance(event, ImexAnswered) for event in events) or \
                     (self.state.retry_at is not None and now >= self.state.retry_at) or \
-                    (self._waiting_recheck() and now >= self.state.recheck_at):
+                    (self._waiting_recheck() and now >= self.state.recheck_at) or \
+                    (self.index_deadline is not None and now >= self.index_deadline):
                 self.reconcile_safely()
             with self.health_changed:
                 self.health_changed.notify_all()
@@ -444,10 +448,7 @@ class Daemon:
     def reconcile(self) -> None:
         if self.state.domain_ended:
             return
-        key = self.store.key
-        obj = clique.update_with_retry(
-            self.store, lambda entries: clique.upsert_entry(entries, self.member, self.settings.max_nodes, key),
-            sleep=self.stopping.wait, what="join", on_write=self.metrics.clique_write)
+        obj = self.join()
         if obj is None:  # joining creates a missing object, so this does not happen
             return
         entries = self.store.entries(obj)
@@ -458,6 +459,56 @@ class Daemon:
         else:
             self.sync_ips(obj, entries)
         self.sync_status()
+
+    def assigned_centrally(self) -> bool:
+        """Whether this daemon writes only its own entry and the controller assigns its index
+        (clique objects, `--index-wait` above 0); otherwise it takes the lowest free index itself."""
+        return isinstance(self.store, clique.CliqueStore) and self.settings.index_wait > 0
+
+    def join(self) -> dict | None:
+        """This node's entry in the membership list, written when missing or outdated."""
+        key = self.store.key
+        if not self.assigned_centrally():
+            return self.take_index()
+        obj = self.store.current() or self.store.refresh()
+        entries = self.store.entries(obj)
+        if obj is None or clique.entry_outdated(entries, self.member, key) or self.store.needs_write(obj):
+            # a restarted daemon keeps the status its entry has until sync_status decides again
+            status = clique.entry_status(clique.find_entry(entries, self.member.node_name, key))
+            obj = self.write_own_entry(status or constants.STATUS_NOT_READY)
+        if self.own_index() is not None:
+            self.index_wait_since = self.index_deadline = None
+            return obj
+        now = time.monotonic()
+        if self.index_wait_since is None:
+            self.index_wait_since = now
+        deadline = self.index_wait_since + self.settings.index_wait
+        if now < deadline:
+            self.index_deadline = deadline  # the controller's assignment arrives on the watch
+            return obj
+        log.warning("No index assigned to node %s in %s %.0f s after joining (is the controller running?); "
+                    "taking the lowest free index", self.settings.node_name, self.store.description,
+                    self.settings.index_wait)
+        self.index_deadline = None
+        return self.take_index()
+
+    def take_index(self) -> dict | None:
+        """Write this node's entry with the lowest free index (optimistic update, retried on conflict)."""
+        key = self.store.key
+        return clique.update_with_retry(
+            self.store, lambda entries: clique.upsert_entry(entries, self.member, self.settings.max_nodes, key),
+            sleep=self.stopping.wait, what="join", on_write=self.metrics.clique_write)
+
+    def write_own_entry(self, status: str) -> dict:
+        """Apply this node's own entry (see `CliqueStore.apply_entry`), counted as a clique write."""
+        assert isinstance(self.store, clique.CliqueStore)
+        try:
+            out = self.store.apply_entry(self.member, status)
+        except ApiError as exc:
+            self.metrics.clique_write(clique.WRITE_CONFLICT if exc.conflict else clique.WRITE_ERROR)
+            raise
+        self.metrics.clique_write(clique.WRITE_OK)
+        return out
 
     # --- peers ----------------------------------------------------------------------------
 
@@ -658,13 +709,22 @@ class Daemon:
         self.status_inputs = inputs
         # While stopping (often because the domain is being deleted), never recreate the object.
         node_name = self.settings.node_name
+        create = not (self.stopping.is_set() or self.state.domain_ended)
+        if create and self.assigned_centrally():
+            self.write_own_entry(want)
+            log.info("Entry of node %s in %s is now %s", self.settings.node_name, self.store.description, want)
+            self._after_status(want)
+            return
         out = clique.update_with_retry(self.store, lambda e: clique.set_entry_status(e, node_name, want, key),
                                        sleep=self.stopping.wait, what="status update",
-                                       create_missing=not (self.stopping.is_set() or self.state.domain_ended),
+                                       create_missing=create,
                                        on_write=self.metrics.clique_write)
         if out is None:
             return
         log.info("Entry of node %s in %s is now %s", self.settings.node_name, self.store.description, want)
+        self._after_status(want)
+
+    def _after_status(self, want: str) -> None:
         if want == constants.STATUS_READY and not self.state.trimmed:
             self.state.trimmed = True
             release_memory()  # start-up is over: drop its garbage once

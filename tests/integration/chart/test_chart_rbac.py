@@ -71,7 +71,7 @@ ALLOWED = {
     ),
     "daemon": grants(
         (CLUSTER, constants.GROUP, "computedomains", READ),
-        (DRIVER_NS, constants.GROUP, "computedomaincliques", (*READ, "create", "update")),
+        (DRIVER_NS, constants.GROUP, "computedomaincliques", (*READ, "create", "update", "patch")),
         (DRIVER_NS, "", "pods", (*READ, "patch")),
         (DRIVER_NS, "", "events", ("create", "patch")),
     ),
@@ -105,7 +105,8 @@ USES = {
     ],
     "daemon": [
         ("create", GROUP, "computedomaincliques", "", True), ("update", GROUP, "computedomaincliques", "", True),
-        ("watch", "", "pods", "", True), ("patch", "", "pods", "", True), ("get", GROUP, "computedomains", "", False),
+        ("patch", GROUP, "computedomaincliques", "", True), ("watch", "", "pods", "", True),
+        ("patch", "", "pods", "", True), ("get", GROUP, "computedomains", "", False),
         ("create", "", "events", "", True),
     ],
 }
@@ -420,6 +421,39 @@ def test_daemon_may_write_only_its_own_entry_of_its_own_domains_clique(raw, acto
     finally:
         for domain in (DOMAIN, OTHER_DOMAIN):
             raw.delete(CLIQUES, constants.clique_object_name(domain, "uuid.1"), NS)
+
+
+def test_daemon_applies_only_its_own_entry_and_owner(raw, actors: Actors) -> None:
+    """The daemon's join (server-side apply, no resourceVersion) passes the admission policy for
+    its own entry and is refused for a peer's entry or another domain's clique."""
+    from cdriver.roles.imex_daemon.clique import Member, field_manager, own_entry_applied
+
+    daemon, me, peer = actors.daemon, actors.node1, actors.node2
+    pod = actors.daemon_pod["metadata"]
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": pod["name"], "uid": pod["uid"]}
+    name = constants.clique_object_name(DOMAIN, "uuid.1")
+
+    def apply(node: str, domain: str = DOMAIN, clique_name: str = name) -> dict:
+        body = own_entry_applied(clique_name, NS, domain, owner, Member(node, "10.0.0.9", "uuid.1"),
+                                 constants.STATUS_NOT_READY)
+        return daemon.patch(CLIQUES, clique_name, body, namespace=NS, patch_type="apply",
+                            field_manager=field_manager(node), force=True)
+
+    try:
+        mine = apply(me)  # creates the clique
+        assert [(d["nodeName"], d.get("index")) for d in mine["daemons"]] == [(me, None)]
+        assert [r["uid"] for r in mine["metadata"]["ownerReferences"]] == [pod["uid"]]
+        raw.update(CLIQUES, {**mine, "daemons": [{**mine["daemons"][0], "index": 0}, entry(peer, 1)]}, NS)
+        again = apply(me)  # applied again: the index the controller gave stays, the peer too
+        assert [(d["nodeName"], d.get("index")) for d in again["daemons"]] == [(me, 0), (peer, 1)]
+        msg = denied(apply, peer)
+        assert f"the IMEX daemon on node {me} may change only its own entry ({me})" in msg
+        other = constants.clique_object_name(OTHER_DOMAIN, "uuid.1")
+        msg = denied(apply, me, OTHER_DOMAIN, other)
+        assert f"the IMEX daemon of ComputeDomain {DOMAIN} may write only its own domain's cliques" in msg
+        assert raw.get(CLIQUES, name, NS)["daemons"][1] == entry(peer, 1)
+    finally:
+        raw.delete(CLIQUES, name, NS)
 
 
 def test_daemon_may_set_only_the_clique_label_of_its_own_pod(raw, actors: Actors) -> None:

@@ -346,6 +346,37 @@ def test_status_follows_cliques_and_prunes_entries(raw, namespace, driver_ns, st
     assert ready_condition(raw.get(CDS, "cd1", namespace))["reason"] == "WaitingForNodes"
 
 
+def test_entries_without_an_index_get_the_lowest_free_ones(raw, namespace, driver_ns, start_controller, nodes):
+    """Daemons apply their own entries without an index; the controller gives each the lowest
+    free index of its clique in one write, keeps every valid index, and re-assigns a duplicate."""
+    start_controller(settings_for(driver_ns))
+    cd = raw.create(CDS, compute_domain("cd1", namespace, "chan", mode=None, num_nodes=4), namespace)
+    uid = cd["metadata"]["uid"]
+    wait_generated(raw, cd, driver_ns)
+    n = [nodes({constants.LABEL_COMPUTE_DOMAIN: uid}) for _ in range(4)]
+    wait_for("four daemon pods", lambda: len(labelled(raw, PODS, uid, driver_ns)) == 4, 30)
+    clique_id = "11111111-2222-3333-4444-555555555555.0"
+    name = f"{uid}.{clique_id}"
+
+    def entry(node: str, ip: str, index: int | None = None) -> dict:
+        out = {"nodeName": node, "ipAddress": ip, "cliqueID": clique_id, "status": "NotReady"}
+        return out if index is None else {**out, "index": index}
+
+    raw.create(CLIQUES, {
+        "metadata": {"name": name, "labels": {constants.LABEL_COMPUTE_DOMAIN: uid,
+                                              constants.LABEL_CLIQUE_ID: clique_id}},
+        "daemons": [entry(n[0], "10.1.0.1", 1), entry(n[1], "10.1.0.2"), entry(n[2], "10.1.0.3", 1),
+                    entry(n[3], "10.1.0.4")]}, driver_ns)
+
+    def indices() -> dict[str, int | None]:
+        return {d["nodeName"]: d.get("index") for d in raw.get(CLIQUES, name, driver_ns)["daemons"]}
+
+    wait_for(lambda: f"every entry indexed: {indices()}", lambda: None not in indices().values() and
+             len(set(indices().values())) == 4, 30)
+    # n[0] keeps its 1; in list order n[1] gets the free 0, n[2] (a duplicate 1) 2, n[3] 3
+    assert indices() == {n[0]: 1, n[1]: 0, n[2]: 2, n[3]: 3}
+
+
 def test_entry_of_a_killed_daemon_turns_not_ready_with_its_pod(raw, namespace, driver_ns,
                                                                start_controller, nodes):
     """A SIGKILLed daemon cannot write NotReady; kubelet marks its pod not Ready, and neither

@@ -305,6 +305,44 @@ def test_concurrent_joins_end_with_distinct_indices(daemons: Harness) -> None:
     assert indices == [0, 1, 2]
 
 
+def test_joins_apply_their_own_entries_and_take_the_assigned_index(daemons: Harness) -> None:
+    """The default join: daemons starting at once each apply only their own entry (no
+    resourceVersion, so no conflict), the index comes from the controller's assignment (played
+    by the harness), and the clique forms with every member named."""
+    h = daemons
+    h.assign_indices(CQ0)
+    group = [h.add(CQ0) for _ in range(4)]
+    for m in group:
+        h.start(m)
+
+    def indexed() -> list[int] | None:
+        indices = [e.get("index") for e in h.entries(CQ0)]
+        return sorted(indices) if len(indices) == 4 and None not in indices else None
+
+    logs = lambda: "\n".join(f"--- {m.node}:\n{m.log()[-2000:]}" for m in group)  # noqa: E731
+    assert wait_for(lambda: f"four indexed entries\n{logs()}", indexed, 30) == [0, 1, 2, 3]
+    assert sorted(node for node, _ in h.assigned) == sorted(m.node for m in group)
+    for m in group:
+        wait_for(lambda m=m: f"{m.node}'s hosts block to name all four\n{logs()}",
+                 lambda m=m: len(mapping_in(m.hosts)) == 4, 30)
+        assert h.metric(m, "cdriver_imex_daemon_clique_update_conflicts_total") == 0
+        assert h.metric(m, "cdriver_imex_daemon_index_assignment_seconds") > 0
+        assert "No index assigned" not in m.log()
+
+
+def test_without_an_assignment_a_daemon_takes_the_lowest_free_index(daemons: Harness) -> None:
+    """No controller assigns (down, or an older one): after --index-wait the daemons take the
+    lowest free indices themselves, still distinct."""
+    h = daemons
+    h.index_wait = "1"
+    a, b = h.add(CQ0), h.add(CQ0)
+    h.start(a)
+    h.start(b)
+    wait_for("both entries indexed", lambda: sorted(e.get("index", -1) for e in h.entries(CQ0)) == [0, 1], 30)
+    for m in (a, b):
+        assert "No index assigned" in m.log()
+
+
 def test_restarted_daemon_keeps_its_index(daemons: Harness) -> None:
     h = daemons
     a, b, d = h.add(CQ0), h.add(CQ0), h.add(CQ0)

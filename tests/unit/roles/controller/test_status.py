@@ -192,6 +192,19 @@ def test_ready_entries_of_nodes_whose_daemon_pod_is_not_ready_are_demoted():
                                                         daemon("n3", "3", 2, constants.STATUS_NOT_READY)]
 
 
+def test_entries_without_an_index_are_given_one_with_pruning_and_demotion():
+    joined = {"nodeName": "n3", "ipAddress": "3", "cliqueID": "c.0", "status": constants.STATUS_NOT_READY}
+    c = clique(daemon("n1", "1", 1), daemon("n2", "2", 0), joined)
+    # n3 applied its entry without an index: it gets the lowest free one (2) in the same write
+    assert corrected_clique(c, {"n1", "n2", "n3"}, {"n1", "n2"}) == [
+        daemon("n1", "1", 1), daemon("n2", "2", 0), {**joined, "index": 2}]
+    # n2 has gone and n1's pod is not Ready: one write prunes, demotes and assigns (n3 takes 0)
+    assert corrected_clique(c, {"n1", "n3"}, set()) == [
+        daemon("n1", "1", 1, constants.STATUS_NOT_READY), {**joined, "index": 0}]
+    # the controller's --max-nodes-per-imex-domain bounds the indices it gives
+    assert corrected_clique(c, {"n1", "n2", "n3"}, {"n1", "n2"}, max_nodes=2) is None
+
+
 def test_legacy_entry_of_a_daemon_whose_pod_is_not_ready_is_not_ready():
     current = [{"name": "n1", "ipAddress": "10.0.0.1", "cliqueID": "c.0", "index": 0, "status": "Ready"}]
     nodes = aggregate_nodes(current, [], [pod("n1", "10.0.0.1", ready=False)], cliques_enabled=False)

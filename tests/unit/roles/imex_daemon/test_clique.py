@@ -154,3 +154,27 @@ def test_every_write_of_the_entry_is_reported_with_its_result() -> None:
         cl.update_with_retry(ConflictingStore(conflicts=0, fail=True), join, sleep=lambda _s: None,
                              on_write=results.append)
     assert results == [cl.WRITE_ERROR]
+
+
+def test_an_entry_is_outdated_when_missing_or_naming_another_ip_or_clique() -> None:
+    me = cl.Member("n1", "10.0.0.1", CQ)
+    assert cl.entry_outdated([], me)
+    assert not cl.entry_outdated([entry("n1", "10.0.0.1", 0)], me)
+    assert cl.entry_outdated([entry("n1", "10.0.0.9", 0)], me)
+    assert cl.entry_outdated([entry("n1", "10.0.0.1", 0, clique="other.1")], me)
+    assert not cl.entry_outdated([{"nodeName": "n1", "ipAddress": "10.0.0.1", "cliqueID": CQ}], me)
+
+
+def test_each_node_applies_with_its_own_field_manager_within_the_length_limit() -> None:
+    assert cl.field_manager("node-1") == "cdriver-imex-daemon-node-1"
+    assert cl.field_manager("node-1") != cl.field_manager("node-2")
+    long_a, long_b = "a" * 200 + ".x", "a" * 200 + ".y"
+    assert len(cl.field_manager(long_a)) == 128 and cl.field_manager(long_a) != cl.field_manager(long_b)
+
+
+def test_the_applied_body_holds_only_this_daemons_entry_labels_and_owner() -> None:
+    owner = cl.pod_owner_reference("pod-a", "uid-a")
+    body = cl.own_entry_applied("cd.c", "drv", "cd", owner, cl.Member("n1", "10.0.0.1", CQ), constants.STATUS_READY)
+    assert body["daemons"] == [{"nodeName": "n1", "ipAddress": "10.0.0.1", "cliqueID": CQ, "status": "Ready"}]
+    assert body["metadata"]["ownerReferences"] == [owner]
+    assert body["metadata"]["labels"] == {constants.LABEL_COMPUTE_DOMAIN: "cd", constants.LABEL_CLIQUE_ID: CQ}
