@@ -62,18 +62,20 @@ def nvidia_smi_cmd(driver_root: Path | None, list_gpus: bool, show_version: bool
               help="Node name whose identity to use (env NODE_NAME).")
 @click.option("--topology", type=click.Path(dir_okay=False, path_type=Path), envvar=ENV_SIM_TOPOLOGY,
               default=None, help="Topology document (env CDRIVER_SIM_TOPOLOGY); default: the demo topology.")
-@click.option("--profile", default="gb200", show_default=True, help="GPU profile (gb200, gb300).")
+@click.option("--profile", default=None,
+              help="GPU profile (gb200, gb300) [default: the topology domain's, else gb200].")
 @click.option("--fabric-state", default="completed", show_default=True,
               type=click.Choice(["completed", "in_progress", "not_started", "not_supported"]),
               help="Fabric registration state every GPU reports.")
 @click.option("--fabric-health", default="healthy", show_default=True,
               type=click.Choice(["healthy", "degraded_bandwidth", "route_unhealthy", "no_partition"]),
               help="Fabric health condition every GPU reports.")
-@click.option("--gpus", "gpu_count", type=int, default=None, help="Number of GPUs (default: the profile's).")
+@click.option("--gpus", "gpu_count", type=int, default=None,
+              help="Number of GPUs [default: the topology domain's gpusPerNode, else the profile's].")
 @click.option("--channels", "channel_count", type=int, default=IMEX_CHANNEL_COUNT, show_default=True,
               help="IMEX channel device nodes to create.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def driver_root_cmd(root: Path, node_name: str, topology: Path | None, profile: str, fabric_state: str,
+def driver_root_cmd(root: Path, node_name: str, topology: Path | None, profile: str | None, fabric_state: str,
                     fabric_health: str, gpu_count: int | None, channel_count: int, as_json: bool) -> None:
     """Lay out (or refresh) a simulated node's NVIDIA driver root."""
     from cdriver.sim.gpu.driver_root import create_driver_root

@@ -266,7 +266,7 @@ def _topology_source(topology: Topology | str | Path | None) -> str | None:
 
 
 def create_driver_root(root: str | Path, node_name: str, topology_path: Topology | str | Path | None,
-                       profile: str = "gb200", *, fabric_state: str = "completed", fabric_health: str = "healthy",
+                       profile: str | None = None, *, fabric_state: str = "completed", fabric_health: str = "healthy",
                        fabric_status: int = 0, gpu_count: int | None = None,
                        channel_count: int = DEFAULT_CHANNEL_COUNT, majors: tuple[int, int] | None = None,
                        cache_dir: Path | None = None, wrapper_command: list[str] | None = None) -> DriverRoot:
@@ -279,8 +279,12 @@ def create_driver_root(root: str | Path, node_name: str, topology_path: Topology
     driver image on a real node).
     """
     root = Path(root).resolve()
-    prof = get_profile(profile)
     identity = _resolve_identity(node_name, topology_path, fabric_state)
+    # unless given, the GPUs are those the node's topology domain names (else gb200's)
+    prof = get_profile(profile or (identity.profile if identity is not None else "") or "gb200")
+    given_gpu_count = gpu_count  # recorded as given: a re-render with another topology follows it
+    if gpu_count is None and identity is not None:
+        gpu_count = identity.gpus_per_node
     config_text = render_nvml_config(node_name, identity, prof, fabric_state=fabric_state,
                                      fabric_health=fabric_health, fabric_status=fabric_status, gpu_count=gpu_count)
     channel_major, caps_major = majors if majors is not None else default_majors()
@@ -327,11 +331,11 @@ def create_driver_root(root: str | Path, node_name: str, topology_path: Topology
     record: dict[str, Any] = {
         "node": node_name,
         "topology": _topology_source(topology_path),
-        "profile": prof.name,
+        "profile": profile,
         "fabricState": fabric_state,
         "fabricHealth": fabric_health,
         "fabricStatus": fabric_status,
-        "gpuCount": gpu_count,
+        "gpuCount": given_gpu_count,
         "channelCount": channel_count,
         "majors": [channel_major, caps_major],
     }

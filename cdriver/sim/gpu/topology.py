@@ -6,12 +6,20 @@ The document (YAML or JSON) has the shape of the upstream simulation's topology 
     domains:
       - name: demo-domain                                  # optional, informational
         uuid: 00000000-0000-0000-0000-0000000000ab         # cluster UUID of the domain
+        profile: gb200                                     # optional: the nodes' GPU profile
+        gpusPerNode: 4                                     # optional: default the profile's
         cliques:
           - id: 0                                          # clique ID (uint32)
             nodes: [worker-1, worker-2]                    # Kubernetes node names
 
-A node learns its identity (cluster UUID + clique ID) from its name (NODE_NAME). The
-document is read when a process starts, so rebinding a node only needs a restart.
+A node learns its identity (cluster UUID + clique ID, and its GPUs) from its name (NODE_NAME).
+The document is read when a process starts, so rebinding a node only needs a restart.
+`profile` and `gpusPerNode` are this simulation's own keys (the upstream ConfigMap has none).
+
+Shipped documents are named (`resolve_topology`): `demo`, and racks shaped like the
+hardware: `gb200-nvl72` (one NVL72 rack: 18 compute trays of 4 GPUs in one clique),
+`gb200-nvl72x4` (four racks, four cliques, 72 nodes) and their `gb300-` equivalents; their
+node names say rack and tray (`rack1-tray01`).
 """
 
 from __future__ import annotations
@@ -47,7 +55,10 @@ _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _NODE_NAME = re.compile(rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*$")
 
 _TOP_KEYS = {"version", "domains"}
-_DOMAIN_KEYS = {"name", "uuid", "cliques"}
+_DOMAIN_KEYS = {"name", "uuid", "cliques", "profile", "gpusPerNode"}
+#: GPU profiles a domain may name (cdriver.sim.gpu.profiles.PROFILES)
+_PROFILE_NAMES = ("gb200", "gb300")
+MAX_GPUS_PER_NODE = 64
 _CLIQUE_KEYS = {"id", "nodes"}
 
 
@@ -70,6 +81,8 @@ class Domain:
     name: str
     uuid: str  # canonical lowercase 8-4-4-4-12
     cliques: tuple[Clique, ...]
+    profile: str = ""  # "" : the node's default profile
+    gpus_per_node: int | None = None  # None: the profile's count
 
 
 @dataclass(frozen=True)
@@ -80,6 +93,8 @@ class NodeIdentity:
     cluster_uuid: str  # canonical lowercase 8-4-4-4-12
     clique_id: int
     domain: str
+    profile: str = ""  # "" : the node's default profile
+    gpus_per_node: int | None = None  # None: the profile's count
 
 
 @dataclass(frozen=True)
@@ -99,7 +114,8 @@ class Topology:
         for domain in self.domains:
             for clique in domain.cliques:
                 if node_name in clique.nodes:
-                    return NodeIdentity(node_name, domain.uuid, clique.id, domain.name)
+                    return NodeIdentity(node_name, domain.uuid, clique.id, domain.name, domain.profile,
+                                        domain.gpus_per_node)
         return None
 
     def identity(self, node_name: str) -> NodeIdentity:
@@ -123,6 +139,8 @@ class Topology:
                 {
                     "name": d.name,
                     "uuid": d.uuid,
+                    **({"profile": d.profile} if d.profile else {}),
+                    **({"gpusPerNode": d.gpus_per_node} if d.gpus_per_node is not None else {}),
                     "cliques": [{"id": c.id, "nodes": list(c.nodes)} for c in d.cliques],
                 }
                 for d in self.domains
@@ -195,6 +213,16 @@ def parse_topology(data: Any, source: str = "<topology>") -> Topology:
             raise TopologyError(f"{where}.uuid: {uuid} is already used by {seen_uuids[uuid]}; "
                                 "give each domain its own cluster UUID")
         seen_uuids[uuid] = f"domains[{d_index}]"
+        profile = d_raw.get("profile", "")
+        _require(f"{where}.profile", profile, str, f"a GPU profile name ({', '.join(_PROFILE_NAMES)})")
+        if profile and profile not in _PROFILE_NAMES:
+            raise TopologyError(f"{where}.profile: unknown profile {profile!r}; use one of {', '.join(_PROFILE_NAMES)}")
+        gpus = d_raw.get("gpusPerNode")
+        if gpus is not None:
+            if not is_integer(gpus):
+                raise TopologyError(f"{where}.gpusPerNode: {wrong_type('an integer', gpus)}")
+            if not 1 <= gpus <= MAX_GPUS_PER_NODE:
+                raise TopologyError(f"{where}.gpusPerNode: {gpus} is out of range 1..{MAX_GPUS_PER_NODE}")
         if "cliques" not in d_raw:
             raise TopologyError(f"{where}: missing key cliques; list at least one clique")
         cliques_raw = _require(f"{where}.cliques", d_raw["cliques"], list, "a list of cliques")
@@ -236,7 +264,7 @@ def parse_topology(data: Any, source: str = "<topology>") -> Topology:
                 seen_nodes[node] = f"domains[{d_index}].cliques[{c_index}].nodes[{n_index}]"
                 nodes.append(node)
             cliques.append(Clique(clique_id, tuple(nodes)))
-        domains.append(Domain(name, uuid, tuple(cliques)))
+        domains.append(Domain(name, uuid, tuple(cliques), profile, gpus))
     if not domains:
         raise TopologyError(f"{source}: domains: empty; list at least one domain")
     return Topology(version, tuple(domains), source)
@@ -291,6 +319,39 @@ def dumps_topology(topology: Topology, as_json: bool = False) -> str:
     return yaml.safe_dump(data, sort_keys=False)
 
 
+def topologies_dir() -> Path:
+    """Where the shipped topology documents are."""
+    return Path(__file__).resolve().parent / "topologies"
+
+
 def demo_topology_path() -> Path:
     """The packaged demo topology (4 nodes, two cliques, cluster UUID ...00ab)."""
-    return Path(__file__).resolve().parent / "topologies" / "demo.yaml"
+    return topologies_dir() / "demo.yaml"
+
+
+def shipped_topologies() -> dict[str, Path]:
+    """The shipped topology documents by name (the file name without .yaml)."""
+    return {p.stem: p for p in sorted(topologies_dir().glob("*.yaml"))}
+
+
+def resolve_topology(name_or_path: str | Path) -> Path:
+    """A topology file: an existing path as given, else a shipped document by name."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    shipped = shipped_topologies()
+    if str(name_or_path) in shipped:
+        return shipped[str(name_or_path)]
+    raise TopologyError(f"{name_or_path}: no such topology file, and not a shipped topology; shipped: "
+                        f"{', '.join(shipped)} (or pass a file, e.g. one written from `cdriver sim topology demo`)")
+
+
+def rack_topology(profile: str, racks: int, trays: int = 18, gpus_per_node: int = 4) -> Topology:
+    """Racks shaped like NVL72 hardware: each rack one NVLink domain (its own cluster UUID) and one
+    clique of `trays` compute-tray nodes named `rack<R>-tray<TT>`."""
+    family = {"gb200": "b200", "gb300": "b300"}[profile]
+    domains = tuple(
+        Domain(f"{profile}-nvl72-rack{r}", f"00000000-0000-0000-{family}-{r:012x}",
+               (Clique(1, tuple(f"rack{r}-tray{t:02d}" for t in range(1, trays + 1))),), profile, gpus_per_node)
+        for r in range(1, racks + 1))
+    return Topology(TOPOLOGY_VERSION, domains, f"<{profile} x{racks}>")

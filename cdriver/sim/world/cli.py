@@ -48,12 +48,14 @@ def _echo_err(msg: str) -> None:
     click.echo(msg, err=True)
 
 
-nodes_option = click.option("--nodes", default=4, show_default=True, help="Number of nodes.")
+nodes_option = click.option("--nodes", type=click.IntRange(1), default=None,
+                            help="Number of nodes, the topology's first ones [default: all of the topology's].")
 real_nodes_option = click.option("--real-nodes", default=0, show_default=True, type=click.IntRange(0, 250),
                                  help="How many of the nodes run a real kubelet, containerd and runc "
                                       "(root; builds them on first use).")
-topology_option = click.option("--topology", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-                               default=None, help="Topology document (default: the demo topology).")
+topology_option = click.option("--topology", default=None, metavar="NAME|FILE",
+                               help="Topology: a shipped one by name (demo, gb200-nvl72, gb200-nvl72x4, "
+                                    "gb300-nvl72, gb300-nvl72x4) or a document's path [default: demo].")
 base_option = click.option("--base-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
                            help="Where the cluster keeps its files [default: /tmp/cdriver-sim-<uid>, "
                                 "env CDRIVER_SIM_DIR].")
@@ -68,10 +70,11 @@ base_option = click.option("--base-dir", type=click.Path(file_okay=False, path_t
 @click.option("--driver", type=click.Choice(["cdriver", "upstream"]), default="cdriver", show_default=True,
               help="Which driver to install: cdriver's chart, or the upstream Go driver (built by `make peer`).")
 @click.option("--foreground", is_flag=True, help="Run in this process until Ctrl-C instead of detaching.")
-def up(base_dir: Path | None, nodes: int, real_nodes: int, topology: Path | None, host_managed: bool,
+def up(base_dir: Path | None, nodes: int | None, real_nodes: int, topology: str | None, host_managed: bool,
        driver: str, foreground: bool) -> None:
     """Start a local cluster: control plane, GB200 nodes (simulated, or real with --real-nodes), and the
     driver's chart (cdriver's, or the upstream driver's with --driver upstream)."""
+    topology_path, nodes = _topology_and_nodes(topology, nodes)
     if real_nodes > nodes:
         raise click.BadParameter(f"{real_nodes} real nodes of {nodes}: --real-nodes must not exceed --nodes",
                                  param_hint="--real-nodes")
@@ -84,9 +87,7 @@ def up(base_dir: Path | None, nodes: int, real_nodes: int, topology: Path | None
         base.mkdir(parents=True, exist_ok=True)
         state_file.unlink(missing_ok=True)
         argv = [*_self_argv(), "up", "--foreground", "--base-dir", str(base), "--nodes", str(nodes),
-                "--real-nodes", str(real_nodes)]
-        if topology:
-            argv += ["--topology", str(topology)]
+                "--real-nodes", str(real_nodes), "--topology", str(topology_path)]
         if host_managed:
             argv.append("--host-managed")
         argv += ["--driver", driver]
@@ -126,7 +127,7 @@ def up(base_dir: Path | None, nodes: int, real_nodes: int, topology: Path | None
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    world = SimWorld(_settings(base, nodes, topology, host_managed, real_nodes, driver),
+    world = SimWorld(_settings(base, nodes, topology_path, host_managed, real_nodes, driver),
                      progress=lambda m: click.echo(m, err=True))
     try:
         try:
@@ -145,6 +146,23 @@ def up(base_dir: Path | None, nodes: int, real_nodes: int, topology: Path | None
         state_file.unlink(missing_ok=True)
         pid_file.unlink(missing_ok=True)
         click.echo("simulated cluster stopped", err=True)
+
+
+def _topology_and_nodes(topology: str | None, nodes: int | None) -> tuple[Path, int]:
+    """The topology file (`--topology` by name or path) and how many of its nodes to start."""
+    from cdriver.sim.gpu.topology import TopologyError, demo_topology_path, load_topology, resolve_topology
+
+    try:
+        path = resolve_topology(topology) if topology else demo_topology_path()
+        listed = len(load_topology(path).nodes())
+    except TopologyError as e:
+        raise click.BadParameter(str(e), param_hint="--topology") from None
+    if nodes is None:
+        return path, listed
+    if nodes > listed:
+        raise click.BadParameter(f"the topology {path.name} lists {listed} nodes; ask for at most that many",
+                                 param_hint="--nodes")
+    return path, nodes
 
 
 def _self_argv() -> list[str]:

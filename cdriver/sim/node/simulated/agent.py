@@ -86,7 +86,7 @@ class NodeAgent:
     def __init__(self, raw: RawClient | str, name: str, ip: str, root: str | os.PathLike[str], *,
                  labels: dict[str, str] | None = None, capacity: dict[str, str] | None = None,
                  options: NodeOptions | None = None, topology: str | Path | None = None,
-                 driver_root: bool = False, profile: str = "gb200", fabric_state: str = "completed",
+                 driver_root: bool = False, profile: str | None = None, fabric_state: str = "completed",
                  kubelet_port: int = 10250, pki_dir: str | os.PathLike[str] | None = None,
                  images: Iterable[ImageContent] = ()) -> None:
         if isinstance(raw, str):

@@ -256,3 +256,16 @@ def test_malformed_topology_stops_rerender(tmp_path: Path) -> None:
         rerender_driver_root(tmp_path / "r")
     assert dr.nvml_config.read_text() == config_before  # the node keeps its last good identity
     assert load_topology(demo_topology_path()).identity("worker-1").clique_id == 0
+
+
+def test_a_rack_node_has_the_gpus_its_topology_domain_names(tmp_path: Path) -> None:
+    """gb300-nvl72: a compute tray of 4 GB300 GPUs, unless the caller says otherwise."""
+    from cdriver.sim.gpu.topology import resolve_topology
+
+    topology = resolve_topology("gb300-nvl72")
+    dr = create_driver_root(tmp_path / "a", "rack1-tray05", topology, channel_count=1)
+    gpus = pynvml_report(dr)
+    assert [g["uuid"][:13] for g in gpus] == ["GPU-b300b300-"] * 4
+    assert {g["clique"] for g in gpus} == {1} and dr.profile == "gb300"
+    assert len(pynvml_report(create_driver_root(tmp_path / "b", "rack1-tray06", topology, "gb200", gpu_count=2,
+                                                channel_count=1))) == 2

@@ -85,7 +85,7 @@ def test_version_defaults_to_one() -> None:
         (lambda d: d["domains"][0]["cliques"][0].update(id=-1), r"-1 is out of range"),
         (lambda d: d["domains"][0]["cliques"][0].update(id=2**32), r"is out of range"),
         (lambda d: d["domains"][0].update(extra=1), r"domains\[0\]: unknown field 'extra' \(allowed: "
-                                                    r"cliques, name, uuid"),
+                                                    r"cliques, gpusPerNode, name, profile, uuid"),
         (lambda d: d["domains"][0]["cliques"][0].update(node=["x"]), r"unknown field 'node'"),
         (lambda d: d.update(domain=[]), r"unknown field 'domain'"),
         (lambda d: d.update(version=2), r"version: unsupported value 2"),
@@ -151,3 +151,46 @@ def test_dump_round_trips() -> None:
     assert loads_topology(dumps_topology(topo)).domains == topo.domains
     assert loads_topology(dumps_topology(topo, as_json=True)).domains == topo.domains
     assert clique_label(topo.identity("worker-2")) == "00000000-0000-0000-0000-0000000000cd.0"
+
+
+# --- racks shaped like the hardware, and the simulation's own GPU keys -------------------
+
+from cdriver.sim.gpu.topology import rack_topology, resolve_topology, shipped_topologies  # noqa: E402
+
+
+@pytest.mark.parametrize(("name", "profile", "racks"), [
+    ("gb200-nvl72", "gb200", 1), ("gb200-nvl72x4", "gb200", 4),
+    ("gb300-nvl72", "gb300", 1), ("gb300-nvl72x4", "gb300", 4)])
+def test_shipped_racks_are_18_trays_of_4_gpus_one_clique_per_rack(name: str, profile: str, racks: int) -> None:
+    topo = load_topology(resolve_topology(name))
+    assert topo == rack_topology(profile, racks).__class__(topo.version, rack_topology(profile, racks).domains,
+                                                           topo.source)
+    assert len(topo.nodes()) == 18 * racks
+    assert {len(d.cliques) for d in topo.domains} == {1}
+    assert len({d.uuid for d in topo.domains}) == racks  # each rack its own NVLink domain
+    assert {(d.profile, d.gpus_per_node) for d in topo.domains} == {(profile, 4)}
+    assert topo.nodes()[:2] == ["rack1-tray01", "rack1-tray02"] and topo.nodes()[-1] == f"rack{racks}-tray18"
+    found = topo.identity(f"rack{racks}-tray07")
+    assert (found.profile, found.gpus_per_node, found.domain) == (profile, 4, f"{profile}-nvl72-rack{racks}")
+
+
+def test_a_topology_is_named_or_a_path_and_an_unknown_name_lists_the_shipped_ones(tmp_path: Path) -> None:
+    assert set(shipped_topologies()) == {"demo", "gb200-nvl72", "gb200-nvl72x4", "gb300-nvl72", "gb300-nvl72x4"}
+    assert resolve_topology("demo") == demo_topology_path()
+    own = tmp_path / "mine.yaml"
+    own.write_text(dumps_topology(parse_topology(_doc())))
+    assert resolve_topology(str(own)) == own
+    with pytest.raises(TopologyError, match="not a shipped topology; shipped: demo, gb200-nvl72"):
+        resolve_topology("gb200-nvl36")
+
+
+def test_profile_and_gpus_per_node_are_checked_and_round_trip() -> None:
+    topo = parse_topology(_doc(profile="gb300", gpusPerNode=4))
+    assert parse_topology(topo.to_dict()) == topo
+    assert "profile" not in parse_topology(_doc()).to_dict()["domains"][0]
+    with pytest.raises(TopologyError, match=r"domains\[0\]\.profile: unknown profile 'h100'; use one of gb200, gb300"):
+        parse_topology(_doc(profile="h100"))
+    with pytest.raises(TopologyError, match=r"gpusPerNode: 0 is out of range 1\.\.64"):
+        parse_topology(_doc(gpusPerNode=0))
+    with pytest.raises(TopologyError, match=r"gpusPerNode: expected an integer"):
+        parse_topology(_doc(gpusPerNode="4"))
