@@ -142,6 +142,13 @@ def egress_config(socket_path: Path) -> dict[str, Any]:
                 "proxyProtocol": "HTTPConnect", "transport": {"uds": {"udsName": str(socket_path)}}}}]}
 
 
+#: kube-apiserver's own defaults for request limits (API Priority and Fairness, 400 read-only and 200
+#: mutating seats), as clusters run them; later flags win, so these in a cluster's extra_args
+#: undo the unlimited default above (`WorldSettings.api_fairness`)
+FAIRNESS_ARGS = ["--enable-priority-and-fairness=true", "--max-requests-inflight=400",
+                 "--max-mutating-requests-inflight=200"]
+
+
 def apiserver_args(binary: Path, layout: Layout, ports: Ports, egress: Path | None = None) -> list[str]:
     """kube-apiserver with TLS, client-cert admin, service-account keys, Node and RBAC authorization;
     with `egress` (an EgressSelectorConfiguration file), kubelet traffic goes through its proxy."""
@@ -161,6 +168,7 @@ def apiserver_args(binary: Path, layout: Layout, ports: Ports, egress: Path | No
         f"--service-account-signing-key-file={files.sa_key}",
         f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
         "--allow-privileged=true",
+        # no request limits by default (tests on 2 cores); FAIRNESS_ARGS turns on the defaults users run
         "--enable-priority-and-fairness=false",
         "--max-requests-inflight=0", "--max-mutating-requests-inflight=0",
         f"--kubelet-client-certificate={files.kubelet_client_cert}",

@@ -77,6 +77,9 @@ class WorldSettings:
     real_nodes: int = 0
     #: DRIVER_CDRIVER, or DRIVER_UPSTREAM (the peer build, see cdriver.sim.world.upstream_driver)
     driver: str = DRIVER_CDRIVER
+    #: the API server with its default request limits and API Priority and Fairness (as clusters
+    #: run it; scale benchmarks), not unlimited
+    api_fairness: bool = False
     #: a user's values file: when given, the chart gets it plus only what the simulated cluster
     #: needs (imex_mode and feature_gates above are then the file's to say)
     values_file: Path | None = None
@@ -274,7 +277,11 @@ class SimWorld:
             self.fleet = RealFleet(self.settings.base_dir)
             self.fleet.start_proxy()
             egress = self.fleet.egress_socket
-        self.cluster = LocalCluster(run_dir=run_dir, binaries=self._binaries_obj, egress_proxy=egress)
+        from cdriver.sim.controlplane.cluster import APISERVER, FAIRNESS_ARGS
+
+        extra = {APISERVER: list(FAIRNESS_ARGS)} if self.settings.api_fairness else {}
+        self.cluster = LocalCluster(run_dir=run_dir, binaries=self._binaries_obj, egress_proxy=egress,
+                                    extra_args=extra)
         self.cluster.start()
 
     def _node_parts(self) -> None:

@@ -1,0 +1,364 @@
+"""Rack scale: one ComputeDomain bootstrapped across worlds shaped like GB200 NVL72 racks, cdriver
+and the upstream Go driver side by side.
+
+The world is the shipped `gb200-nvl72x4` topology (four racks of 18 compute trays, one clique per
+rack), its first N nodes simulated with kubelet's own timings (retry back-offs, heartbeats,
+probes): N = 4 and 18 are one rack, 36 two, 72 all four. For each N and round the drivers take
+turns (cdriver, upstream, ...), each on a cluster of its own with its own chart, both controllers
+at the same client rate limit (`--limits matched`: 1000/s, burst 2000) or each at its own default
+(`--limits default`). A round creates one ComputeDomain (numNodes N) and one workload pod per node,
+then measures:
+
+- time from the first create to /dev/nvidia-caps-imex-channels/channel0 visible inside each
+  container (`kubectl exec test -c`): p50, p90 and max over the N pods;
+- what the API server served meanwhile (its own `apiserver_request_total`, every client): requests
+  per node, 409 conflicts on ComputeDomainCliques and ComputeDomain status per daemon, any 429, and
+  the peak of seats executing (`apiserver_flowcontrol_current_executing_seats`, sampled every
+  0.25 s); the API server runs API Priority and Fairness with its default limits, as clusters do
+  (the test suite's runs it unlimited);
+- CPU seconds and RSS per role: the controller, the kubelet plugins and the IMEX daemons (their
+  container's processes, the IMEX stand-in left out, and the exec probes the nodes ran for them),
+  per node for plugins and daemons;
+- cdriver only: each daemon's seconds from start to its index (its own metric);
+- the test world's own cost beside it: the RSS of this process, which hosts every simulated node's
+  agent, per node, and the container launchers per driver pod.
+
+Writes bench/results/scale.json, a plot of time to channel over N (scale.png and scale.svg) and
+prints a table; `--table FILE` prints the table of a document without running anything.
+
+    python bench/scale.py [--sizes 4,18,36] [--rounds 2] [--drivers cdriver,upstream] [--limits matched]
+    python bench/scale.py --table bench/results/scale.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import psutil
+import versus as vs  # bench/versus.py (scripts run from bench/)
+
+from cdriver.nvml.discover import channel_device_path
+from cdriver.sim.gpu.topology import resolve_topology
+from cdriver.sim.world import scenario
+from cdriver.sim.world.world import DRIVER_NAMESPACE, DRIVERS, SimWorld, WorldSettings
+
+RESULTS = Path(__file__).resolve().parent / "results"
+TOPOLOGY = "gb200-nvl72x4"
+NS = "scale"
+SIZES = (4, 18, 36)
+SETTLE = 5.0
+ROUND_TIMEOUT = 900.0
+DAEMON_METRICS_PORT = 8082
+_SAMPLE = re.compile(r'^(\w+)\{([^}]*)\} (\S+)$')
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+#: the resources whose 409s are daemons contending on membership (cliques; the legacy CD status)
+MEMBERSHIP = {("computedomaincliques", ""), ("computedomains", "status")}
+
+
+# -- the API server's own counts ------------------------------------------------------------------
+def samples(raw: Any, name: str) -> list[tuple[dict[str, str], float]]:
+    """Every sample of metric `name` on the API server's /metrics: (labels, value)."""
+    out = []
+    for line in str(raw.request("GET", "/metrics")).splitlines():
+        if not line.startswith(name + "{"):
+            continue
+        m = _SAMPLE.match(line)
+        if m and m.group(1) == name:
+            out.append((dict(_LABEL.findall(m.group(2))), float(m.group(3))))
+    return out
+
+
+def request_counts(raw: Any) -> dict[tuple[str, str, str, str], float]:
+    """apiserver_request_total by (resource, subresource, verb, code)."""
+    return {(lb.get("resource", ""), lb.get("subresource", ""), lb.get("verb", ""), lb.get("code", "")): v
+            for lb, v in samples(raw, "apiserver_request_total")}
+
+
+def delta(after: dict, before: dict) -> dict:
+    return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0) > 0}
+
+
+class InflightPeak:
+    """Samples the API server's in-flight requests (read-only + mutating) until stopped."""
+
+    def __init__(self, raw: Any, every: float = 0.25) -> None:
+        self.raw, self.every, self.peak = raw, every, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            try:
+                # seats executing in every priority level, less the one of this sampling request
+                seats = sum(v for _, v in samples(self.raw, "apiserver_flowcontrol_current_executing_seats"))
+                self.peak = max(self.peak, seats - 1)
+            except Exception:  # noqa: BLE001 - a missed sample is not a failed run
+                continue
+
+    def __enter__(self) -> InflightPeak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+# -- one bootstrap ---------------------------------------------------------------------------------
+def pct(values: list[float], p: float) -> float:
+    """The nearest-rank percentile: the smallest value with at least p % of the values at or below it."""
+    ordered = sorted(values)
+    return round(ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)], 2)
+
+
+def daemon_index_seconds(daemons: list[dict]) -> list[float]:
+    """Each cdriver daemon's seconds from start to its index (its metric on the pod IP)."""
+    out = []
+    for pod in daemons:
+        ip = (pod.get("status") or {}).get("podIP")
+        try:
+            with urllib.request.urlopen(f"http://{ip}:{DAEMON_METRICS_PORT}/metrics", timeout=5) as resp:
+                text = resp.read().decode()
+        except OSError:
+            continue
+        m = re.search(r"^cdriver_imex_daemon_index_assignment_seconds (\S+)$", text, re.M)
+        if m and float(m.group(1)) > 0:
+            out.append(float(m.group(1)))
+    return out
+
+
+def bootstrap(world: SimWorld, n: int, driver: str) -> dict[str, Any]:
+    """One domain over the world's first `n` nodes, one workload pod each: the round's figures."""
+    raw = world.raw
+    nodes = [node.name for node in world.nodes][:n]
+    ctrl_pods, plugin_pods = vs.role_pods(world, "controller"), vs.role_pods(world, "kubelet-plugin")
+    ctrl, plugins = vs.role_processes(world, ctrl_pods), vs.role_processes(world, plugin_pods)
+    ctrl_cpu0 = vs.cpu_seconds(ctrl) + vs.probe_cpu_seconds(world, ctrl_pods)
+    plugin_cpu0 = vs.cpu_seconds(plugins) + vs.probe_cpu_seconds(world, plugin_pods)
+    before = request_counts(raw)
+    names = [f"w{i:02d}" for i in range(n)]
+    seen: dict[str, float] = {}
+    with InflightPeak(raw) as inflight:
+        t0 = time.monotonic()
+        cd = raw.create(scenario.CDS, scenario.compute_domain("rack", NS, "rack-ch", num_nodes=n), NS)
+        for name, node in zip(names, nodes, strict=True):
+            raw.create(scenario.PODS, scenario.workload_pod(name, NS, "rack-ch", node=node), NS)
+        while len(seen) < n:
+            if time.monotonic() - t0 > ROUND_TIMEOUT:
+                raise SystemExit(f"[{driver}] N={n}: no channel in {sorted(set(names) - set(seen))} after "
+                                 f"{ROUND_TIMEOUT:.0f} s\n{world.pod_log_tails()}")
+            running = [p["metadata"]["name"] for p in raw.list(scenario.PODS, NS)["items"]
+                       if scenario.pod_phase(p) == "Running" and p["metadata"]["name"] not in seen]
+            for name in running:
+                if world.exec(NS, name, ["test", "-c", channel_device_path(0)]).returncode == 0:
+                    seen[name] = time.monotonic() - t0
+            time.sleep(0.1)
+    after = request_counts(raw)
+    uid = cd["metadata"]["uid"]
+    daemons = scenario.daemon_pods(raw, DRIVER_NAMESPACE, uid)
+    daemon_procs = vs.role_processes(world, daemons)
+    served = delta(after, before)
+    conflicts = sum(v for (res, sub, _, code), v in served.items() if code == "409" and (res, sub) in MEMBERSHIP)
+    entries = [e for found in scenario.clique_entries(raw, DRIVER_NAMESPACE, uid).values() for e in found]
+    times = list(seen.values())
+    figures: dict[str, Any] = {
+        "time_to_channel_p50_s": pct(times, 50), "time_to_channel_p90_s": pct(times, 90),
+        "time_to_channel_max_s": round(max(times), 2),
+        "api_requests_per_node": round(sum(served.values()) / n, 1),
+        "membership_conflicts_per_daemon": round(conflicts / max(1, len(daemons)), 2),
+        "api_429": int(sum(v for (_, _, _, code), v in served.items() if code == "429")),
+        "api_inflight_peak": int(inflight.peak),
+        "controller_cpu_s": round(vs.cpu_seconds(ctrl) + vs.probe_cpu_seconds(world, ctrl_pods) - ctrl_cpu0, 2),
+        "controller_rss_mb": round(vs.rss_mb(ctrl), 1),
+        "plugin_cpu_s_per_node": round((vs.cpu_seconds(plugins) + vs.probe_cpu_seconds(world, plugin_pods)
+                                        - plugin_cpu0) / max(1, len(plugin_pods)), 2),
+        "plugin_rss_mb": round(vs.rss_mb(plugins) / max(1, len(plugin_pods)), 1),
+        "daemon_cpu_s_per_node": round((vs.cpu_seconds(daemon_procs) + vs.probe_cpu_seconds(world, daemons))
+                                       / max(1, len(daemons)), 2),
+        "daemon_rss_mb": round(vs.rss_mb(daemon_procs) / max(1, len(daemons)), 1),
+        "world_agent_rss_mb_per_node": round(psutil.Process().memory_info().rss / 2**20 / len(world.nodes), 1),
+        "launcher_rss_mb_per_driver_pod": round(vs.launcher_rss_mb(world, [*plugin_pods, *daemons]), 1),
+    }
+    if driver == "cdriver":
+        index_s = daemon_index_seconds(daemons)
+        if index_s:
+            figures["daemon_index_p50_s"] = pct(index_s, 50)
+            figures["daemon_index_max_s"] = round(max(index_s), 2)
+    indices = [e.get("index") for e in entries]
+    checks = {"daemons": len(daemons), "clique_entries": len(entries),
+              "distinct_indices": len({(e.get("cliqueID"), e.get("index")) for e in entries}) == len(entries)
+              and None not in indices,
+              "requests_by_verb": _by_verb(served)}
+    for name in names:
+        raw.delete(scenario.PODS, name, NS)
+    raw.delete(scenario.CDS, "rack", NS)
+    scenario.wait_for("the domain cleaned up", lambda: not any(scenario.generated_objects(
+        raw, DRIVER_NAMESPACE, uid).values()) and raw.get_or_none(scenario.CDS, "rack", NS) is None, 300)
+    return {"figures": figures, "checks": checks}
+
+
+def _by_verb(served: dict[tuple[str, str, str, str], float]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for (_, _, verb, _), v in served.items():
+        out[verb] = out.get(verb, 0) + int(v)
+    return dict(sorted(out.items()))
+
+
+def run_once(driver: str, n: int, limits: str, base: Path, round_: int) -> dict[str, Any]:
+    qps, burst = vs.HIGH_LIMIT if limits == "matched" else vs.DEFAULT_LIMITS[driver]
+    extra = vs.limit_values(driver, qps, burst) if limits == "matched" else []
+    settings = WorldSettings(base_dir=base / f"{driver}-{n}-{round_}", nodes=n, topology=resolve_topology(TOPOLOGY),
+                             driver=driver, fast=False, extra_values=extra, api_fairness=True)
+    began = time.monotonic()
+    with SimWorld(settings, progress=lambda m: print(f"[{driver}] {m}", file=sys.stderr)) as world:
+        started = time.monotonic() - began
+        scenario.ensure_namespace(world.raw, NS)
+        time.sleep(SETTLE)
+        load0 = os.getloadavg()[0]
+        record = {"driver": driver, "nodes": n, "round": round_, "commit": vs.COMMIT, "limits": limits,
+                  "client_limit": [qps, burst], "world_start_s": round(started, 1), **bootstrap(world, n, driver),
+                  "load": [round(load0, 2), round(os.getloadavg()[0], 2)]}
+    print(f"[{driver}] {json.dumps(record)}", file=sys.stderr, flush=True)
+    return record
+
+
+# -- the report ------------------------------------------------------------------------------------
+ROWS = [
+    ("time_to_channel_p50_s", "time to channel, p50 (s)"),
+    ("time_to_channel_p90_s", "time to channel, p90 (s)"),
+    ("time_to_channel_max_s", "time to channel, max (s)"),
+    ("daemon_index_p50_s", "daemon start to index, p50 (s)"),
+    ("daemon_index_max_s", "daemon start to index, max (s)"),
+    ("membership_conflicts_per_daemon", "409 conflicts on membership per daemon"),
+    ("api_429", "429 responses"),
+    ("api_requests_per_node", "API requests per node (all clients)"),
+    ("api_inflight_peak", "API server seats executing, peak (APF)"),
+    ("controller_cpu_s", "controller CPU (s)"),
+    ("controller_rss_mb", "controller RSS (MB)"),
+    ("plugin_cpu_s_per_node", "plugin CPU per node (s)"),
+    ("plugin_rss_mb", "plugin RSS (MB)"),
+    ("daemon_cpu_s_per_node", "daemon CPU per node, probes included (s)"),
+    ("daemon_rss_mb", "daemon RSS (MB)"),
+    ("world_agent_rss_mb_per_node", "test world: node agents' RSS per node (MB)"),
+    ("launcher_rss_mb_per_driver_pod", "test world: launchers per driver pod (MB)"),
+]
+
+
+def medians(doc: dict[str, Any]) -> dict[tuple[str, int], dict[str, float]]:
+    """(driver, nodes) -> figure -> median over the rounds."""
+    grouped: dict[tuple[str, int], dict[str, list[float]]] = {}
+    for run in doc["runs"]:
+        into = grouped.setdefault((run["driver"], run["nodes"]), {})
+        for key, value in run["figures"].items():
+            into.setdefault(key, []).append(value)
+    return {k: {f: statistics.median(v) for f, v in figs.items()} for k, figs in grouped.items()}
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
+
+
+def table(doc: dict[str, Any]) -> str:
+    med = medians(doc)
+    sizes = sorted({n for _, n in med})
+    lines = []
+    for n in sizes:
+        rounds = sorted({r["round"] for r in doc["runs"] if r["nodes"] == n})
+        lines += [f"**N = {n} nodes** ({len(rounds)} round(s) per driver)", "",
+                  "| figure | cdriver | upstream | ratio |", "|---|---:|---:|---:|"]
+        ours, theirs = med.get(("cdriver", n), {}), med.get(("upstream", n), {})
+        for key, label in ROWS:
+            a, b = ours.get(key), theirs.get(key)
+            if a is None and b is None:
+                continue
+            ratio = f"{a / b:.2f}" if a is not None and b else ""
+            lines.append(f"| {label} | {_fmt(a)} | {_fmt(b)} | {ratio} |")
+        lines.append("")
+    commits = sorted({r["commit"] for r in doc["runs"]})
+    loads = [x for r in doc["runs"] for x in r["load"]]
+    limits = sorted({f"{r['limits']} ({r['client_limit'][0]:g}/{r['client_limit'][1]})" for r in doc["runs"]})
+    lines.append(f"(Measured at commit {', '.join(commits)}; topology {TOPOLOGY}, simulated nodes with kubelet's "
+                 f"timings; controller client limits {', '.join(limits)}; load average "
+                 f"{min(loads, default=0):.1f}–{max(loads, default=0):.1f}; medians over the rounds.)")
+    return "\n".join(lines)
+
+
+def plot(doc: dict[str, Any], png: Path) -> str:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "no plot: matplotlib is not installed (make bench installs it; pip install matplotlib)"
+    med = medians(doc)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for driver, color in (("cdriver", "tab:green"), ("upstream", "tab:blue")):
+        sizes = sorted(n for d, n in med if d == driver)
+        if not sizes:
+            continue
+        for key, style, what in (("time_to_channel_p50_s", "-o", "p50"), ("time_to_channel_max_s", "--s", "max")):
+            ax.plot(sizes, [med[(driver, n)][key] for n in sizes], style, color=color, label=f"{driver} {what}")
+    ax.set_xlabel("nodes (GB200 NVL72 trays; one domain, one workload pod per node)")
+    ax.set_ylabel("seconds from apply to channel0 in the container")
+    commits = ", ".join(sorted({r["commit"] for r in doc["runs"]}))
+    ax.set_title(f"Time to channel over cluster size (kubelet timings, commit {commits})", fontsize=10)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    fig.savefig(png.with_suffix(".svg"))
+    return f"plot written to {png} and {png.with_suffix('.svg')}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="node counts (at most 72)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--drivers", default=",".join(DRIVERS))
+    parser.add_argument("--limits", choices=("matched", "default"), default="matched")
+    parser.add_argument("--json-out", type=Path, default=RESULTS / "scale.json")
+    parser.add_argument("--plot-out", type=Path, default=RESULTS / "scale.png")
+    parser.add_argument("--table", type=Path, help="print the table of this document and exit")
+    args = parser.parse_args()
+    if args.table:
+        print(table(json.loads(args.table.read_text())))
+        return
+    sizes = [int(s) for s in args.sizes.split(",")]
+    if any(not 1 <= s <= 72 for s in sizes):
+        parser.error(f"--sizes {args.sizes}: the {TOPOLOGY} topology has 72 nodes")
+    doc: dict[str, Any] = {"settings": {"topology": TOPOLOGY, "sizes": sizes, "limits": args.limits}, "runs": []}
+    base = Path(tempfile.mkdtemp(prefix="cds", dir="/tmp"))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        for n in sizes:
+            for round_ in range(args.rounds):
+                for driver in args.drivers.split(","):
+                    doc["runs"].append(run_once(driver, n, args.limits, base, round_))
+                    args.json_out.parent.mkdir(parents=True, exist_ok=True)
+                    args.json_out.write_text(json.dumps(doc, indent=2) + "\n")  # what is done so far
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    print(table(doc))
+    print(plot(doc, args.plot_out))
+
+
+if __name__ == "__main__":
+    main()
