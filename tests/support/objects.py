@@ -15,6 +15,7 @@ from cdriver.api.constants import (
     KIND_CHANNEL_CONFIG,
     KIND_COMPUTE_DOMAIN_CLIQUE,
     KIND_DAEMON_CONFIG,
+    LABEL_CLIQUE_ID,
     LABEL_COMPUTE_DOMAIN,
     clique_object_name,
 )
@@ -97,8 +98,11 @@ def set_clique_ready(raw: RawClient, driver_ns: str, cd: dict, node: SimNode, st
                 "status": status}]
     existing = raw.get_or_none(CLIQUES, name, driver_ns)
     if existing is None:
+        # labelled as the daemons (cdriver's and upstream's) label it: the plugin watches its clique's only
+        labels = {LABEL_COMPUTE_DOMAIN: cd["metadata"]["uid"], LABEL_CLIQUE_ID: f"{CLUSTER_UUID}.3"}
         raw.create(CLIQUES, {"apiVersion": API_VERSION, "kind": KIND_COMPUTE_DOMAIN_CLIQUE,
-                             "metadata": {"name": name, "namespace": driver_ns}, "daemons": daemons}, driver_ns)
+                             "metadata": {"name": name, "namespace": driver_ns, "labels": labels},
+                             "daemons": daemons}, driver_ns)
     else:
         existing["daemons"] = daemons
         raw.update(CLIQUES, existing, driver_ns)

@@ -22,8 +22,9 @@ class CliqueRefresher:
     """Calls `refresh` every ``interval`` seconds in a thread (`start`, `stop`)."""
 
     def __init__(self, state: PluginState, read_clique: Callable[[], str], own_label: bool,
-                 interval: float = REFRESH_INTERVAL) -> None:
+                 interval: float = REFRESH_INTERVAL, on_change: Callable[[str], None] = lambda _clique: None) -> None:
         self.state = state
+        self.on_change = on_change
         self.read_clique = read_clique
         self.own_label = own_label
         self._periodic = Periodic("clique refresh", self.refresh, interval, at_start=False)
@@ -41,6 +42,7 @@ class CliqueRefresher:
             log.info("clique ID changed from %r to %r", current, found)
             self.state.discovery = dataclasses.replace(self.state.discovery, clique_id=found)
             current = found
+            self.on_change(found)
         if self.own_label and current and self.state.labeler is not None:
             try:
                 self.state.labeler.set_label(LABEL_NODE_CLIQUE, current)

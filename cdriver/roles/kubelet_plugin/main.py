@@ -50,6 +50,13 @@ COMPONENT = "cdriver-kubelet-plugin"
 SYNC_TIMEOUT = 60.0
 
 
+def clique_informer(raw: RawClient, namespace: str, clique_id: str) -> Informer:
+    """The ComputeDomainCliques of this node's clique only (by their clique label): a clique
+    object's changes then reach the plugins of its own rack, not every plugin in the cluster."""
+    selector = f"{constants.LABEL_CLIQUE_ID}={clique_id}" if clique_id else None
+    return Informer(raw, COMPUTE_DOMAIN_CLIQUES, namespace=namespace, label_selector=selector)
+
+
 class StartupError(CdriverError):
     """The plugin cannot start; the message says what to fix."""
 
@@ -105,7 +112,7 @@ class Plugin:
         cds.add_index(UID_INDEX, uid_index)
         cliques = None
         if cfg.use_cliques and not cfg.host_managed:
-            cliques = Informer(raw, COMPUTE_DOMAIN_CLIQUES, namespace=cfg.namespace)
+            cliques = clique_informer(raw, cfg.namespace, found.clique_id)
         node = Informer(raw, RESOURCES["nodes"], field_selector=f"metadata.name={cfg.node_name}")
         slices = Informer(raw, RESOURCES["resourceslices"], field_selector=slice_field_selector(cfg.node_name))
         state = PluginState(
@@ -192,7 +199,7 @@ class Plugin:
             log.info("labelled node %s %s=%s", cfg.node_name, constants.LABEL_NODE_CLIQUE, found.clique_id)
         if found.clique_id or cfg.gpu_clique_label_enabled:
             self._clique_refresher = CliqueRefresher(state, lambda: read_clique_id(cfg),
-                                                     cfg.gpu_clique_label_enabled)
+                                                     cfg.gpu_clique_label_enabled, on_change=self._watch_clique)
             self._clique_refresher.start()
         log.info(
             "kubelet plugin for node %s ready (%s mode; DRA socket %s, registration socket %s)",
@@ -240,6 +247,22 @@ class Plugin:
     # -- run / stop ----------------------------------------------------------------------
     def wait(self) -> None:
         self._stopped.wait()
+
+    def _watch_clique(self, clique_id: str) -> None:
+        """The node's clique changed: watch that clique's objects instead of the old one's."""
+        state, old = self.state, self.state.cliques if self.state else None
+        if state is None or old is None:
+            return
+        new = clique_informer(state.raw, state.config.namespace, clique_id)
+        new.add_handler(on_add=state.notifier.notify, on_update=state.notifier.notify,
+                        on_delete=state.notifier.notify)
+        new.start()
+        if not new.wait_synced(SYNC_TIMEOUT):
+            log.warning("the clique objects of clique %s did not sync within %.0fs; readiness is read as they "
+                        "arrive", clique_id, SYNC_TIMEOUT)
+        state.cliques = new
+        self._informers = [new if i is old else i for i in self._informers]
+        old.stop()
 
     def stop(self) -> None:
         """Stop serving: registration socket first (kubelet deregisters), then the rest.
