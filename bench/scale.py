@@ -12,8 +12,11 @@ then measures:
 - time from the first create to /dev/nvidia-caps-imex-channels/channel0 visible inside each
   container (`kubectl exec test -c`): p50, p90 and max over the N pods;
 - what the API server served meanwhile (its own `apiserver_request_total`, every client): requests
-  per node, 409 conflicts on ComputeDomainCliques and ComputeDomain status per daemon, any 429, and
-  the peak of seats executing (`apiserver_flowcontrol_current_executing_seats`, sampled every
+  per node, watch events it sent per node (`apiserver_watch_events_total`, every watcher), objects
+  it holds more per node (pods, claims, templates, DaemonSets, Events, ComputeDomains, cliques:
+  by resource in the JSON), 409
+  conflicts on ComputeDomainCliques and ComputeDomain status per daemon, any 429, and the peak of
+  seats executing (`apiserver_flowcontrol_current_executing_seats`, sampled every
   0.25 s); the API server runs API Priority and Fairness with its default limits, as clusters do
   (the test suite's runs it unlimited);
 - CPU seconds and RSS per role: the controller, the kubelet plugins and the IMEX daemons (their
@@ -88,6 +91,29 @@ def request_counts(raw: Any) -> dict[tuple[str, str, str, str], float]:
             for lb, v in samples(raw, "apiserver_request_total")}
 
 
+#: what a domain adds to etcd: counted by listing (the API server's own object counts lag a minute)
+COUNTED = ("pods", "resourceclaims", "resourceclaimtemplates", "daemonsets", "events")
+
+
+def object_counts(raw: Any) -> dict[str, float]:
+    """Objects of the resources a domain adds, in every namespace, and its ComputeDomains and cliques."""
+    from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
+    from cdriver.kube.resources import RESOURCES
+
+    out = {name: float(len(raw.list(RESOURCES[name])["items"])) for name in COUNTED}
+    for res in (COMPUTE_DOMAINS, COMPUTE_DOMAIN_CLIQUES):
+        out[res.plural] = float(len(raw.list(res)["items"]))
+    return out
+
+
+def totals_by(raw: Any, name: str, label: str) -> dict[str, float]:
+    """Metric `name` summed by one of its labels."""
+    out: dict[str, float] = {}
+    for labels, value in samples(raw, name):
+        out[labels.get(label, "")] = out.get(labels.get(label, ""), 0.0) + value
+    return out
+
+
 def delta(after: dict, before: dict) -> dict:
     return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0) > 0}
 
@@ -150,6 +176,8 @@ def bootstrap(world: SimWorld, n: int, driver: str) -> dict[str, Any]:
     ctrl_cpu0 = vs.cpu_seconds(ctrl) + vs.probe_cpu_seconds(world, ctrl_pods)
     plugin_cpu0 = vs.cpu_seconds(plugins) + vs.probe_cpu_seconds(world, plugin_pods)
     before = request_counts(raw)
+    objects0 = object_counts(raw)
+    watch0 = totals_by(raw, "apiserver_watch_events_total", "resource")
     names = [f"w{i:02d}" for i in range(n)]
     seen: dict[str, float] = {}
     with InflightPeak(raw) as inflight:
@@ -168,6 +196,8 @@ def bootstrap(world: SimWorld, n: int, driver: str) -> dict[str, Any]:
                     seen[name] = time.monotonic() - t0
             time.sleep(0.1)
     after = request_counts(raw)
+    objects = delta(object_counts(raw), objects0)
+    watch = delta(totals_by(raw, "apiserver_watch_events_total", "resource"), watch0)
     uid = cd["metadata"]["uid"]
     daemons = scenario.daemon_pods(raw, DRIVER_NAMESPACE, uid)
     daemon_procs = vs.role_processes(world, daemons)
@@ -182,6 +212,8 @@ def bootstrap(world: SimWorld, n: int, driver: str) -> dict[str, Any]:
         "membership_conflicts_per_daemon": round(conflicts / max(1, len(daemons)), 2),
         "api_429": int(sum(v for (_, _, _, code), v in served.items() if code == "429")),
         "api_inflight_peak": int(inflight.peak),
+        "watch_events_per_node": round(sum(watch.values()) / n, 1),
+        "objects_per_node": round(sum(objects.values()) / n, 2),
         "controller_cpu_s": round(vs.cpu_seconds(ctrl) + vs.probe_cpu_seconds(world, ctrl_pods) - ctrl_cpu0, 2),
         "controller_rss_mb": round(vs.rss_mb(ctrl), 1),
         "plugin_cpu_s_per_node": round((vs.cpu_seconds(plugins) + vs.probe_cpu_seconds(world, plugin_pods)
@@ -202,7 +234,9 @@ def bootstrap(world: SimWorld, n: int, driver: str) -> dict[str, Any]:
     checks = {"daemons": len(daemons), "clique_entries": len(entries),
               "distinct_indices": len({(e.get("cliqueID"), e.get("index")) for e in entries}) == len(entries)
               and None not in indices,
-              "requests_by_verb": _by_verb(served)}
+              "requests_by_verb": _by_verb(served),
+              "objects_by_resource": {k: int(v) for k, v in sorted(objects.items())},
+              "watch_events_by_resource": {k: int(v) for k, v in sorted(watch.items())}}
     for name in names:
         raw.delete(scenario.PODS, name, NS)
     raw.delete(scenario.CDS, "rack", NS)
@@ -247,6 +281,8 @@ ROWS = [
     ("api_429", "429 responses"),
     ("api_requests_per_node", "API requests per node (all clients)"),
     ("api_inflight_peak", "API server seats executing, peak (APF)"),
+    ("watch_events_per_node", "watch events sent per node (all watchers)"),
+    ("objects_per_node", "objects added to etcd per node"),
     ("controller_cpu_s", "controller CPU (s)"),
     ("controller_rss_mb", "controller RSS (MB)"),
     ("plugin_cpu_s_per_node", "plugin CPU per node (s)"),
