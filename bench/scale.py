@@ -22,7 +22,8 @@ then measures:
 - CPU seconds and RSS per role: the controller, the kubelet plugins and the IMEX daemons (their
   container's processes, the IMEX stand-in left out, and the exec probes the nodes ran for them),
   per node for plugins and daemons;
-- cdriver only: each daemon's seconds from start to its index (its own metric);
+- cdriver only: each daemon's seconds from start to its index, and the API requests of the
+  controller, each plugin and each daemon (the roles' own `cdriver_api_client_requests_total`);
 - the test world's own cost beside it: the RSS of this process, which hosts every simulated node's
   agent, per node, and the container launchers per driver pod.
 
@@ -66,6 +67,7 @@ SIZES = (4, 18, 36)
 SETTLE = 5.0
 ROUND_TIMEOUT = 900.0
 DAEMON_METRICS_PORT = 8082
+PLUGIN_METRICS_PORT = 8081  # the chart's kubeletPlugin.metrics.port, on the pod IP
 _SAMPLE = re.compile(r'^(\w+)\{([^}]*)\} (\S+)$')
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 #: the resources whose 409s are daemons contending on membership (cliques; the legacy CD status)
@@ -167,6 +169,22 @@ def daemon_index_seconds(daemons: list[dict]) -> list[float]:
     return out
 
 
+def scrape_sum(url: str, name: str) -> float:
+    """The sum of every sample of `name` at a metrics endpoint (0 when it does not answer)."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return 0.0
+    return sum(float(m.group(1)) for m in re.finditer(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M))
+
+
+def role_requests(pods: list[dict], port: int) -> float:
+    """API requests cdriver's role pods made, by their own counter (every pod's, summed)."""
+    return sum(scrape_sum(f"http://{(p.get('status') or {}).get('podIP')}:{port}/metrics",
+                          "cdriver_api_client_requests_total") for p in pods)
+
+
 def bootstrap(world: SimWorld, n: int, driver: str) -> dict[str, Any]:
     """One domain over the world's first `n` nodes, one workload pod each: the round's figures."""
     raw = world.raw
@@ -176,6 +194,8 @@ def bootstrap(world: SimWorld, n: int, driver: str) -> dict[str, Any]:
     ctrl_cpu0 = vs.cpu_seconds(ctrl) + vs.probe_cpu_seconds(world, ctrl_pods)
     plugin_cpu0 = vs.cpu_seconds(plugins) + vs.probe_cpu_seconds(world, plugin_pods)
     before = request_counts(raw)
+    ctrl_port, plugin_port = world.settings.controller_metrics_port, PLUGIN_METRICS_PORT
+    own0 = (role_requests(ctrl_pods, ctrl_port), role_requests(plugin_pods, plugin_port))
     objects0 = object_counts(raw)
     watch0 = totals_by(raw, "apiserver_watch_events_total", "resource")
     names = [f"w{i:02d}" for i in range(n)]
@@ -226,6 +246,11 @@ def bootstrap(world: SimWorld, n: int, driver: str) -> dict[str, Any]:
         "launcher_rss_mb_per_driver_pod": round(vs.launcher_rss_mb(world, [*plugin_pods, *daemons]), 1),
     }
     if driver == "cdriver":
+        figures["api_requests_controller"] = round(role_requests(ctrl_pods, ctrl_port) - own0[0], 1)
+        figures["api_requests_plugin_per_node"] = round(
+            (role_requests(plugin_pods, plugin_port) - own0[1]) / max(1, len(plugin_pods)), 1)
+        figures["api_requests_daemon_per_node"] = round(
+            role_requests(daemons, DAEMON_METRICS_PORT) / max(1, len(daemons)), 1)
         index_s = daemon_index_seconds(daemons)
         if index_s:
             figures["daemon_index_p50_s"] = pct(index_s, 50)
@@ -280,6 +305,9 @@ ROWS = [
     ("membership_conflicts_per_daemon", "409 conflicts on membership per daemon"),
     ("api_429", "429 responses"),
     ("api_requests_per_node", "API requests per node (all clients)"),
+    ("api_requests_controller", "of which the controller's (its own count)"),
+    ("api_requests_plugin_per_node", "of which a plugin's (its own count)"),
+    ("api_requests_daemon_per_node", "of which a daemon's (its own count)"),
     ("api_inflight_peak", "API server seats executing, peak (APF)"),
     ("watch_events_per_node", "watch events sent per node (all watchers)"),
     ("objects_per_node", "objects added to etcd per node"),
