@@ -75,10 +75,15 @@ MEMBERSHIP = {("computedomaincliques", ""), ("computedomains", "status")}
 
 
 # -- the API server's own counts ------------------------------------------------------------------
-def samples(raw: Any, name: str) -> list[tuple[dict[str, str], float]]:
-    """Every sample of metric `name` on the API server's /metrics: (labels, value)."""
+def metrics_text(raw: Any) -> str:
+    """The API server's /metrics, once per snapshot (every figure of it is read from this text)."""
+    return str(raw.request("GET", "/metrics"))
+
+
+def samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    """Every sample of metric `name` in a /metrics text: (labels, value)."""
     out = []
-    for line in str(raw.request("GET", "/metrics")).splitlines():
+    for line in text.splitlines():
         if not line.startswith(name + "{"):
             continue
         m = _SAMPLE.match(line)
@@ -87,10 +92,10 @@ def samples(raw: Any, name: str) -> list[tuple[dict[str, str], float]]:
     return out
 
 
-def request_counts(raw: Any) -> dict[tuple[str, str, str, str], float]:
+def request_counts(text: str) -> dict[tuple[str, str, str, str], float]:
     """apiserver_request_total by (resource, subresource, verb, code)."""
     return {(lb.get("resource", ""), lb.get("subresource", ""), lb.get("verb", ""), lb.get("code", "")): v
-            for lb, v in samples(raw, "apiserver_request_total")}
+            for lb, v in samples(text, "apiserver_request_total")}
 
 
 #: what a domain adds to etcd: counted by listing (the API server's own object counts lag a minute)
@@ -108,10 +113,10 @@ def object_counts(raw: Any) -> dict[str, float]:
     return out
 
 
-def totals_by(raw: Any, name: str, label: str) -> dict[str, float]:
+def totals_by(text: str, name: str, label: str) -> dict[str, float]:
     """Metric `name` summed by one of its labels."""
     out: dict[str, float] = {}
-    for labels, value in samples(raw, name):
+    for labels, value in samples(text, name):
         out[labels.get(label, "")] = out.get(labels.get(label, ""), 0.0) + value
     return out
 
@@ -132,7 +137,8 @@ class InflightPeak:
         while not self._stop.wait(self.every):
             try:
                 # seats executing in every priority level, less the one of this sampling request
-                seats = sum(v for _, v in samples(self.raw, "apiserver_flowcontrol_current_executing_seats"))
+                seats = sum(v for _, v in samples(metrics_text(self.raw),
+                                                  "apiserver_flowcontrol_current_executing_seats"))
                 self.peak = max(self.peak, seats - 1)
             except Exception:  # noqa: BLE001 - a missed sample is not a failed run
                 continue
@@ -153,22 +159,6 @@ def pct(values: list[float], p: float) -> float:
     return round(ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)], 2)
 
 
-def daemon_index_seconds(daemons: list[dict]) -> list[float]:
-    """Each cdriver daemon's seconds from start to its index (its metric on the pod IP)."""
-    out = []
-    for pod in daemons:
-        ip = (pod.get("status") or {}).get("podIP")
-        try:
-            with urllib.request.urlopen(f"http://{ip}:{DAEMON_METRICS_PORT}/metrics", timeout=5) as resp:
-                text = resp.read().decode()
-        except OSError:
-            continue
-        m = re.search(r"^cdriver_imex_daemon_index_assignment_seconds (\S+)$", text, re.M)
-        if m and float(m.group(1)) > 0:
-            out.append(float(m.group(1)))
-    return out
-
-
 def scrape_sum(url: str, name: str) -> float:
     """The sum of every sample of `name` at a metrics endpoint (0 when it does not answer)."""
     try:
@@ -185,6 +175,14 @@ def role_requests(pods: list[dict], port: int) -> float:
                           "cdriver_api_client_requests_total") for p in pods)
 
 
+def daemon_index_seconds(daemons: list[dict]) -> list[float]:
+    """Each cdriver daemon's seconds from start to its index (its metric on the pod IP; 0 or no
+    answer: left out)."""
+    found = [scrape_sum(f"http://{(p.get('status') or {}).get('podIP')}:{DAEMON_METRICS_PORT}/metrics",
+                        "cdriver_imex_daemon_index_assignment_seconds") for p in daemons]
+    return [v for v in found if v > 0]
+
+
 def bootstrap(world: SimWorld, n: int, driver: str) -> dict[str, Any]:
     """One domain over the world's first `n` nodes, one workload pod each: the round's figures."""
     raw = world.raw
@@ -193,11 +191,12 @@ def bootstrap(world: SimWorld, n: int, driver: str) -> dict[str, Any]:
     ctrl, plugins = vs.role_processes(world, ctrl_pods), vs.role_processes(world, plugin_pods)
     ctrl_cpu0 = vs.cpu_seconds(ctrl) + vs.probe_cpu_seconds(world, ctrl_pods)
     plugin_cpu0 = vs.cpu_seconds(plugins) + vs.probe_cpu_seconds(world, plugin_pods)
-    before = request_counts(raw)
+    text0 = metrics_text(raw)
+    before = request_counts(text0)
     ctrl_port, plugin_port = world.settings.controller_metrics_port, PLUGIN_METRICS_PORT
     own0 = (role_requests(ctrl_pods, ctrl_port), role_requests(plugin_pods, plugin_port))
     objects0 = object_counts(raw)
-    watch0 = totals_by(raw, "apiserver_watch_events_total", "resource")
+    watch0 = totals_by(text0, "apiserver_watch_events_total", "resource")
     names = [f"w{i:02d}" for i in range(n)]
     seen: dict[str, float] = {}
     with InflightPeak(raw) as inflight:
@@ -215,9 +214,10 @@ def bootstrap(world: SimWorld, n: int, driver: str) -> dict[str, Any]:
                 if world.exec(NS, name, ["test", "-c", channel_device_path(0)]).returncode == 0:
                     seen[name] = time.monotonic() - t0
             time.sleep(0.1)
-    after = request_counts(raw)
+    text1 = metrics_text(raw)
+    after = request_counts(text1)
     objects = delta(object_counts(raw), objects0)
-    watch = delta(totals_by(raw, "apiserver_watch_events_total", "resource"), watch0)
+    watch = delta(totals_by(text1, "apiserver_watch_events_total", "resource"), watch0)
     uid = cd["metadata"]["uid"]
     daemons = scenario.daemon_pods(raw, DRIVER_NAMESPACE, uid)
     daemon_procs = vs.role_processes(world, daemons)

@@ -15,7 +15,6 @@ import random
 import signal
 import subprocess
 import sys
-import threading
 import urllib.error
 import urllib.request
 import uuid
@@ -101,8 +100,7 @@ class Harness:
         self._next_ip = random.randint(1, 50)
         #: the daemons' --index-wait: 0, they take their index themselves (no controller here)
         self.index_wait = "0"
-        self._assigner: threading.Thread | None = None
-        self._assigner_stop = threading.Event()
+        self._assigner: Any = None  # the Informer of `assign_indices`
         #: every index write the assigner made: (node, index)
         self.assigned: list[tuple[str, int]] = []
 
@@ -262,35 +260,34 @@ class Harness:
 
     def assign_indices(self, clique: str) -> None:
         """Play the controller's part of a join: watch `clique` and give each entry without a
-        valid index one, by the same pure function and the same optimistic update it uses."""
+        valid index one, by the same pure function and the same optimistic update it uses (a
+        conflict is followed by the newer object's event, which is decided again)."""
         from cdriver.imex.indices import assign_indices
         from cdriver.kube.errors import ApiError
+        from cdriver.kube.informer import Informer
 
         self.index_wait = "60"  # the daemons wait for this assigner, never for themselves
 
-        def run() -> None:
-            while not self._assigner_stop.wait(0.05):
-                obj = self.clique(clique)
-                if obj is None:
-                    continue
-                decided = assign_indices(list(obj.get("daemons") or []), self.max_nodes)
-                if not decided.assigned:
-                    continue
-                try:
-                    self.raw.update(CLIQUES, {**obj, "daemons": decided.entries}, self.ns)
-                except ApiError as exc:
-                    if exc.conflict or exc.not_found:
-                        continue
-                    raise
-                self.assigned.extend(decided.assigned.items())
+        def decide(obj: dict) -> None:
+            decided = assign_indices(list(obj.get("daemons") or []), self.max_nodes)
+            if not decided.assigned:
+                return
+            try:
+                self.raw.update(CLIQUES, {**obj, "daemons": decided.entries}, self.ns)
+            except ApiError as exc:
+                if exc.conflict or exc.not_found:
+                    return
+                raise
+            self.assigned.extend(decided.assigned.items())
 
-        self._assigner = threading.Thread(target=run, name="index-assigner", daemon=True)
+        name = constants.clique_object_name(self.cd_uid, clique)
+        self._assigner = Informer(self.raw, CLIQUES, namespace=self.ns, field_selector=f"metadata.name={name}")
+        self._assigner.add_handler(on_add=decide, on_update=lambda _old, obj: decide(obj))
         self._assigner.start()
 
     def cleanup(self) -> None:
-        self._assigner_stop.set()
         if self._assigner is not None:
-            self._assigner.join(5)
+            self._assigner.stop()
         for m in self.members:
             if m.proc is not None and m.proc.poll() is None:
                 try:

@@ -32,15 +32,13 @@ def test_the_table_shows_medians_per_size_with_the_ratio_and_the_commit() -> Non
 
 
 def test_api_server_samples_and_their_growth() -> None:
-    class Raw:
-        def request(self, method: str, path: str) -> str:
-            return ('# HELP apiserver_request_total x\n'
-                    'apiserver_request_total{code="409",component="apiserver",resource="computedomaincliques",'
-                    'subresource="",verb="PUT",version="v1beta1"} 7\n'
-                    'apiserver_request_total{code="200",resource="pods",subresource="status",verb="PATCH"} 3\n'
-                    'apiserver_request_total_other{code="200"} 1\n')
+    text = ('# HELP apiserver_request_total x\n'
+            'apiserver_request_total{code="409",component="apiserver",resource="computedomaincliques",'
+            'subresource="",verb="PUT",version="v1beta1"} 7\n'
+            'apiserver_request_total{code="200",resource="pods",subresource="status",verb="PATCH"} 3\n'
+            'apiserver_request_total_other{code="200"} 1\n')
 
-    counts = scale.request_counts(Raw())
+    counts = scale.request_counts(text)
     assert counts == {("computedomaincliques", "", "PUT", "409"): 7.0, ("pods", "status", "PATCH", "200"): 3.0}
     assert scale.delta(counts, {("pods", "status", "PATCH", "200"): 3.0}) == {
         ("computedomaincliques", "", "PUT", "409"): 7.0}
