@@ -60,6 +60,8 @@ def version(as_json: bool) -> None:
         "python": platform.python_version(),
         "kubernetes": KUBERNETES_VERSION,
         "frozen": bool(getattr(sys, "frozen", False)),
+        # the architecture the process runs as (aarch64 on Grace nodes, and under emulation)
+        "machine": platform.machine(),
     }
     if as_json:
         import json

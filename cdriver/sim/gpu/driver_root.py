@@ -269,14 +269,16 @@ def create_driver_root(root: str | Path, node_name: str, topology_path: Topology
                        profile: str | None = None, *, fabric_state: str = "completed", fabric_health: str = "healthy",
                        fabric_status: int = 0, gpu_count: int | None = None,
                        channel_count: int = DEFAULT_CHANNEL_COUNT, majors: tuple[int, int] | None = None,
-                       cache_dir: Path | None = None, wrapper_command: list[str] | None = None) -> DriverRoot:
+                       cache_dir: Path | None = None, wrapper_command: list[str] | None = None,
+                       cc: str | None = None) -> DriverRoot:
     """Lay out (or refresh) the simulated driver root of `node_name` under `root`.
 
     The node's identity comes from the topology (a path or a loaded Topology). Raises a
     CdriverError subclass (TopologyError, ProfileError, DeviceError, DriverRootError,
     NvmlBuildError) with an actionable message; nothing is left half-written. `wrapper_command`:
     what the stand-in executables run (default: this cdriver; ["cdriver"] for containers of the
-    driver image on a real node).
+    driver image on a real node); `cc`: the compiler of the NVML stand-in (another architecture's
+    for a driver run under emulation, see `nvml_build.cross_compiler`).
     """
     root = Path(root).resolve()
     identity = _resolve_identity(node_name, topology_path, fabric_state)
@@ -295,7 +297,7 @@ def create_driver_root(root: str | Path, node_name: str, topology_path: Topology
     proc_text = devices.render_proc_devices(host_text, channel_major, caps_major, extra=extra)
     if channel_count < 1:
         raise DriverRootError(f"channel count {channel_count} must be at least 1")
-    built = ensure_libnvml(cache_dir)
+    built = ensure_libnvml(cache_dir, cc)
 
     lib_dir = root / LIB_SUBDIR
     bin_dir = root / BIN_SUBDIR
@@ -338,6 +340,9 @@ def create_driver_root(root: str | Path, node_name: str, topology_path: Topology
         "gpuCount": given_gpu_count,
         "channelCount": channel_count,
         "majors": [channel_major, caps_major],
+        # what a re-render keeps: the stand-ins' command and the NVML stand-in's compiler
+        "wrapperCommand": wrapper_command,
+        "cc": cc,
     }
     _write_atomic(root / NODE_RECORD, json.dumps(record, indent=2) + "\n")
     return DriverRoot(root=root, lib_dir=lib_dir, bin_dir=bin_dir, proc_devices=proc_devices, dev_dir=dev_dir,
@@ -363,7 +368,8 @@ def rerender_driver_root(root: str | Path, topology_path: str | Path | None = No
                                   fabric_state=record["fabricState"], fabric_health=record["fabricHealth"],
                                   fabric_status=record["fabricStatus"], gpu_count=record["gpuCount"],
                                   channel_count=record["channelCount"], majors=tuple(record["majors"]),
-                                  cache_dir=cache_dir)
+                                  cache_dir=cache_dir, wrapper_command=record.get("wrapperCommand"),
+                                  cc=record.get("cc"))
     except (KeyError, TypeError, ValueError) as exc:
         raise DriverRootError(f"{record_path}: missing or bad field ({exc}); create the driver root again") from None
 

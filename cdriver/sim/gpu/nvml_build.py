@@ -41,9 +41,31 @@ def cache_root() -> Path:
     return Path(base) / "cdriver"
 
 
+#: Debian's cross compiler of each platform's library, and the packages that provide it
+CROSS_COMPILERS = {"linux/arm64": "aarch64-linux-gnu-gcc", "linux/amd64": "x86_64-linux-gnu-gcc"}
+CROSS_PACKAGES = {"linux/arm64": ("gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross"),
+                  "linux/amd64": ("gcc-x86-64-linux-gnu", "libc6-dev-amd64-cross")}
+
+
 def compiler() -> str:
     """The C compiler to use: $CC, else gcc."""
     return os.environ.get("CC") or "gcc"
+
+
+def cross_compiler(platform: str) -> str:
+    """The C compiler of `platform`'s library (``linux/arm64``), installing Debian's cross compiler
+    when it is missing (as root; NvmlBuildError naming the packages when that fails)."""
+    if platform not in CROSS_COMPILERS:
+        raise NvmlBuildError(f"no cross compiler known for {platform}: use one of {', '.join(CROSS_COMPILERS)}")
+    cc = CROSS_COMPILERS[platform]
+    if shutil.which(cc) is None:
+        argv = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *CROSS_PACKAGES[platform]]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=900,
+                              env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+        if proc.returncode != 0 or shutil.which(cc) is None:
+            raise NvmlBuildError(f"{cc} not found and `{' '.join(argv)}` failed (exit {proc.returncode}): "
+                                 f"{proc.stderr.strip()[-1000:]}")
+    return cc
 
 
 def source_hash(cc: str | None = None) -> str:
@@ -64,9 +86,10 @@ def library_path(cache_dir: Path | None = None) -> Path:
     return (cache_dir or cache_root()) / f"nvml-{source_hash()}" / LIBRARY_NAME
 
 
-def ensure_libnvml(cache_dir: Path | None = None) -> Path:
-    """Return the cached simulated libnvidia-ml.so.1, building it first if needed."""
-    cc = compiler()
+def ensure_libnvml(cache_dir: Path | None = None, cc: str | None = None) -> Path:
+    """Return the cached simulated libnvidia-ml.so.1, building it first if needed (with `cc`, else
+    `compiler()`: another architecture's library comes from that architecture's cross compiler)."""
+    cc = cc or compiler()
     target = (cache_dir or cache_root()) / f"nvml-{source_hash(cc)}" / LIBRARY_NAME
     if target.is_file():
         return target

@@ -96,3 +96,22 @@ def build_images(names: Iterable[str] = IMAGE_NAMES, progress: Callable[[str], N
     if absent:
         raise ImageBuildError(f"the image builder did not report {', '.join(absent)}")
     return built
+
+
+UNPACK_MODULE = "cdriver_build.unpack"
+
+
+def unpack_image(archive: Path, platform: str, dest: Path) -> tuple[Path, Path | None]:
+    """Unpack `archive`'s image of `platform` into the new directory `dest` with the checkout's
+    builder; (root, emulator): the emulator that runs its programs, None for this machine's platform."""
+    root = checkout_root()
+    argv = [sys.executable, "-m", UNPACK_MODULE, "--platform", platform, str(archive), str(dest)]
+    proc = subprocess.run(argv, cwd=root, env=builder_env(root), capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-ERROR_TAIL_LINES:]
+        raise ImageBuildError(_failure(tail) or f"{' '.join(argv)} exited {proc.returncode}")
+    lines = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+    if "root" not in lines:
+        raise ImageBuildError(f"{' '.join(argv)} printed no root= line")
+    emulator = lines.get("emulator")
+    return Path(lines["root"]), Path(emulator) if emulator else None

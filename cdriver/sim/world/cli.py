@@ -23,6 +23,8 @@ from cdriver.atomic import atomic_write
 from cdriver.sim.controlplane.pidfile import process_alive, read_pid, stop_process
 
 UP_TIMEOUT = 1800.0  # includes a first, cold build of the control plane
+#: added for --driver-platform: a first arm64 image is packaged under emulation (about 40 min on 2 cores)
+FOREIGN_IMAGE_TIMEOUT = 3600.0
 
 
 def default_base_dir() -> Path:
@@ -37,11 +39,12 @@ def _files(base: Path) -> tuple[Path, Path, Path]:
 
 
 def _settings(base: Path, nodes: int, topology: Path | None, host_managed: bool, real_nodes: int = 0,
-              driver: str = "cdriver"):
+              driver: str = "cdriver", driver_platform: str = ""):
     from cdriver.sim.world.world import WorldSettings
 
     return WorldSettings(base_dir=base, nodes=nodes, topology=topology, real_nodes=real_nodes, driver=driver,
-                         imex_mode=IMEX_MODE_HOST_MANAGED if host_managed else IMEX_MODE_DRIVER_MANAGED)
+                         imex_mode=IMEX_MODE_HOST_MANAGED if host_managed else IMEX_MODE_DRIVER_MANAGED,
+                         driver_platform=driver_platform)
 
 
 def _echo_err(msg: str) -> None:
@@ -69,15 +72,22 @@ base_option = click.option("--base-dir", type=click.Path(file_okay=False, path_t
 @click.option("--host-managed", is_flag=True, help="Install in host-managed IMEX mode.")
 @click.option("--driver", type=click.Choice(["cdriver", "upstream"]), default="cdriver", show_default=True,
               help="Which driver to install: cdriver's chart, or the upstream Go driver (built by `make peer`).")
+@click.option("--driver-platform", type=click.Choice(["linux/amd64", "linux/arm64"]), default=None,
+              help="Run the driver image of this platform on the simulated nodes (linux/arm64, as on Grace "
+                   "nodes, runs under emulation; its first build takes tens of minutes) [default: this "
+                   "checkout's cdriver, natively].")
 @click.option("--foreground", is_flag=True, help="Run in this process until Ctrl-C instead of detaching.")
 def up(base_dir: Path | None, nodes: int | None, real_nodes: int, topology: str | None, host_managed: bool,
-       driver: str, foreground: bool) -> None:
+       driver: str, driver_platform: str | None, foreground: bool) -> None:
     """Start a local cluster: control plane, GB200 nodes (simulated, or real with --real-nodes), and the
     driver's chart (cdriver's, or the upstream driver's with --driver upstream)."""
     topology_path, nodes = _topology_and_nodes(topology, nodes)
     if real_nodes > nodes:
         raise click.BadParameter(f"{real_nodes} real nodes of {nodes}: --real-nodes must not exceed --nodes",
                                  param_hint="--real-nodes")
+    if driver_platform and (real_nodes or driver != "cdriver"):
+        raise click.BadParameter("a driver image of another platform runs on simulated nodes with cdriver only "
+                                 "(a real node's runc cannot run it under emulation)", param_hint="--driver-platform")
     base = base_dir or default_base_dir()
     pid_file, state_file, log_file = _files(base)
     if process_alive(read_pid(pid_file)):
@@ -91,12 +101,15 @@ def up(base_dir: Path | None, nodes: int | None, real_nodes: int, topology: str 
         if host_managed:
             argv.append("--host-managed")
         argv += ["--driver", driver]
+        if driver_platform:
+            argv += ["--driver-platform", driver_platform]
         with open(log_file, "wb") as logf:
             child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         _echo_err(f"starting the simulated cluster (progress: {log_file}) ...")
         shown = 0
-        deadline = time.monotonic() + UP_TIMEOUT
+        timeout = UP_TIMEOUT + (FOREIGN_IMAGE_TIMEOUT if driver_platform else 0)
+        deadline = time.monotonic() + timeout
         while not state_file.exists():
             lines = log_file.read_text(errors="replace").splitlines()
             for line in lines[shown:]:
@@ -108,7 +121,7 @@ def up(base_dir: Path | None, nodes: int | None, real_nodes: int, topology: str 
                                            f"last lines of {log_file}:\n" + "\n".join(lines[-40:]))
             if time.monotonic() > deadline:
                 child.terminate()
-                raise click.ClickException(f"not ready after {UP_TIMEOUT:.0f} s; see {log_file}")
+                raise click.ClickException(f"not ready after {timeout:.0f} s; see {log_file}")
             time.sleep(0.5)
         state = json.loads(state_file.read_text())
         _print_usage(state)
@@ -117,7 +130,7 @@ def up(base_dir: Path | None, nodes: int | None, real_nodes: int, topology: str 
     from cdriver.sim.world.world import SimWorld, WorldError
 
     base.mkdir(parents=True, exist_ok=True)
-    for sub in ("cluster", "nodes"):
+    for sub in ("cluster", "nodes", "driver-image"):
         shutil.rmtree(base / sub, ignore_errors=True)
     pid_file.write_text(f"{os.getpid()}\n")
     stopping = {"flag": False}
@@ -127,7 +140,7 @@ def up(base_dir: Path | None, nodes: int | None, real_nodes: int, topology: str 
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    world = SimWorld(_settings(base, nodes, topology_path, host_managed, real_nodes, driver),
+    world = SimWorld(_settings(base, nodes, topology_path, host_managed, real_nodes, driver, driver_platform or ""),
                      progress=lambda m: click.echo(m, err=True))
     try:
         try:

@@ -53,7 +53,7 @@ def chart_dir() -> Path:
 
 
 #: What a world creates below its base directory.
-WORLD_DIRS = ("cluster", "nodes")
+WORLD_DIRS = ("cluster", "nodes", "driver-image")
 
 
 @dataclass
@@ -83,10 +83,17 @@ class WorldSettings:
     #: a user's values file: when given, the chart gets it plus only what the simulated cluster
     #: needs (imex_mode and feature_gates above are then the file's to say)
     values_file: Path | None = None
+    #: the driver image's platform the simulated nodes run ("": this checkout's cdriver, natively);
+    #: another architecture's runs under emulation (see cdriver.sim.world.emulated_driver)
+    driver_platform: str = ""
 
     def __post_init__(self) -> None:
         if self.driver not in DRIVERS:
             raise WorldError(f"unknown driver {self.driver!r}: use one of {', '.join(DRIVERS)}")
+        if self.driver_platform and (self.driver != DRIVER_CDRIVER or self.real_nodes):
+            raise WorldError(f"a driver image for {self.driver_platform} runs on simulated nodes only, with the "
+                             "cdriver driver (a real node's runc runs outside any emulation, so an arm64 image "
+                             "fails there with \"exec format error\"): drop --real-nodes or --driver-platform")
         if self.driver != DRIVER_CDRIVER and self.real_nodes:
             raise WorldError(f"the {self.driver} driver runs on simulated nodes only (no image of it is built "
                              "for real nodes): drop --real-nodes or use --driver cdriver")
@@ -169,6 +176,7 @@ class SimWorld:
         self.fleet: Any = None  # the real nodes (RealFleet), when asked for
         self.node_images: Any = None
         self.peer: Any = None
+        self.emulated: Any = None  # the driver image of settings.driver_platform (EmulatedDriver)
 
     # -- lifecycle -----------------------------------------------------------------------
     def __enter__(self) -> SimWorld:
@@ -208,6 +216,9 @@ class SimWorld:
             if self.settings.real_nodes:
                 self._step("build or find kubelet, containerd, runc, the CNI plugins and the images",
                            self._node_parts)
+            if self.settings.driver_platform:
+                self._step(f"build or find the {self.settings.driver_platform} driver image and unpack it",
+                           self._driver_image)
             self._step(f"start {self.settings.nodes} GB200 nodes ({self.settings.real_nodes} real)",
                        self._start_nodes)
             self._step(f"install the {self.settings.driver} Helm chart", self._install_chart)
@@ -297,6 +308,15 @@ class SimWorld:
         path = self.settings.topology or demo_topology_path()
         return path, load_topology(path)
 
+    def _driver_image(self) -> None:
+        from cdriver.sim.world.emulated_driver import prepare
+
+        dest = self.settings.base_dir / WORLD_DIRS[2]
+        shutil.rmtree(dest, ignore_errors=True)
+        self.emulated = prepare(self.settings.driver_platform, dest, self.progress)
+        self.progress(f"    {self.emulated.ref} ({self.settings.driver_platform})"
+                      + (f" through {self.emulated.emulator.name}" if self.emulated.emulator else ""))
+
     def _start_nodes(self) -> None:
         import threading
 
@@ -329,7 +349,7 @@ class SimWorld:
             agent = NodeAgent(self.raw, name, ip, self.settings.base_dir / WORLD_DIRS[1] / name, labels=labels,
                               options=options, topology=str(path), pki_dir=self.cluster.pki.dir,
                               fabric_state="completed" if fabric else "not_supported",
-                              images=(self.peer.image(),) if self.peer else ())
+                              **self._node_driver_parts())
             self.nodes.append(SimNode(name, ip, clique, agent))
         errors: list[BaseException] = []
 
@@ -350,6 +370,17 @@ class SimWorld:
             raise errors[0]
         for node in self.nodes:
             self.progress(f"    {node.name} at {node.ip}, clique {node.clique or '<not fabric-attached>'}")
+
+    def _node_driver_parts(self) -> dict[str, Any]:
+        """What a simulated node needs to run the chosen driver's image (NodeAgent arguments)."""
+        if self.peer is not None:
+            return {"images": (self.peer.image(),)}
+        if self.emulated is not None:
+            from cdriver.sim.gpu.nvml_build import cross_compiler
+
+            cc = cross_compiler(self.emulated.platform) if self.emulated.emulator is not None else None
+            return {"images": (self.emulated.image(),), "stand_in_command": self.emulated.command, "nvml_cc": cc}
+        return {}
 
     def _start_real_nodes(self, specs: list[Any]) -> None:
         real = {n.name: n for n in self.fleet.start(self.cluster, specs, self.node_images,
@@ -380,6 +411,8 @@ class SimWorld:
         if self.node_images is not None:  # real nodes run the driver image imported into their containerd
             repository, _, tag = self.node_images.refs["cdriver"].rpartition(":")
             values += ["--set", f"image.repository={repository}", "--set", f"image.tag={tag}"]
+        if self.emulated is not None:  # simulated nodes map this image to the unpacked one
+            values += self.emulated.chart_values()
         return [str(chart_dir()), *values]
 
     def _install_chart(self) -> None:

@@ -88,7 +88,8 @@ class NodeAgent:
                  options: NodeOptions | None = None, topology: str | Path | None = None,
                  driver_root: bool = False, profile: str | None = None, fabric_state: str = "completed",
                  kubelet_port: int = 10250, pki_dir: str | os.PathLike[str] | None = None,
-                 images: Iterable[ImageContent] = ()) -> None:
+                 images: Iterable[ImageContent] = (), stand_in_command: list[str] | None = None,
+                 nvml_cc: str | None = None) -> None:
         if isinstance(raw, str):
             from cdriver.kube.client import new_raw_client
 
@@ -107,6 +108,10 @@ class NodeAgent:
         self.kubelet_port = kubelet_port
         self.pki_dir = Path(pki_dir) if pki_dir is not None else None
         self.images = tuple(images)
+        #: what the driver root's stand-ins run and the NVML stand-in's compiler (defaults: this
+        #: cdriver and gcc; a driver image of another architecture brings its own, see emulated_driver)
+        self.stand_in_command = stand_in_command
+        self.nvml_cc = nvml_cc
         self.kubelet_server: Any = None
         self.log = logging.getLogger(f"cdriver.sim.node.{name}")
         self.recorder = EventRecorder(raw, EVENT_COMPONENT, host=name)
@@ -165,7 +170,8 @@ class NodeAgent:
             from cdriver.sim.gpu.driver_root import create_driver_root
 
             self.driver_root = create_driver_root(self.layout.driver_root, self.name, self.topology, self.profile,
-                                                  fabric_state=self.fabric_state)
+                                                  fabric_state=self.fabric_state,
+                                                  wrapper_command=self.stand_in_command, cc=self.nvml_cc)
         host, port = api_address(self.raw.server)
         self._stop.clear()
         if self.pki_dir is not None:

@@ -1,0 +1,124 @@
+"""The driver image of another architecture (linux/arm64 on an x86-64 machine), run by simulated nodes.
+
+The nodes ComputeDomains exist for are Grace (arm64) machines. A world started with a
+`driver_platform` builds the driver image for that platform (as `cdriver sim images --platform`
+does: the arm64 bundle is packaged under emulation), unpacks that platform's image into the
+world's directory and maps the chart's image, on every simulated node, to it:
+
+- the container's ``cdriver`` is a script that execs Debian's qemu user-mode emulator on the
+  image's own executable (``/opt/cdriver/cdriver``), so the process a node starts, signals and
+  measures is the emulator running the role; the emulator's library prefix (``-L``) holds the
+  image's C library and nothing else, so every other path the role opens is the node's;
+- ``/templates`` is the image's;
+- the driver root's stand-ins (``nvidia-imex``, ``nvidia-imex-ctl``, ``check-fabric``) run the
+  same executable, and its NVML stand-in is built with the platform's cross compiler, so
+  everything the roles load or exec on the node is of the image's architecture, as on a real
+  arm64 node.
+
+Nothing is registered in the machine's binfmt_misc: the emulator is named on each command line.
+For this machine's own platform the script runs the image's executable directly.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from cdriver.errors import CdriverError
+from cdriver.sim.node.simulated.images import ImageContent
+
+#: the packaged executable in the driver image (the Containerfile's install path)
+IMAGE_EXECUTABLE = "opt/cdriver/cdriver"
+#: the image's files the roles read at fixed paths (container path, path in the image)
+IMAGE_FILES = (("/templates", "templates"),)
+#: the image's directories the emulator's library prefix holds (Debian merges /lib into /usr/lib)
+LIBRARY_DIRS = ("usr/lib",)
+LIBRARY_LINKS = (("lib", "usr/lib"),)
+KNOWN_PLATFORMS = ("linux/amd64", "linux/arm64")
+
+
+class EmulatedDriverError(CdriverError):
+    """The driver image of the asked platform could not be built or prepared."""
+
+
+@dataclass(frozen=True)
+class EmulatedDriver:
+    """One platform's driver image, unpacked and runnable on this machine's simulated nodes."""
+
+    platform: str
+    #: the image reference the chart is given (repository:tag)
+    ref: str
+    #: the image's root file system
+    root: Path
+    #: the emulator (None: the image is this machine's platform)
+    emulator: Path | None
+    #: holds the `cdriver` script containers find first on their PATH
+    bin_dir: Path
+
+    @property
+    def command(self) -> list[str]:
+        """What runs the image's executable on a node (the driver root's stand-ins run it too)."""
+        return [str(self.bin_dir / "cdriver")]
+
+    def image(self) -> ImageContent:
+        """What a simulated node provides for the chart's image."""
+        repository = self.ref.rpartition(":")[0]
+        files = tuple((target, str(self.root / rel)) for target, rel in IMAGE_FILES)
+        return ImageContent(repository, path=(str(self.bin_dir),), files=files)
+
+    def chart_values(self) -> list[str]:
+        repository, _, tag = self.ref.rpartition(":")
+        return ["--set", f"image.repository={repository}", "--set", f"image.tag={tag}"]
+
+
+def launch_script(executable: Path, emulator: Path | None, sysroot: Path | None) -> str:
+    """The `cdriver` script: exec the image's executable, through the emulator when there is one."""
+    if emulator is None:
+        argv = [str(executable)]
+    else:
+        assert sysroot is not None
+        argv = [str(emulator), "-L", str(sysroot), str(executable)]
+    return ("#!/bin/sh\n# cdriver of the unpacked driver image, run on this machine"
+            + (" under emulation\n" if emulator else "\n")
+            + f'exec {shlex.join(argv)} "$@"\n')
+
+
+def make_sysroot(root: Path, dest: Path) -> Path:
+    """A library prefix for the emulator holding only the image's library directories (links into `root`)."""
+    dest.mkdir(parents=True)
+    for rel in LIBRARY_DIRS:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).symlink_to(root / rel)
+    for link, target in LIBRARY_LINKS:
+        (dest / link).symlink_to(target)
+    return dest
+
+
+def prepare(platform: str, dest: Path, progress: Callable[[str], None]) -> EmulatedDriver:
+    """Build (or find cached) the driver image of `platform`, unpack it below `dest` (a new directory)
+    and write its launch script; EmulatedDriverError naming the cause on failure."""
+    from cdriver.sim.images.builder import build_images, unpack_image
+    from cdriver.sim.images.refs import ImageBuildError
+
+    if platform not in KNOWN_PLATFORMS:
+        raise EmulatedDriverError(f"unknown driver platform {platform!r}: use one of {', '.join(KNOWN_PLATFORMS)}")
+    progress(f"  driver image for {platform} (an arm64 bundle is packaged under emulation: tens of "
+             "minutes the first time, cached after)")
+    try:
+        built = build_images(("cdriver",), progress=lambda line: progress(f"    {line}"), platforms=platform)
+        root, emulator = unpack_image(built["cdriver"].archive, platform, dest / "root")
+    except ImageBuildError as e:
+        raise EmulatedDriverError(f"the {platform} driver image could not be prepared: {e}") from e
+    executable = root / IMAGE_EXECUTABLE
+    if not executable.is_file():
+        raise EmulatedDriverError(f"the {platform} driver image has no /{IMAGE_EXECUTABLE}")
+    sysroot = make_sysroot(root, dest / "sysroot") if emulator is not None else None
+    bin_dir = dest / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "cdriver"
+    script.write_text(launch_script(executable, emulator, sysroot))
+    os.chmod(script, 0o755)
+    return EmulatedDriver(platform, built["cdriver"].ref, root, emulator, bin_dir)
