@@ -105,8 +105,8 @@ def prepare(platform: str, dest: Path, progress: Callable[[str], None]) -> Emula
 
     if platform not in KNOWN_PLATFORMS:
         raise EmulatedDriverError(f"unknown driver platform {platform!r}: use one of {', '.join(KNOWN_PLATFORMS)}")
-    progress(f"  driver image for {platform} (an arm64 bundle is packaged under emulation: tens of "
-             "minutes the first time, cached after)")
+    progress(f"    the {platform} driver image (another architecture's bundle is packaged under emulation: "
+             "tens of minutes the first time, cached after)")
     try:
         built = build_images(("cdriver",), progress=lambda line: progress(f"    {line}"), platforms=platform)
         root, emulator = unpack_image(built["cdriver"].archive, platform, dest / "root")
