@@ -62,9 +62,10 @@ peer: build-plan
 peer-if-any: build-plan
 	hack/peer/build.sh || { rc=$$?; [ $$rc -eq 4 ] && [ "$${CDRIVER_REQUIRE_UPSTREAM:-}" != 1 ]; }
 
-# -rs: every skip is reported with its reason
+# -rs: every skip is reported with its reason; the driver image is checked on every platform of
+# IMAGE_PLATFORMS (the arm64 one under emulation: its bundle is packaged again after each source change)
 test: lint control-plane test-parts node-parts peer-if-any
-	$(BIN)/pytest -q -rs $(PYTEST_ARGS)
+	CDRIVER_IMAGE_PLATFORMS=$(IMAGE_PLATFORMS) $(BIN)/pytest -q -rs $(PYTEST_ARGS)
 
 unit: venv
 	$(BIN)/pytest -q -m unit $(PYTEST_ARGS)
@@ -129,14 +130,15 @@ bats-upstream: venv control-plane
 # `image` the driver image from the Containerfile's recipe, one image index of IMAGE_PLATFORMS (the
 # arm64 bundle packaged under emulation: tens of minutes cold), `images` also the pause and workload
 # images (the driver's for this machine alone, as the local cluster loads it); `image-test` the image
-# tests (the driver image on both platforms, the arm64 one run under emulation).
+# tests alone (the driver image on both platforms, the arm64 one run under emulation, and the arm64
+# driver on simulated nodes), which `make test` runs too.
 IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
 .PHONY: image images image-test
 image: venv
 	$(BUILDER).images --platform $(IMAGE_PLATFORMS) cdriver
 
 image-test: venv
-	CDRIVER_IMAGE_PLATFORMS=$(IMAGE_PLATFORMS) $(BIN)/pytest -q -rs tests/packaging/test_images.py tests/packaging/test_image_index_containerd.py $(PYTEST_ARGS)
+	CDRIVER_IMAGE_PLATFORMS=$(IMAGE_PLATFORMS) $(BIN)/pytest -q -rs tests/packaging/test_images.py tests/packaging/test_image_index_containerd.py tests/packaging/test_arm64_driver_on_nodes.py $(PYTEST_ARGS)
 
 images: venv
 	$(BUILDER).images

@@ -197,25 +197,8 @@ def bundle_key(root: Path, target: Platform) -> str:
                       files_under(root, BUNDLE_INPUTS), root)
 
 
-#: set (to 1) to let another architecture's bundle of older sources stand in when only the package's
-#: own sources changed since it was packaged (`make test`: an emulated packaging takes tens of minutes)
-ENV_REUSE_FOREIGN = "CDRIVER_REUSE_FOREIGN_BUNDLE"
-#: what a bundle records of the inputs it was packaged from
+#: what a bundle records of the sources it was packaged from (their key and commit)
 BUNDLE_RECORD = "inputs.json"
-
-
-#: what decides how a bundle is packaged, beside the package's own sources: its dependencies, the
-#: spec and what it imports, the build script, the entry point, and how a foreign bundle is built
-PACKAGING_INPUTS = ("pyproject.toml", "setup.cfg", "packaging/cdriver.spec", "packaging/build.sh",
-                    "packaging/entrypoint.py", "packaging/cdriver_build/bundle.py",
-                    "packaging/cdriver_build/foreign.py")
-
-
-def packaging_key(root: Path, target: Platform) -> str:
-    """The key of how `target`'s bundle is packaged, cdriver's own modules left out: bundles of one
-    packaging key differ only in those modules."""
-    return input_hash([BUILDER_REVISION, foreign.FOREIGN_REVISION, target.name, foreign.PYTHON_VERSION],
-                      files_under(root, PACKAGING_INPUTS), root)
 
 
 def source_commit(root: Path) -> str:
@@ -232,50 +215,14 @@ def bundle_name(key: str, target: Platform) -> str:
     return f"bundle-{key}" if target == platforms.native() else f"bundle-{target.architecture}-{key}"
 
 
-def reusable_bundle(root: Path, target: Platform) -> Path | None:
-    """The newest finished bundle of `target` packaged the same way (same packaging key), if any."""
-    want = packaging_key(root, target)
-    found = []
-    for candidate in cache_root().glob(f"bundle-{target.architecture}-*"):
-        marker, record = candidate / ".complete", candidate / BUNDLE_RECORD
-        if not candidate.is_dir() or not marker.is_file() or not record.is_file():
-            continue
-        try:
-            if json.loads(record.read_text()).get("packaging") == want:
-                found.append((record.stat().st_mtime, candidate))
-        except (OSError, ValueError):
-            continue
-    return max(found)[1] if found else None
-
-
-def chosen_bundle(root: Path, target: Platform) -> tuple[Path, bool]:
-    """(the cached bundle folder `ensure_bundle` uses for `target`, whether it stands in for another
-    sources' one); nothing is built. With CDRIVER_REUSE_FOREIGN_BUNDLE set, the newest bundle of the
-    same packaging key stands in for a missing one of another architecture."""
-    out = cache_root() / bundle_name(bundle_key(root, target), target)
-    if target != platforms.native() and not (out / ".complete").is_file() and os.environ.get(ENV_REUSE_FOREIGN):
-        stand_in = reusable_bundle(root, target)
-        if stand_in is not None:
-            return stand_in, True
-    return out, False
-
-
 def ensure_bundle(log: Callable[[str], None], target: Platform | None = None) -> Path:
     """The packaged bundle of this source tree for `target` (default: this machine's platform), built once
     per content of its sources (cached): a folder holding ``cdriver-bundle/`` and the ``cdriver`` link, as
-    packaging/build.sh leaves dist/. Another architecture's is packaged under emulation (`foreign`), or
-    one of older sources stands in (`chosen_bundle`; the log names it and its commit)."""
+    packaging/build.sh leaves dist/. Another architecture's is packaged under emulation (`foreign`)."""
     root = source_root()
     native = platforms.native()
     chosen = target or native
     key = bundle_key(root, chosen)
-    out, reused = chosen_bundle(root, chosen)
-    if reused:
-        record = json.loads((out / BUNDLE_RECORD).read_text())
-        log(f"reusing {out.name} for {chosen.name}: packaged from commit {record.get('commit') or '?'}; only "
-            f"cdriver's own sources differ from this checkout's ({ENV_REUSE_FOREIGN} is set)")
-        os.utime(out / ".complete")  # used: not pruned
-        return out / "dist"
 
     def build(tmp: Path) -> None:
         if chosen == native:
@@ -284,10 +231,9 @@ def ensure_bundle(log: Callable[[str], None], target: Platform | None = None) ->
         else:
             foreign.build_bundle(chosen, root, BUNDLE_INPUTS, tmp / "dist", log)
         (tmp / "platform").write_text(chosen.name + "\n")
-        (tmp / BUNDLE_RECORD).write_text(json.dumps(
-            {"sources": key, "packaging": packaging_key(root, chosen), "commit": source_commit(root)}) + "\n")
+        (tmp / BUNDLE_RECORD).write_text(json.dumps({"sources": key, "commit": source_commit(root)}) + "\n")
 
-    return cached(out, build, log) / "dist"
+    return cached(cache_root() / bundle_name(key, chosen), build, log) / "dist"
 
 
 def install_bundle(dest: Path, log: Callable[[str], None]) -> Path:
@@ -349,8 +295,6 @@ def build_driver(log: Callable[[str], None], targets: Iterable[Platform] | None 
     parts = [BUILDER_REVISION, ref, platform.python_version()]
     if not single:
         parts += ["platforms", *(p.name for p in chosen), foreign.FOREIGN_REVISION]
-        # the bundles by name: one of older sources standing in makes another image than these sources'
-        parts += [chosen_bundle(root, p)[0].name for p in chosen]
     key = input_hash(parts, files_under(root, DRIVER_INPUTS), root)
 
     def build(tmp: Path) -> None:

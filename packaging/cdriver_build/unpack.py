@@ -4,7 +4,9 @@ Simulated nodes run a driver image of another architecture from such a root, und
 (`cdriver.sim.world.emulated_driver`). Unpacks the layers of `ARCHIVE`'s image for `P` into
 `DEST` (which must not exist yet) and prints ``root=<DEST>``, then, for a platform that is not
 this machine's, ``emulator=<path>``: Debian's qemu user-mode emulator for it, fetched into the
-cache (`cdriver_build.emulation`; nothing is installed or registered on the machine).
+cache (`cdriver_build.emulation`; nothing is installed or registered on the machine), with
+``binfmt-entry=<name>`` and ``binfmt=<line>``: the binfmt_misc entry that hands the platform's
+programs to it, for a user namespace's own binfmt_misc (`cdriver_build.userns`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from cdriver_build import emulation, oci, platforms
+from cdriver_build import emulation, oci, platforms, userns
 from cdriver_build.build import ImageBuildError
 
 
@@ -43,6 +45,8 @@ def command(platform_name: str, archive: Path, dest: Path) -> None:
     click.echo(f"root={dest}")
     if emulator is not None:
         click.echo(f"emulator={emulator}")
+        click.echo(f"binfmt-entry={userns.ENTRY_NAME}")
+        click.echo(f"binfmt={userns.registration(str(emulator.resolve()))}")
 
 
 def main() -> None:

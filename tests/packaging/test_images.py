@@ -20,7 +20,6 @@ import errno
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -34,12 +33,20 @@ from cdriver.cli import LAZY_COMMANDS, cli
 from cdriver.imex import config as imex_config
 from cdriver.imex.config import IMEX_CTL_BINARY, IMEX_DAEMON_BINARY
 from cdriver.sim import cli as sim_cli
+from cdriver.sim.gpu import nvml_build
 from cdriver.sim.gpu.driver_root import create_driver_root
 from cdriver.sim.gpu.topology import demo_topology_path
 from cdriver_build import emulation, oci, platforms
-from cdriver_build.build import ImageArchive, bundle_key, cache_root, ensure_images, image_ref, source_root
+from cdriver_build.build import (
+    BUNDLE_RECORD,
+    ImageArchive,
+    bundle_key,
+    cache_root,
+    ensure_images,
+    image_ref,
+    source_root,
+)
 from cdriver_build.bundle import left_out
-from cdriver_build.cache import run_tool
 from cdriver_build.platforms import ARM64
 from tests.support.image_platforms import image_platforms
 from tests.support.imex_timing import fast_imex_env
@@ -52,10 +59,6 @@ FAST_IMEX = fast_imex_env(peer_timeout=2)
 #: the driver image's platforms, each checked the same way
 PLATFORMS = image_platforms()
 TARGETS = [platforms.PLATFORMS[name] for name in PLATFORMS]
-#: the simulated NVML of another architecture is built with Debian's cross compiler (and its C library)
-CROSS_CC = {"linux/arm64": "aarch64-linux-gnu-gcc", "linux/amd64": "x86_64-linux-gnu-gcc"}
-CROSS_PACKAGES = {"linux/arm64": ["gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross"],
-                  "linux/amd64": ["gcc-x86-64-linux-gnu", "libc6-dev-amd64-cross"]}
 #: under emulation a program starts about 40 times slower: more time for the same script
 EMULATED_SLOWDOWN = 4
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
@@ -161,8 +164,11 @@ def test_each_images_executable_is_its_platforms_and_the_bundle_of_these_sources
     arch = platforms.PLATFORMS[plat].architecture
     key = bundle_key(source_root(), platforms.PLATFORMS[plat])
     bundle = cache_root() / (f"bundle-{key}" if not emulated(plat) else f"bundle-{arch}-{key}")
+    record = json.loads((bundle / BUNDLE_RECORD).read_text())
     with capsys.disabled():  # on the terminal whatever the capture: which bundle this run tested
-        print(f"\n[images] the {plat} image holds {bundle.name} ({bundle})", file=sys.stderr, flush=True)
+        print(f"\n[images] the {plat} image holds {bundle.name} ({bundle}), packaged at commit "
+              f"{record['commit'] or '?'}", file=sys.stderr, flush=True)
+    assert record["sources"] == key
     assert (bundle / "dist" / "cdriver-bundle" / "cdriver").read_bytes() == exe.read_bytes()
     assert (bundle / "platform").read_text().strip() == plat
 
@@ -271,24 +277,15 @@ ARM64_LIB_DIR = "usr/lib/aarch64-linux-gnu"
 def simulated_driver_root(root: Path, plat: str) -> Path:
     """A simulated driver root below the image root (``/driver-root``), NVML built for `plat`.
 
-    Another architecture's NVML stand-in is built with Debian's cross compiler (CC), and its
+    Another architecture's NVML stand-in is built with Debian's cross compiler, and its
     driver root is shaped as that architecture's installs are: the library in its multiarch
     directory rather than usr/lib64.
     """
     driver_root = root / "driver-root"
-    if emulated(plat) and shutil.which(CROSS_CC[plat]) is None:
-        say(f"{CROSS_CC[plat]} not found: installing Debian's {' '.join(CROSS_PACKAGES[plat])}")
-        run_tool(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *CROSS_PACKAGES[plat]],
-                 "installing the cross compiler", env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
-    env = {"CC": CROSS_CC[plat]} if emulated(plat) else {}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        create_driver_root(driver_root, "worker-1", demo_topology_path(), channel_count=2,
-                           wrapper_command=["/usr/bin/cdriver"])
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    # another architecture's NVML stand-in comes from Debian's cross compiler (installed when missing)
+    cc = nvml_build.cross_compiler(plat) if emulated(plat) else None
+    create_driver_root(driver_root, "worker-1", demo_topology_path(), channel_count=2,
+                       wrapper_command=["/usr/bin/cdriver"], cc=cc)
     if plat == ARM64.name:
         (driver_root / ARM64_LIB_DIR).parent.mkdir(parents=True, exist_ok=True)
         (driver_root / "usr/lib64").rename(driver_root / ARM64_LIB_DIR)

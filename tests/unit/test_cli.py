@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import platform
 
 from click.testing import CliRunner
 
@@ -24,6 +25,7 @@ def test_version_reports_package_python_and_kubernetes() -> None:
     assert info["cdriver"] == cdriver.__version__
     assert info["kubernetes"] == "1.37"
     assert info["python"].startswith("3.")
+    assert info["machine"] == platform.machine(), "the architecture the process runs as"
 
 
 def test_common_options_have_env_twins() -> None:

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from cdriver.sim.images.refs import IMAGE_NAMES, ImageArchive, ImageBuildError
@@ -101,9 +102,20 @@ def build_images(names: Iterable[str] = IMAGE_NAMES, progress: Callable[[str], N
 UNPACK_MODULE = "cdriver_build.unpack"
 
 
-def unpack_image(archive: Path, platform: str, dest: Path) -> tuple[Path, Path | None]:
-    """Unpack `archive`'s image of `platform` into the new directory `dest` with the checkout's
-    builder; (root, emulator): the emulator that runs its programs, None for this machine's platform."""
+@dataclass(frozen=True)
+class UnpackedImage:
+    """One platform's image unpacked, and what runs its programs on this machine."""
+
+    root: Path
+    #: the platform's emulator (None: this machine's platform)
+    emulator: Path | None = None
+    #: the binfmt_misc entry's name and registration line that hand its programs to the emulator
+    binfmt_entry: str = ""
+    binfmt: str = ""
+
+
+def unpack_image(archive: Path, platform: str, dest: Path) -> UnpackedImage:
+    """Unpack `archive`'s image of `platform` into the new directory `dest` with the checkout's builder."""
     root = checkout_root()
     argv = [sys.executable, "-m", UNPACK_MODULE, "--platform", platform, str(archive), str(dest)]
     proc = subprocess.run(argv, cwd=root, env=builder_env(root), capture_output=True, text=True, timeout=900)
@@ -114,4 +126,5 @@ def unpack_image(archive: Path, platform: str, dest: Path) -> tuple[Path, Path |
     if "root" not in lines:
         raise ImageBuildError(f"{' '.join(argv)} printed no root= line")
     emulator = lines.get("emulator")
-    return Path(lines["root"]), Path(emulator) if emulator else None
+    return UnpackedImage(Path(lines["root"]), Path(emulator) if emulator else None, lines.get("binfmt-entry", ""),
+                         lines.get("binfmt", ""))

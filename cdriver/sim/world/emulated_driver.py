@@ -5,18 +5,19 @@ The nodes ComputeDomains exist for are Grace (arm64) machines. A world started w
 does: the arm64 bundle is packaged under emulation), unpacks that platform's image into the
 world's directory and maps the chart's image, on every simulated node, to it:
 
-- the container's ``cdriver`` is a script that execs Debian's qemu user-mode emulator on the
-  image's own executable (``/opt/cdriver/cdriver``), so the process a node starts, signals and
-  measures is the emulator running the role; the emulator's library prefix (``-L``) holds the
-  image's C library and nothing else, so every other path the role opens is the node's;
+- the container's ``cdriver`` is a script that execs the image's own executable
+  (``/opt/cdriver/cdriver``) where a binfmt_misc entry of the container's own user namespace
+  hands it to Debian's qemu user-mode emulator (`launch_script`), so the process a node starts,
+  signals and measures is the emulator running the role; the emulator's library prefix holds
+  the image's C library and nothing else, so every other path the role opens is the node's;
 - ``/templates`` is the image's;
 - the driver root's stand-ins (``nvidia-imex``, ``nvidia-imex-ctl``, ``check-fabric``) run the
   same executable, and its NVML stand-in is built with the platform's cross compiler, so
   everything the roles load or exec on the node is of the image's architecture, as on a real
   arm64 node.
 
-Nothing is registered in the machine's binfmt_misc: the emulator is named on each command line.
-For this machine's own platform the script runs the image's executable directly.
+Nothing is registered in the machine's binfmt_misc. For this machine's own platform the script
+runs the image's executable directly.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cdriver.errors import CdriverError
+from cdriver.sim.images.builder import UnpackedImage
 from cdriver.sim.node.simulated.images import ImageContent
 
 #: the packaged executable in the driver image (the Containerfile's install path)
@@ -74,16 +76,33 @@ class EmulatedDriver:
         return ["--set", f"image.repository={repository}", "--set", f"image.tag={tag}"]
 
 
-def launch_script(executable: Path, emulator: Path | None, sysroot: Path | None) -> str:
-    """The `cdriver` script: exec the image's executable, through the emulator when there is one."""
-    if emulator is None:
-        argv = [str(executable)]
-    else:
-        assert sysroot is not None
-        argv = [str(emulator), "-L", str(sysroot), str(executable)]
-    return ("#!/bin/sh\n# cdriver of the unpacked driver image, run on this machine"
-            + (" under emulation\n" if emulator else "\n")
-            + f'exec {shlex.join(argv)} "$@"\n')
+BINFMT_DIR = "/proc/sys/fs/binfmt_misc"
+
+
+def launch_script(executable: Path, unpacked: UnpackedImage, sysroot: Path | None) -> str:
+    """The `cdriver` script: exec the image's executable, under emulation when it is another platform's.
+
+    The executable re-executes itself as it starts (the packaged bootloader does), so naming the
+    emulator on one command line is not enough: where no binfmt_misc entry runs the platform's
+    programs yet, the script enters a user and mount namespace of its own (``unshare``, mapping
+    root to root, no fork), mounts that namespace's own binfmt_misc and registers the emulator
+    there, then execs the executable: the pid the node started stays the role's, and the
+    machine's binfmt_misc is untouched. The emulator finds the image's C library through
+    QEMU_LD_PREFIX.
+    """
+    exe = shlex.quote(str(executable))
+    if unpacked.emulator is None:
+        return f'#!/bin/sh\n# cdriver of the unpacked driver image\nexec {exe} "$@"\n'
+    assert sysroot is not None
+    entry = f"{BINFMT_DIR}/{unpacked.binfmt_entry}"
+    register = (f"mount -t binfmt_misc binfmt_misc {BINFMT_DIR} && printf %s \"$1\" > {BINFMT_DIR}/register "
+                "&& shift && exec \"$@\"")
+    return ("#!/bin/sh\n"
+            "# cdriver of the unpacked driver image, run under emulation (see cdriver.sim.world.emulated_driver)\n"
+            f"export QEMU_LD_PREFIX={shlex.quote(str(sysroot))}\n"
+            f'[ -e {shlex.quote(entry)} ] && exec {exe} "$@"\n'
+            f"exec unshare --user --map-root-user --mount /bin/sh -c {shlex.quote(register)} binfmt "
+            f'{shlex.quote(unpacked.binfmt)} {exe} "$@"\n')
 
 
 def make_sysroot(root: Path, dest: Path) -> Path:
@@ -109,16 +128,18 @@ def prepare(platform: str, dest: Path, progress: Callable[[str], None]) -> Emula
              "tens of minutes the first time, cached after)")
     try:
         built = build_images(("cdriver",), progress=lambda line: progress(f"    {line}"), platforms=platform)
-        root, emulator = unpack_image(built["cdriver"].archive, platform, dest / "root")
+        unpacked = unpack_image(built["cdriver"].archive, platform, dest / "root")
     except ImageBuildError as e:
         raise EmulatedDriverError(f"the {platform} driver image could not be prepared: {e}") from e
-    executable = root / IMAGE_EXECUTABLE
+    executable = unpacked.root / IMAGE_EXECUTABLE
     if not executable.is_file():
         raise EmulatedDriverError(f"the {platform} driver image has no /{IMAGE_EXECUTABLE}")
-    sysroot = make_sysroot(root, dest / "sysroot") if emulator is not None else None
+    if unpacked.emulator is not None and not unpacked.binfmt:
+        raise EmulatedDriverError(f"the image unpacker named no binfmt_misc entry for {platform}'s emulator")
+    sysroot = make_sysroot(unpacked.root, dest / "sysroot") if unpacked.emulator is not None else None
     bin_dir = dest / "bin"
     bin_dir.mkdir()
     script = bin_dir / "cdriver"
-    script.write_text(launch_script(executable, emulator, sysroot))
+    script.write_text(launch_script(executable, unpacked, sysroot))
     os.chmod(script, 0o755)
-    return EmulatedDriver(platform, built["cdriver"].ref, root, emulator, bin_dir)
+    return EmulatedDriver(platform, built["cdriver"].ref, unpacked.root, unpacked.emulator, bin_dir)

@@ -269,3 +269,13 @@ def test_a_rack_node_has_the_gpus_its_topology_domain_names(tmp_path: Path) -> N
     assert {g["clique"] for g in gpus} == {1} and dr.profile == "gb300"
     assert len(pynvml_report(create_driver_root(tmp_path / "b", "rack1-tray06", topology, "gb200", gpu_count=2,
                                                 channel_count=1))) == 2
+
+
+def test_rerender_keeps_the_stand_ins_command_and_the_nvml_compiler(tmp_path: Path) -> None:
+    """A driver root made for another platform's image stays one when it is rendered again."""
+    cc = nvml_build.compiler()
+    create_driver_root(tmp_path / "r", "worker-1", demo_topology_path(), wrapper_command=["/image/bin/cdriver"], cc=cc)
+    again = rerender_driver_root(tmp_path / "r")
+    assert "exec /image/bin/cdriver sim imex daemon" in (again.bin_dir / "nvidia-imex").read_text()
+    record = json.loads((tmp_path / "r" / dr_mod.NODE_RECORD).read_text())
+    assert (record["wrapperCommand"], record["cc"]) == (["/image/bin/cdriver"], cc)
