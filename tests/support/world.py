@@ -151,3 +151,21 @@ def is_char_device(world: SimWorld, ns: str, pod: dict, path: str) -> bool:
     """Whether `path` is a character device inside the pod."""
     out = exec_in(world, ns, pod, ["test", "-c", path])
     return out.returncode == 0
+
+
+def reported_ready(world: SimWorld, pod: dict, domain_uid: str) -> dict:
+    """The running pod's channel claim's status.devices entry of this driver, once it reports the
+    claim Ready (DaemonReady) for `domain_uid`, with this node's daemon index; its `data`."""
+    def entry() -> scenario.Seen:
+        claim = scenario.claim_of(world.raw, pod)
+        found = [d for d in (claim.get("status") or {}).get("devices") or [] if d["driver"] == constants.DRIVER_NAME]
+        ready = [c for d in found for c in d.get("conditions") or []
+                 if c["type"] == "Ready" and (c["status"], c["reason"]) == ("True", "DaemonReady")]
+        return scenario.Seen(len(found) == 1 and bool(ready), found[0] if found else None, json.dumps(found))
+
+    found = scenario.wait_for(f"{pod['metadata']['name']}'s claim to report DaemonReady in status.devices", entry, 30)
+    data = found["data"]
+    assert data["computeDomain"]["uid"] == domain_uid and data["kind"] == "channel", data
+    assert isinstance(data["daemon"]["index"], int) and data["daemon"]["dnsName"], data
+    assert data["cdiDeviceIDs"] and data["cliqueID"], data
+    return data

@@ -42,6 +42,7 @@ from cdriver.roles.kubelet_plugin.prepare import remove_orphan_specs
 from cdriver.roles.kubelet_plugin.recovery import recover
 from cdriver.roles.kubelet_plugin.resourceslice import SlicePublisher, slice_field_selector
 from cdriver.roles.kubelet_plugin.state import UID_INDEX, BackgroundEvents, PluginState
+from cdriver.roles.kubelet_plugin.status_writer import ClaimStatusWriter
 from cdriver.roles.startup import STOP_SIGNALS, install_signal_handlers, rate_limiter
 
 log = logging.getLogger(__name__)
@@ -125,6 +126,7 @@ class Plugin:
             node=node,
             metrics=metrics,
             events=BackgroundEvents(EventRecorder(raw, COMPONENT, cfg.node_name)),
+            claim_status=ClaimStatusWriter(raw, cfg.node_name),
         )
         self.state = state
         state.refresh_prepared_gauge(checkpoint.claims)
@@ -297,6 +299,8 @@ class Plugin:
             self.driver.close()
         if self.state is not None:
             self.state.events.close()
+            if self.state.claim_status is not None:
+                self.state.claim_status.close()
         self._stopped.set()
         log.info("shutdown")
 

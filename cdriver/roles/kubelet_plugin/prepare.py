@@ -30,12 +30,13 @@ from cdriver.checkpoint import ClaimDevice, ClaimRecord, ClaimState, intended_de
 from cdriver.dra.node_service import ClaimRef, PreparedDevice
 from cdriver.errors import CdriverError
 from cdriver.imex.config import IMEXD_TEMPLATE_NAME, domain_template, load_template
+from cdriver.imex.names import dns_name
 from cdriver.kube.errors import ApiError
 from cdriver.kube.events import NORMAL, WARNING
 from cdriver.kube.objects import meta_of, name_of
 from cdriver.kube.resources import RESOURCES
 from cdriver.nvml.discover import IMEX_CHANNEL_COUNT
-from cdriver.roles.kubelet_plugin import cdi_edits, claims
+from cdriver.roles.kubelet_plugin import cdi_edits, claims, device_status
 from cdriver.roles.kubelet_plugin.claims import KIND_DAEMON, ClaimPlan
 from cdriver.roles.kubelet_plugin.discovery import DiscoveryError, fabric_mgmt_device
 from cdriver.roles.kubelet_plugin.errors import (
@@ -48,6 +49,7 @@ from cdriver.roles.kubelet_plugin.errors import (
     REASON_INVALID_CONFIG,
     REASON_OTHER,
     REASON_WAITING_FOR_DAEMON,
+    ClaimError,
     ClaimSeen,
     as_claim_error,
     permanent,
@@ -77,6 +79,16 @@ EVENT_HOST_NOT_READY = EVENT_REASON_HOST_IMEX_NOT_READY
 
 class _LabelGone(Exception):
     """The fast path lost its precondition (node label) before it could complete."""
+
+
+@dataclass
+class _Learned:
+    """What one Prepare learned about its claim (for the claim's status.devices)."""
+
+    claim: dict | None = None
+    plan: ClaimPlan | None = None
+    cd: dict | None = None
+    channels: list[int] | None = None
 
 
 @dataclass
@@ -148,22 +160,31 @@ class Preparer:
         if deadline is None:
             deadline = time.monotonic() + self.config.prepare_timeout
         seen = ClaimSeen()
+        learned = _Learned()
         try:
-            return self._prepare(ref, deadline, seen)
+            prepared = self._prepare(ref, deadline, seen, learned)
         except CdriverError as exc:
-            raise as_claim_error(ref, exc, seen) from None
+            error = as_claim_error(ref, exc, seen)
+            self._report_status(learned, None, error)
+            raise error from None
+        if not prepared.cached:
+            self._report_status(learned, prepared, None)
+        return prepared
 
-    def _prepare(self, ref: ClaimRef, deadline: float, seen: ClaimSeen) -> Prepared:
+    def _prepare(self, ref: ClaimRef, deadline: float, seen: ClaimSeen, learned: _Learned) -> Prepared:
         store = self.state.store
         done = self._completed(store.read().claims.get(ref.uid))
         if done is not None:
             return done
         claim = self._fetch_claim(ref)
+        learned.claim = claim
         plan = claims.plan_claim(claim, self.config.node_name)
         if not plan.devices:
             return Prepared(devices=[])
         seen.kind = plan.kind
+        learned.plan = plan
         cd = self._check_domain(plan)
+        learned.cd = cd
         if plan.kind == KIND_DAEMON:
             self._check_daemon_owner(plan, claim)
             return self._complete(plan, self._daemon_effects(plan, cd))
@@ -283,14 +304,75 @@ class Preparer:
             log.warning("%s", msg)
             self.state.events.emit(claim, WARNING, EVENT_NOT_FABRIC, msg)
             return ContainerEdits()
-        dev = plan.devices[0]
+        return cdi_edits.channel_edits(self._channels(plan), self.state.discovery.channel_major,
+                                       self.config.dev_root)
+
+    def _channels(self, plan: ClaimPlan) -> list[int]:
+        """The channel IDs a channel claim's containers get on this node."""
         if self.config.host_managed or not plan.all_channels:
-            channels = [dev.ref.id if self.config.host_managed else 0]
+            return [plan.devices[0].ref.id if self.config.host_managed else 0]
+        # As upstream: every channel the driver supports, whether or not its node exists
+        # on the host yet (the runtime creates nodes from type/major/minor).
+        return list(range(IMEX_CHANNEL_COUNT))
+
+    # -- status.devices ------------------------------------------------------------------
+    def _report_status(self, learned: _Learned, prepared: Prepared | None, error: ClaimError | None) -> None:
+        """Queue the claim's status.devices entries (written in the background; never fails a Prepare)."""
+        writer = self.state.claim_status
+        plan = learned.plan
+        if writer is None or plan is None or learned.claim is None:
+            return
+        try:
+            report = self._status_report(learned, plan, prepared, error)
+        except Exception:  # noqa: BLE001 - a status report never fails a Prepare
+            log.exception("claim %s: building its status.devices report failed", plan.label)
+            return
+        if report is not None:
+            writer.report(report)
+
+    def _status_report(self, learned: _Learned, plan: ClaimPlan, prepared: Prepared | None,
+                       error: ClaimError | None) -> device_status.ClaimStatusReport | None:
+        clique_id = self.state.discovery.clique_id
+        daemon = plan.kind == KIND_DAEMON
+        if error is not None:
+            reason = device_status.ERROR_REASONS.get(error.reason, device_status.REASON_PREPARE_FAILED)
+            if reason is None:
+                return None  # cancelled or a transient API error: the next call reports
+            ready, message = False, str(error)
+        elif daemon:
+            ready, reason = True, device_status.REASON_DAEMON_CLAIM_PREPARED
+            message = f"daemon claim prepared on node {self.config.node_name}: the IMEX daemon can start"
+        elif not clique_id:
+            ready, reason = False, device_status.REASON_NOT_FABRIC_ATTACHED
+            message = (f"node {self.config.node_name} is not attached to a multi-node NVLink fabric: prepared "
+                       "without IMEX channel devices")
+        elif self.config.host_managed:
+            ready, reason = True, device_status.REASON_HOST_IMEX_READY
+            message = f"the host's nvidia-imex on node {self.config.node_name} is READY"
         else:
-            # As upstream: every channel the driver supports, whether or not its node exists
-            # on the host yet (the runtime creates nodes from type/major/minor).
-            channels = list(range(IMEX_CHANNEL_COUNT))
-        return cdi_edits.channel_edits(channels, self.state.discovery.channel_major, self.config.dev_root)
+            ready, reason = True, device_status.REASON_DAEMON_READY
+            message = f"this domain's IMEX daemon on node {self.config.node_name} is Ready"
+        meta = meta_of(learned.cd) if learned.cd is not None else {}
+        index = None if daemon or self.config.host_managed else self._daemon_index(plan.domain_id)
+        channels = () if daemon or not clique_id else tuple(self._channels(plan))
+        return device_status.ClaimStatusReport(
+            namespace=plan.namespace, name=plan.name, uid=plan.uid,
+            devices=tuple(device_status.DeviceRef(d.pool, d.device) for d in plan.devices),
+            ready=ready, reason=reason, message=message,
+            domain_uid=plan.domain_id, domain_name=str(meta.get("name", "")),
+            domain_namespace=str(meta.get("namespace", "")), kind=plan.kind, clique_id=clique_id,
+            daemon_index=index, daemon_dns_name=dns_name(plan.domain_id, index) if index is not None else "",
+            channels=channels if (prepared is not None and ready) else (),
+            cdi_device_ids=tuple(i for d in (prepared.devices if prepared else []) for i in d.cdi_device_ids),
+        )
+
+    def _daemon_index(self, domain_id: str) -> int | None:
+        """This node's daemon index in the domain's clique (None until the daemon has one)."""
+        clique = self.state.clique(domain_id)
+        for entry in (clique or {}).get("daemons") or []:
+            if entry.get("nodeName") == self.config.node_name and isinstance(entry.get("index"), int):
+                return int(entry["index"])
+        return None
 
     def _label_is_stale(self, other_domain: str) -> bool:
         if self.state.compute_domain(other_domain) is not None:

@@ -18,6 +18,7 @@ from cdriver.roles.kubelet_plugin.discovery import NodeDiscovery
 from cdriver.roles.kubelet_plugin.metrics import PluginMetrics
 from cdriver.roles.kubelet_plugin.node_labels import NodeLabeler, domains_missing_label
 from cdriver.roles.kubelet_plugin.readiness import ChangeNotifier
+from cdriver.roles.kubelet_plugin.status_writer import ClaimStatusWriter
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,8 @@ class PluginState:
     labeler: NodeLabeler = field(init=False)
     #: Asks for a cleanup sweep now (set once the sweeper runs).
     wake_sweeper: Callable[[], None] = field(default=lambda: None)
+    #: Writes claims' status.devices in the background (None: not written)
+    claim_status: ClaimStatusWriter | None = None
 
     def __post_init__(self) -> None:
         self.labeler = NodeLabeler(self.raw, self.config.node_name, self.node_object,

@@ -35,6 +35,7 @@ from tests.support.world import (
     delete_all,
     exec_in,
     is_char_device,
+    reported_ready,
     start_world,
     text,
 )
@@ -121,8 +122,11 @@ def test_imex_domain_ready_alone_then_up_then_degraded(world: SimWorld, e2e_name
     node_a, node_b = clique_nodes(world, clique)
     uid = create_domain(world, ns, "imex")
     raw.create(scenario.PODS, scenario.workload_pod("a", ns, "imex-channel", node=node_a), ns)
-    scenario.wait_pods_running(raw, ns, ["a"], 120)
+    (pod_a,) = scenario.wait_pods_running(raw, ns, ["a"], 120)
     daemon_a = next(p for p in scenario.daemon_pods(raw, DRIVER_NAMESPACE, uid) if p["spec"]["nodeName"] == node_a)
+    # the claim says where it stands: Ready, and the chain down to this node's daemon
+    data = reported_ready(world, pod_a, uid)
+    assert (data["channels"], data["cliqueID"]) == ([0], clique), data
 
     def query(pod: dict) -> dict:
         out = exec_in(world, DRIVER_NAMESPACE, pod, [IMEX_CTL_BINARY, "-c", IMEXD_CONFIG, "-N", "-j"])

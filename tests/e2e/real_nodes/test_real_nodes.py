@@ -30,7 +30,16 @@ from tests.e2e.upstream.test_contract import (  # noqa: F401 - collected here, o
     test_bootstrap_injects_the_channel,
     test_domain_spanning_two_cliques_peers_within_each_clique,
 )
-from tests.support.world import clique_nodes, cliques, create_domain, delete_all, exec_in, start_world, text
+from tests.support.world import (
+    clique_nodes,
+    cliques,
+    create_domain,
+    delete_all,
+    exec_in,
+    reported_ready,
+    start_world,
+    text,
+)
 
 REAL_NODES = 2
 KUBELET_DRA_CHECKPOINT = "var/lib/kubelet/dra_manager_state"
@@ -118,6 +127,9 @@ def test_runc_containers_get_the_channel_devices_of_the_cdi_spec_and_deletion_cl
         if present:
             assert container_device(world, ns, pod, last) == spec_device(world, node, last)
         assert checkpoint_mentions(world, node, claim_uids), "kubelet's DRA checkpoint does not hold the claims"
+        # the plugin from the image, with the token the real kubelet gave its pod, reports the claim
+        data = reported_ready(world, pod, uid)
+        assert (data["channelCount"], data["channelRange"]) == (2048, "0-2047"), data
     delete_all(world, ns, [p["metadata"]["name"] for p in pods], "cd", uid)
     for pod in pods:
         scenario.wait_for(f"kubelet's DRA checkpoint on {pod['spec']['nodeName']} to forget the claims",

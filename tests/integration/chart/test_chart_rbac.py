@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -27,6 +28,8 @@ from cdriver.kube.errors import ApiError
 from cdriver.kube.resources import RESOURCES
 from cdriver.sim.world.scenario import compute_domain
 from tests.reliability.figures import record
+from tests.support.claim_status import OTHER_DRIVER, claim_of_two_drivers, device_status
+from tests.support.tokens import pod_token, token_client
 
 pytestmark = pytest.mark.reliability
 
@@ -63,6 +66,8 @@ ALLOWED = {
     "plugin": grants(
         (CLUSTER, constants.GROUP, "computedomains", READ),
         (CLUSTER, "resource.k8s.io", "resourceclaims", READ),
+        (CLUSTER, "resource.k8s.io", "resourceclaims/status", ("update",)),
+        (CLUSTER, "resource.k8s.io", f"resourceclaims/driver[{constants.DRIVER_NAME}]", ("associated-node:update",)),
         (CLUSTER, "resource.k8s.io", "resourceslices", (*READ, "create", "update", "delete")),
         (CLUSTER, "", "nodes", (*READ, "update", "patch")),
         (CLUSTER, "", "events", ("create", "patch")),
@@ -98,6 +103,7 @@ USES = {
     "plugin": [
         ("get", GROUP, "computedomains", "", False), ("watch", GROUP, "computedomaincliques", "", True),
         ("get", "resource.k8s.io", "resourceclaims", "", False),
+        ("update", "resource.k8s.io", "resourceclaims", "status", False),
         ("create", "resource.k8s.io", "resourceslices", "", False),
         ("delete", "resource.k8s.io", "resourceslices", "", False),
         ("patch", "", "nodes", "", False), ("create", "", "events", "", False),
@@ -226,8 +232,10 @@ def rules_in(account, namespace: str) -> set[tuple[str, str, str]]:
     assert not review["status"].get("incomplete"), review["status"]
     out = set()
     for rule in review["status"]["resourceRules"]:
-        assert not rule.get("resourceNames"), f"unexpected resourceNames rule {rule}"
-        out |= {(g, r, v) for g in rule.get("apiGroups", []) for r in rule["resources"] for v in rule["verbs"]}
+        # a rule for named objects only is written resource[name]
+        resources = [f"{r}[{n}]" for r in rule["resources"] for n in rule["resourceNames"]] \
+            if rule.get("resourceNames") else rule["resources"]
+        out |= {(g, r, v) for g in rule.get("apiGroups", []) for r in resources for v in rule["verbs"]}
     return out - EVERYONE
 
 
@@ -254,26 +262,6 @@ SLICES = RESOURCES["resourceslices"]
 CLIQUES = RESOURCES["computedomaincliques"]
 CLAIMS = RESOURCES["resourceclaims"]
 RCTS = RESOURCES["resourceclaimtemplates"]
-
-
-def pod_token(raw, account: str, pod: dict) -> str:
-    """A token of ``account`` bound to ``pod`` (it carries the pod's name and node, as kubelet's do)."""
-    return raw.create_subresource(RESOURCES["serviceaccounts"], account, "token", {
-        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-        "spec": {"expirationSeconds": 3600, "boundObjectRef": {
-            "kind": "Pod", "apiVersion": "v1", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}}},
-        namespace=NS)["status"]["token"]
-
-
-def token_client(cluster, tmp_path: Path, name: str, token: str):
-    cfg = {"apiVersion": "v1", "kind": "Config", "current-context": name,
-           "clusters": [{"name": "local", "cluster": {"server": cluster.server,
-                                                      "certificate-authority": str(cluster.ca_file)}}],
-           "users": [{"name": name, "user": {"token": token}}],
-           "contexts": [{"name": name, "context": {"cluster": "local", "user": name}}]}
-    path = tmp_path / f"{name}.kubeconfig"
-    path.write_text(yaml.safe_dump(cfg))
-    return client(path)
 
 
 def denied(fn, *args, **kwargs) -> str:
@@ -304,8 +292,10 @@ class Actors:
 
         self.plugin_pod = pod(f"{RELEASE}-cdriver-kubelet-plugin-{suffix}", ACCOUNTS["plugin"])
         self.daemon_pod = pod(f"{constants.daemon_object_name(DOMAIN)}-{suffix[:5]}", ACCOUNTS["daemon"])
-        self.plugin = token_client(cluster, tmp_path, "plugin-pod", pod_token(raw, ACCOUNTS["plugin"], self.plugin_pod))
-        self.daemon = token_client(cluster, tmp_path, "daemon-pod", pod_token(raw, ACCOUNTS["daemon"], self.daemon_pod))
+        self.plugin = token_client(cluster, tmp_path, "plugin-pod",
+                                   pod_token(raw, ACCOUNTS["plugin"], self.plugin_pod, NS))
+        self.daemon = token_client(cluster, tmp_path, "daemon-pod",
+                                   pod_token(raw, ACCOUNTS["daemon"], self.daemon_pod, NS))
 
     def cleanup(self, raw) -> None:
         for pod in (self.plugin_pod, self.daemon_pod):
@@ -516,3 +506,41 @@ def test_namespace_user_cannot_ask_for_the_daemon_device_class(cluster, raw, nam
     user = denied(alice.patch, NODES, actors.node1, label_patch(constants.LABEL_COMPUTE_DOMAIN, DOMAIN))
     assert "forbidden" in user
     denied(alice.create, CLAIMS, daemon_class_claim("steal"), NS)
+
+
+def test_plugin_may_write_only_its_drivers_device_status_of_claims_on_its_own_node(
+        raw, namespace, actors: Actors) -> None:
+    """status.devices: the plugin on node 1 reports its own driver's devices of claims allocated there
+    (a read-modify-write of the status, as the plugin writes it); another node's claims, another
+    driver's entries, and the claim's reservations are refused."""
+
+    def put(claim: dict, entries: list[dict], **extra: Any) -> dict:
+        fresh = actors.plugin.get(CLAIMS, claim["metadata"]["name"], namespace)
+        fresh["status"] = {**fresh["status"], "devices": entries, **extra}
+        return actors.plugin.update_status(CLAIMS, fresh, namespace)
+
+    mine = claim_of_two_drivers(raw, namespace, "on-node1", actors.node1)
+    theirs = claim_of_two_drivers(raw, namespace, "on-node2", actors.node2)
+    entry = device_status(constants.DRIVER_NAME, actors.node1)
+    written = put(mine, [entry])
+    assert [(d["driver"], d["conditions"][0]["reason"]) for d in written["status"]["devices"]] == \
+        [(constants.DRIVER_NAME, "DaemonReady")]
+    assert written["status"]["allocation"] == mine["status"]["allocation"]
+
+    intruder = {"resource": "pods", "name": "intruder", "uid": "00000000-0000-0000-0000-000000000001"}
+    refusals = [
+        denied(put, theirs, [device_status(constants.DRIVER_NAME, actors.node2)]),
+        denied(put, mine, [entry, device_status(OTHER_DRIVER, actors.node1)]),
+        denied(put, mine, [entry], reservedFor=[intruder]),
+    ]
+    # from 1.36 the API server's own checks answer first (the driver's permission, for claims on the
+    # plugin's node only; the binding permission for reservations); the admission policy says the
+    # same on older servers (test_kube_oldest)
+    assert 'resource="resourceclaims/driver", verb="[arbitrary-node:update]"' in refusals[0], refusals[0]
+    assert f'{OTHER_DRIVER}" is forbidden' in refusals[1], refusals[1]
+    assert 'requires resource="resourceclaims/binding"' in refusals[2], refusals[2]
+    record("security", "claim status beyond its node or driver", 3, 3)
+    after = raw.get(CLAIMS, "on-node1", namespace)
+    assert [d["driver"] for d in after["status"]["devices"]] == [constants.DRIVER_NAME]
+    assert not after["status"].get("reservedFor")
+    assert not raw.get(CLAIMS, "on-node2", namespace)["status"].get("devices")

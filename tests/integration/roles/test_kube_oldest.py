@@ -223,6 +223,14 @@ def test_controller_and_plugin_work_against_1_33(old_cluster: Any, release_ns: s
         set_clique_ready(raw, release_ns, cd, sim)
         ready = kubelet.prepare(claim)[uid_of(claim)]
         assert ready.error == ""
+
+        def reported() -> list[dict]:
+            devices = (raw.get(CLAIMS, claim["metadata"]["name"], workload_ns).get("status") or {}).get("devices")
+            return [(d["driver"], d["conditions"][0]["reason"]) for d in devices or []]
+
+        # the plugin's status.devices entry, written through the served beta version
+        wait_for(lambda: f"the claim's status.devices to say DaemonReady, says {reported()}\n{plugin.log_tail()}",
+                 lambda: reported() == [(constants.DRIVER_NAME, "DaemonReady")], 10)
         (device,) = ready.devices
         assert list(device.cdi_device_ids) == [f"{constants.CDI_KIND_CLAIM}={uid_of(claim)}-channel-0"]
         assert kubelet.unprepare(claim) == {uid_of(claim): ""}
@@ -260,3 +268,52 @@ def _get_or_none(raw: RawClient, path: str) -> dict | None:
         if exc.not_found:
             return None
         raise
+
+
+def test_policy_keeps_a_plugin_to_its_drivers_device_status_of_claims_on_its_own_node(
+        old_cluster: Any, release_ns: str, workload_ns: str, tmp_path: Path) -> None:
+    """Before 1.36 the API server does not check a driver's permission on status.devices: the chart's
+    admission policy alone keeps a plugin to claims allocated on its own node, to its own driver's
+    entries, and away from the claim's reservations."""
+    from tests.support.claim_status import OTHER_DRIVER, claim_of_two_drivers, device_status
+    from tests.support.tokens import pod_token, token_client
+
+    raw = serve(old_cluster, BOTH_BETAS)
+    suffix = uuid.uuid4().hex[:5]
+    node1, node2 = f"old-n1-{suffix}", f"old-n2-{suffix}"
+    account = f"{RELEASE}-cdriver-kubeletplugin"
+    for node in (node1, node2):
+        raw.create(RESOURCES["nodes"], {"metadata": {"name": node}})
+    pod = raw.create(PODS, {"metadata": {"name": f"{RELEASE}-cdriver-kubelet-plugin-{suffix}"}, "spec": {
+        "nodeName": node1, "serviceAccountName": account, "tolerations": [{"operator": "Exists"}],
+        "containers": [{"name": "c", "image": "cdriver:test"}]}}, release_ns)
+    plugin = token_client(old_cluster, tmp_path, "plugin", pod_token(raw, account, pod, release_ns))
+
+    def put(claim: dict, entries: list[dict], **extra: Any) -> dict:
+        fresh = plugin.get(CLAIMS, claim["metadata"]["name"], workload_ns)
+        fresh["status"] = {**fresh["status"], "devices": entries, **extra}
+        return plugin.update_status(CLAIMS, fresh, workload_ns)
+
+    def refusal(claim: dict, entries: list[dict], **extra: Any) -> str:
+        try:
+            put(claim, entries, **extra)
+        except ApiError as exc:
+            return exc.message if exc.status in (403, 422) else ""
+        return ""
+
+    try:
+        mine = claim_of_two_drivers(raw, workload_ns, "on-node1", node1)
+        theirs = claim_of_two_drivers(raw, workload_ns, "on-node2", node2)
+        entry = device_status(constants.DRIVER_NAME, node1)
+        other_node = wait_for("the policy to refuse another node's claim",
+                              lambda: refusal(theirs, [device_status(constants.DRIVER_NAME, node2)]), 20)
+        assert "may write the status only of claims allocated on its own node" in other_node, other_node
+        assert "may change only driver" in refusal(mine, [entry, device_status(OTHER_DRIVER, node1)])
+        intruder = {"resource": "pods", "name": "x", "uid": "00000000-0000-0000-0000-000000000001"}
+        assert "not its allocation, reservations" in refusal(mine, [entry], reservedFor=[intruder])
+        written = put(mine, [entry])
+        assert [d["driver"] for d in written["status"]["devices"]] == [constants.DRIVER_NAME]
+    finally:
+        raw.delete(PODS, pod["metadata"]["name"], release_ns, grace_period_seconds=0)
+        for node in (node1, node2):
+            raw.delete(RESOURCES["nodes"], node)

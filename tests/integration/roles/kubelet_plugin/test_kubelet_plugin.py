@@ -49,6 +49,7 @@ from cdriver.imex.config import (
     IMEXD_TEMPLATE_NAME,
     domain_template,
 )
+from cdriver.imex.names import dns_name
 from cdriver.kube.raw import RawClient
 from cdriver.kube.resources import RESOURCES
 from cdriver.nvml.discover import IMEX_CHANNEL_COUNT
@@ -800,3 +801,62 @@ def test_a_template_that_hard_codes_a_tuned_setting_fails_start(tmp_path: Path) 
     assert "Traceback" not in out.stderr
     (error,) = [line for line in out.stderr.splitlines() if line.startswith("Error:")]
     assert "LOG_LEVEL is '4' but the driver is set to '2'" in error and "LOG_LEVEL={{ log_level }}" in error
+
+
+def device_statuses(raw: RawClient, claim: dict) -> list[dict]:
+    """The claim's status.devices entries of this driver."""
+    fresh = raw.get(CLAIMS, claim["metadata"]["name"], claim["metadata"]["namespace"])
+    return [d for d in (fresh.get("status") or {}).get("devices") or [] if d["driver"] == DRIVER_NAME]
+
+
+def ready_reason(raw: RawClient, claim: dict) -> tuple[str, str] | None:
+    """(status, reason) of the claim's one device's Ready condition, None before one is written."""
+    found = device_statuses(raw, claim)
+    if not found:
+        return None
+    (condition,) = [c for c in found[0]["conditions"] if c["type"] == "Ready"]
+    return condition["status"], condition["reason"]
+
+
+def test_claim_status_says_why_a_claim_waits_and_names_the_chain_once_ready(
+        plugin_factory: Callable[..., PluginProcess], raw: RawClient, namespace: str, node: SimNode,
+        driver_ns: str) -> None:
+    """`kubectl get resourceclaim -o yaml` answers "why is my pod waiting": the plugin writes each
+    prepared (or waiting) claim's status.devices, with the ComputeDomain, clique, daemon, channels
+    and CDI devices of a ready one, and its daemon claim's too."""
+    plugin = plugin_factory(node)
+    cd = make_cd(raw, namespace)
+    claim = allocated_claim(raw, namespace, node.name, channel_params(cd))
+    set_clique_ready(raw, driver_ns, cd, node, status="NotReady")
+    kubelet = Kubelet(plugin)
+    assert "is not ready on node" in kubelet.prepare(claim)[uid_of(claim)].error
+    assert wait_for(lambda: f"a status.devices entry of the waiting claim\n{plugin.log_tail(40)}",
+                    lambda: ready_reason(raw, claim), 10) == \
+        ("False", "WaitingForDaemon")
+    (waiting,) = device_statuses(raw, claim)
+    assert (waiting["pool"], waiting["device"]) == (node.name, "channel-0")
+    assert "waiting for this domain's IMEX daemon" in waiting["conditions"][0]["message"]
+    waited_since = waiting["conditions"][0]["lastTransitionTime"]
+
+    set_clique_ready(raw, driver_ns, cd, node)
+    assert kubelet.prepare(claim)[uid_of(claim)].error == ""
+    assert wait_for("the claim's status to turn Ready", lambda: ready_reason(raw, claim) == ("True", "DaemonReady"),
+                    10)
+    (ready,) = device_statuses(raw, claim)
+    assert ready["data"] == {
+        "computeDomain": {"uid": uid_of(cd), "name": cd["metadata"]["name"], "namespace": namespace},
+        "kind": "channel", "cliqueID": f"{CLUSTER_UUID}.3",
+        "daemon": {"index": 0, "dnsName": dns_name(uid_of(cd), 0)},
+        "channels": [0], "cdiDeviceIDs": [f"{CDI_KIND_CLAIM}={uid_of(claim)}-channel-0"]}
+    assert ready["conditions"][0]["lastTransitionTime"] >= waited_since
+
+    daemon = allocated_claim(raw, driver_ns, node.name, daemon_params(cd), device="daemon-0", request="daemon")
+    daemon = reserve_for_daemon_pod(raw, daemon, cd)
+    assert kubelet.prepare(daemon)[uid_of(daemon)].error == ""
+    assert wait_for("the daemon claim's status", lambda: ready_reason(raw, daemon), 10) == \
+        ("True", "DaemonClaimPrepared")
+    (prepared,) = device_statuses(raw, daemon)
+    assert prepared["data"]["kind"] == "daemon" and prepared["data"]["cliqueID"] == f"{CLUSTER_UUID}.3"
+    assert "daemon" not in prepared["data"] and "channels" not in prepared["data"]
+    assert kubelet.unprepare(claim, daemon) == {uid_of(claim): "", uid_of(daemon): ""}
+    assert "could not write status.devices" not in plugin.log_path.read_text(), plugin.log_tail(40)
