@@ -328,6 +328,29 @@ def check_host_socket(snap: Snapshot, w: Workload) -> Link:
 
 
 # -- 10. CDI device ID -------------------------------------------------------------------------------
+def device_status_of(claim: dict) -> tuple[str, str, str, str] | None:
+    """(status, reason, message, device) of the Ready condition the kubelet plugin wrote in the claim's
+    status.devices for this driver's device (None: not written, e.g. before Kubernetes 1.33)."""
+    for entry in (claim.get("status") or {}).get("devices") or []:
+        if entry.get("driver") != constants.DRIVER_NAME:
+            continue
+        for cond in entry.get("conditions") or []:
+            if cond.get("type") == "Ready":
+                return (str(cond.get("status", "")), str(cond.get("reason", "")), str(cond.get("message", "")),
+                        f"{entry.get('pool')}/{entry.get('device')}")
+    return None
+
+
+def device_status_line(w: Workload) -> list[str]:
+    """The evidence line of the claim's status.devices (empty when the plugin wrote none)."""
+    found = device_status_of(w.claim or {})
+    if found is None:
+        return []
+    status, reason, message, device = found
+    return [f"{w.label}: claim status.devices {device}: Ready={status} {reason}: "
+            f"{first_clause(re.sub(r'^claim [^:]+:[^:]+: ', '', message), 200)}"]
+
+
 def check_cdi(snap: Snapshot, w: Workload) -> Link:
     key, title = "cdi", "claim prepared: CDI device ID handed to the runtime"
     if w.claim is None or not w.results():
@@ -340,14 +363,18 @@ def check_cdi(snap: Snapshot, w: Workload) -> Link:
         return link(key, title, Verdict.FAIL, f"{w.label}: the claim was prepared without IMEX channel devices "
                     f"(node {w.node} is not fabric-attached)", [event_line(not_injected[-1])], ids,
                     f"kubectl get nodes -L {constants.LABEL_NODE_CLIQUE}")
+    reported = device_status_line(w)
     if w.started:
-        return link(key, title, Verdict.PASS, f"{w.label}: prepared, CDI {cdi_id}", [f"{w.label}: CDI {cdi_id}"], ids)
+        return link(key, title, Verdict.PASS, f"{w.label}: prepared, CDI {cdi_id}",
+                    [f"{w.label}: CDI {cdi_id}", *reported], ids)
     failures = _warnings(snap, w.pod, (FAILED_PREPARE,))
     waits = snap.events_about(name_of(w.claim), namespace_of(w.claim))
-    evidence = [event_line(e) for e in (failures[-1:] + waits[-1:])]
+    evidence = reported + [event_line(e) for e in (failures[-1:] + waits[-1:])]
     stable = bool(failures) and event_count(failures[-1]) >= REPEATS_STABLE and snap.age(w.pod) >= SETTLE_SECONDS
+    found = device_status_of(w.claim)
+    why = f": the plugin reports {found[1]}" if found is not None and found[0] != "True" else ""
     return link(key, title, Verdict.FAIL if stable else Verdict.WAIT,
-                f"{w.label}: Prepare has not completed on {w.node}"
+                f"{w.label}: Prepare has not completed on {w.node}{why}"
                 + (" and keeps failing" if stable
                    else " (a wait for local readiness is expected while the node's IMEX side starts)"),
                 evidence, ids, _describe(w))

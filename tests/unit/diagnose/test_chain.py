@@ -13,6 +13,7 @@ from cdriver.diagnose.model import EXIT_COULD_NOT_RUN, EXIT_FAILED, EXIT_PASS, E
 from cdriver.diagnose.render import render_json, render_text
 from cdriver.diagnose.snapshot import Snapshot
 from tests.unit.diagnose.fixtures import (
+    NOW,
     NS,
     UID,
     drop,
@@ -258,6 +259,27 @@ def test_prepare_waiting_on_a_converging_clique_is_a_wait() -> None:
     chain = run(data)
     assert first(chain) == ("cdi", "WAIT")
     assert names.EVENT_WAITING_FOR_DAEMON in evidence(chain, "cdi")
+
+
+def test_the_claims_device_status_is_evidence_of_why_prepare_waits() -> None:
+    data = healthy()
+    pod = find(data, "pods", "w1")
+    pod["status"] = {"phase": "Pending", "resourceClaimStatuses": pod["status"]["resourceClaimStatuses"]}
+    make_young(pod)
+    claim = find(data, "resourceclaims", "w1-channel-abc")
+    result = claim["status"]["allocation"]["devices"]["results"][0]
+    claim["status"]["devices"] = [
+        {"driver": "gpu.example.com", "pool": "p", "device": "gpu-0", "conditions": []},
+        {"driver": constants.DRIVER_NAME, "pool": result["pool"], "device": result["device"], "conditions": [
+            {"type": "Ready", "status": "False", "reason": "WaitingForDaemon", "lastTransitionTime": NOW,
+             "message": "claim ns/w1-channel-abc:uid-1: ComputeDomain ns/cd (UID x) is not ready on node node-1 "
+                        "after 3.0s: node node-1 is NotReady in ComputeDomainClique q; waiting (kubelet retries)"}]}]
+    chain = run(data)
+    assert first(chain) == ("cdi", "WAIT")
+    cdi = next(lk for lk in chain.links if lk.key == "cdi")
+    assert "the plugin reports WaitingForDaemon" in cdi.summary
+    assert (f"claim status.devices {result['pool']}/{result['device']}: Ready=False WaitingForDaemon: "
+            "ComputeDomain ns/cd (UID x) is not ready on node node-1 after 3.0s") in evidence(chain, "cdi")
 
 
 def test_channel_not_injected_on_a_non_fabric_node_is_the_cdi() -> None:
