@@ -351,6 +351,26 @@ def device_status_line(w: Workload) -> list[str]:
             f"{first_clause(re.sub(r'^claim [^:]+:[^:]+: ', '', message), 200)}"]
 
 
+def channel_health_lines(w: Workload) -> list[str]:
+    """What kubelet shows of the claim's devices' health in the pod's status (ResourceHealthStatus,
+    Kubernetes 1.36+): one line per container and device that is not Healthy, else one saying so."""
+    lines, healthy = [], 0
+    for cs in (w.pod.get("status") or {}).get("containerStatuses") or []:
+        for status in cs.get("allocatedResourcesStatus") or []:
+            if status.get("name") not in (f"claim:{w.claim_ref}",) and not str(status.get("name", "")).startswith(
+                    f"claim:{w.claim_ref}/"):
+                continue
+            for res in status.get("resources") or []:
+                if res.get("health") == "Healthy":
+                    healthy += 1
+                    continue
+                lines.append(f"{w.label}: container {cs.get('name')}: {res.get('resourceID')} is "
+                             f"{res.get('health')}" + (f": {res['message']}" if res.get("message") else ""))
+    if not lines and healthy:
+        lines.append(f"{w.label}: kubelet reports the channel Healthy")
+    return lines
+
+
 def check_cdi(snap: Snapshot, w: Workload) -> Link:
     key, title = "cdi", "claim prepared: CDI device ID handed to the runtime"
     if w.claim is None or not w.results():
@@ -366,7 +386,7 @@ def check_cdi(snap: Snapshot, w: Workload) -> Link:
     reported = device_status_line(w)
     if w.started:
         return link(key, title, Verdict.PASS, f"{w.label}: prepared, CDI {cdi_id}",
-                    [f"{w.label}: CDI {cdi_id}", *reported], ids)
+                    [f"{w.label}: CDI {cdi_id}", *reported, *channel_health_lines(w)], ids)
     failures = _warnings(snap, w.pod, (FAILED_PREPARE,))
     waits = snap.events_about(name_of(w.claim), namespace_of(w.claim))
     evidence = reported + [event_line(e) for e in (failures[-1:] + waits[-1:])]

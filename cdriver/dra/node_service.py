@@ -9,6 +9,7 @@ The gRPC server runs handlers on a thread pool, so calls proceed concurrently.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -179,8 +180,10 @@ class DRAPluginV1beta1Servicer(_Servicer, v1beta1_grpc.DRAPluginServicer):
     with_share_id = False
 
 
-def serve_node_service(socket_path: Path, driver: NodeDriver, max_workers: int = 16) -> grpc.Server:
-    """Serve both DRA node service versions on `socket_path` with a thread pool."""
+def serve_node_service(socket_path: Path, driver: NodeDriver, max_workers: int = 16,
+                       extra: list[Callable[[grpc.Server], None]] | None = None) -> grpc.Server:
+    """Serve both DRA node service versions on `socket_path` with a thread pool (and the services
+    `extra` adds to the same socket, e.g. the resource health service)."""
     v1 = DRAPluginV1Servicer(driver)
     v1beta1 = DRAPluginV1beta1Servicer(driver)
     return sockets.serve_unix(
@@ -188,6 +191,7 @@ def serve_node_service(socket_path: Path, driver: NodeDriver, max_workers: int =
         [
             lambda s: v1_grpc.add_DRAPluginServicer_to_server(v1, s),
             lambda s: v1beta1_grpc.add_DRAPluginServicer_to_server(v1beta1, s),
+            *(extra or []),
         ],
         max_workers=max_workers,
     )

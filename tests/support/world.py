@@ -14,6 +14,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from cdriver.api import constants
 from cdriver.nvml.discover import channel_device_path
@@ -169,3 +170,44 @@ def reported_ready(world: SimWorld, pod: dict, domain_uid: str) -> dict:
     assert isinstance(data["daemon"]["index"], int) and data["daemon"]["dnsName"], data
     assert data["cdiDeviceIDs"] and data["cliqueID"], data
     return data
+
+
+def channel_health(world: SimWorld, namespace: str, pod_name: str) -> tuple[str, str] | None:
+    """(health, message) of the pod's first container's channel claim, from allocatedResourcesStatus
+    (None before kubelet shows one)."""
+    pod = world.raw.get(scenario.PODS, pod_name, namespace)
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        for status in cs.get("allocatedResourcesStatus") or []:
+            if status["name"].startswith("claim:"):
+                found = status.get("resources") or []
+                if found:
+                    return found[0].get("health", ""), found[0].get("message", "")
+    return None
+
+
+#: kills the IMEX daemon's nvidia-imex from inside its container (its own PID namespace), prints how many
+KILL_IMEX = ('n=0; for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = nvidia-imex ] && '
+             'kill -9 "${p#/proc/}" && n=$((n+1)); done; echo "killed=$n"')
+
+
+def health_after_imex_kill(world: SimWorld, namespace: str, pod_name: str, daemon_pod: dict,
+                           timeout: float = 120.0) -> dict[str, Any]:
+    """Kill the daemon's nvidia-imex under a running workload and follow the workload's channel
+    health in its pod status: {"unhealthy_s", "healthy_again_s", "message"} (seconds after the kill)."""
+    scenario.wait_for(f"{pod_name}'s channel Healthy in its pod status",
+                      lambda: scenario.Seen((channel_health(world, namespace, pod_name) or ("",))[0] == "Healthy",
+                                            None, str(channel_health(world, namespace, pod_name))), 60)
+    out = exec_in(world, daemon_pod["metadata"]["namespace"], daemon_pod, ["/bin/sh", "-c", KILL_IMEX])
+    killed = time.monotonic()
+    assert "killed=1" in text(out.stdout), f"no nvidia-imex killed in the daemon pod: {text(out.stdout)}{out.stderr}"
+    seen: dict[str, Any] = {}
+    while time.monotonic() - killed < timeout:
+        health, message = channel_health(world, namespace, pod_name) or ("", "")
+        if "unhealthy_s" not in seen and health == "Unhealthy":
+            seen.update(unhealthy_s=round(time.monotonic() - killed, 2), message=message)
+        elif "unhealthy_s" in seen and health == "Healthy":
+            seen["healthy_again_s"] = round(time.monotonic() - killed, 2)
+            return seen
+        time.sleep(0.05)
+    raise AssertionError(f"{pod_name}'s channel health after killing nvidia-imex: {seen or 'never Unhealthy'}; "
+                         f"now {channel_health(world, namespace, pod_name)}")

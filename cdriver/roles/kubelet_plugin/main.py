@@ -20,6 +20,7 @@ from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
 from cdriver.cdi.writer import write_spec
 from cdriver.checkpoint import CheckpointStore, CorruptCheckpoint
 from cdriver.dra import health, node_service, registration, sockets
+from cdriver.dra.resource_health import HEALTH_SERVICE_VERSIONS, HealthFeed, health_registrations
 from cdriver.errors import CdriverError
 from cdriver.httpserve import HttpServer
 from cdriver.imex.config import ImexConfigError, domain_template, load_template
@@ -37,6 +38,7 @@ from cdriver.roles.kubelet_plugin.config import PluginConfig
 from cdriver.roles.kubelet_plugin.devices import published_devices
 from cdriver.roles.kubelet_plugin.discovery import NodeDiscovery, base_device_nodes, discover, read_clique_id
 from cdriver.roles.kubelet_plugin.driver import ComputeDomainDriver
+from cdriver.roles.kubelet_plugin.health_monitor import HealthMonitor
 from cdriver.roles.kubelet_plugin.metrics import REBUILD_CORRUPT, REBUILD_MISSING, PluginMetrics
 from cdriver.roles.kubelet_plugin.prepare import remove_orphan_specs
 from cdriver.roles.kubelet_plugin.recovery import recover
@@ -77,6 +79,8 @@ class Plugin:
     _sweeper: Sweeper | None = None
     _clique_refresher: CliqueRefresher | None = None
     _slices: SlicePublisher | None = None
+    _health: HealthMonitor | None = None
+    health_feed: HealthFeed | None = None
     _metrics_server: HttpServer | None = None
     _stopped: threading.Event = field(default_factory=threading.Event)
 
@@ -161,9 +165,16 @@ class Plugin:
                 metrics.checkpoint_rebuilds.labels(lost_reason).inc()
         remove_orphan_specs(state)  # before serving: no Prepare can be half-way now
         self.driver = ComputeDomainDriver(state)
-        dra = node_service.serve_node_service(cfg.dra_socket, self.driver, max_workers=cfg.grpc_workers)
+        # the devices' health, streamed to kubelet on the DRA socket (kubelet 1.36+ shows it in pod status)
+        self.health_feed = HealthFeed()
+        self._health = HealthMonitor(state, self.health_feed).start()
+        state.claims_changed = self._health.poke
+        dra = node_service.serve_node_service(cfg.dra_socket, self.driver, max_workers=cfg.grpc_workers,
+                                              extra=health_registrations(self.health_feed))
         self._servers.append((dra, cfg.dra_socket))
-        self.registration = registration.RegistrationServicer(constants.DRIVER_NAME, str(cfg.dra_socket))
+        self.registration = registration.RegistrationServicer(
+            constants.DRIVER_NAME, str(cfg.dra_socket),
+            versions=(*registration.DRA_SERVICE_VERSIONS, *HEALTH_SERVICE_VERSIONS))
         reg = registration.serve_registration(cfg.registration_socket, self.registration)
         self._servers.insert(0, (reg, cfg.registration_socket))
 
@@ -272,6 +283,8 @@ class Plugin:
         if self._stopped.is_set():
             return
         log.info("kubelet plugin for node %s shutting down", self.config.node_name)
+        if self._health is not None:
+            self._health.stop()  # ends kubelet's health stream before the sockets go
         for server, path in self._servers:
             sockets.stop_server(server, path, grace=2.0)
         self._servers.clear()

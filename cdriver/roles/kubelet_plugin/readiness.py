@@ -81,6 +81,16 @@ class ChangeNotifier:
         self._cond = threading.Condition()
         self._generation = 0
 
+    def generation(self) -> int:
+        with self._cond:
+            return self._generation
+
+    def wait_change(self, generation: int, timeout: float) -> int:
+        """Wait until the generation differs from `generation` or `timeout` passes; the current one."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._generation != generation, timeout)
+            return self._generation
+
     def notify(self, *_args: object) -> None:
         """Wake every waiter (usable directly as an informer handler)."""
         with self._cond:

@@ -60,6 +60,8 @@ class PluginState:
     wake_sweeper: Callable[[], None] = field(default=lambda: None)
     #: Writes claims' status.devices in the background (None: not written)
     claim_status: ClaimStatusWriter | None = None
+    #: Called after the checkpoint's claims changed (the device health monitor recomputes)
+    claims_changed: Callable[[], None] = field(default=lambda: None)
 
     def __post_init__(self) -> None:
         self.labeler = NodeLabeler(self.raw, self.config.node_name, self.node_object,
@@ -92,9 +94,11 @@ class PluginState:
         return len(domains_missing_label(records, self.labeler.current()))
 
     def refresh_prepared_gauge(self, claims: dict[str, ClaimRecord]) -> None:
+        """Follow a change of the checkpoint's claims (prepared-devices gauge, device health)."""
         self.metrics.set_prepared_devices(
             str(d.get("type", "unknown")) for rec in claims.values() for d in rec.completed_devices()
         )
+        self.claims_changed()
 
 
 def held_devices(claims: dict[str, ClaimRecord]) -> list[HeldDevice]:

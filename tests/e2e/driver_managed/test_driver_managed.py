@@ -34,6 +34,7 @@ from tests.support.world import (
     create_domain,
     delete_all,
     exec_in,
+    health_after_imex_kill,
     is_char_device,
     reported_ready,
     start_world,
@@ -127,6 +128,11 @@ def test_imex_domain_ready_alone_then_up_then_degraded(world: SimWorld, e2e_name
     # the claim says where it stands: Ready, and the chain down to this node's daemon
     data = reported_ready(world, pod_a, uid)
     assert (data["channels"], data["cliqueID"]) == ([0], clique), data
+    # the channel's health in the pod's status follows the daemon: Unhealthy while its nvidia-imex is
+    # down, saying why, then Healthy again once the daemon restarted it
+    seen = health_after_imex_kill(world, ns, "a", daemon_a)
+    print(f"\nchannel health after killing nvidia-imex: {seen}")
+    assert f"IMEX daemon of ComputeDomain {ns}/imex ({uid}) on node {node_a} is not Ready" in seen["message"], seen
 
     def query(pod: dict) -> dict:
         out = exec_in(world, DRIVER_NAMESPACE, pod, [IMEX_CTL_BINARY, "-c", IMEXD_CONFIG, "-N", "-j"])

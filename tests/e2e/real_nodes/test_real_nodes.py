@@ -36,6 +36,7 @@ from tests.support.world import (
     create_domain,
     delete_all,
     exec_in,
+    health_after_imex_kill,
     reported_ready,
     start_world,
     text,
@@ -136,6 +137,22 @@ def test_runc_containers_get_the_channel_devices_of_the_cdi_spec_and_deletion_cl
                           lambda n=pod["spec"]["nodeName"]: scenario.Seen(
                               not checkpoint_mentions(world, n, claim_uids), None, "still there"), 60)
         assert scenario.nodes_labelled(world.raw, uid) == []
+
+
+def test_the_real_kubelet_shows_a_channels_health_in_pod_status(world: SimWorld, e2e_namespace: str) -> None:
+    """Kubelet v1.37.2 watches the plugin's resource health stream: killing the daemon's nvidia-imex under a
+    running workload turns the workload's channel Unhealthy in its containerStatuses[].allocatedResourcesStatus,
+    with the plugin's message, and Healthy again once the daemon restarted it."""
+    ns = e2e_namespace
+    uid, pods = start_workloads(world, ns, "hl")
+    pod = pods[0]
+    node = pod["spec"]["nodeName"]
+    assert world.node(node).real
+    daemon = next(p for p in scenario.daemon_pods(world.raw, DRIVER_NAMESPACE, uid) if p["spec"]["nodeName"] == node)
+    seen = health_after_imex_kill(world, ns, pod["metadata"]["name"], daemon)
+    print(f"\nreal kubelet: channel health after killing nvidia-imex: {seen}")
+    assert f"on node {node} is not Ready" in seen["message"], seen
+    delete_all(world, ns, [p["metadata"]["name"] for p in pods], "hl", uid)
 
 
 def test_plugin_and_kubelet_restarts_keep_workloads_and_their_claims(world: SimWorld, e2e_namespace: str) -> None:

@@ -282,6 +282,19 @@ def test_the_claims_device_status_is_evidence_of_why_prepare_waits() -> None:
             "ComputeDomain ns/cd (UID x) is not ready on node node-1 after 3.0s") in evidence(chain, "cdi")
 
 
+def test_the_channels_health_in_pod_status_is_evidence() -> None:
+    data = healthy()
+    pod = find(data, "pods", "w0")
+    pod["status"]["containerStatuses"][0]["allocatedResourcesStatus"] = [
+        {"name": "claim:channel", "resources": [{"resourceID": "k8s.compute-domain.nvidia.com/claim=x-channel-0",
+                                                 "health": "Unhealthy", "message": "IMEX daemon ... is not Ready"}]}]
+    chain = run(data)
+    assert "pod ml/w0: container workload: k8s.compute-domain.nvidia.com/claim=x-channel-0 is Unhealthy: " \
+        "IMEX daemon ... is not Ready" in evidence(chain, "cdi")
+    pod["status"]["containerStatuses"][0]["allocatedResourcesStatus"][0]["resources"][0]["health"] = "Healthy"
+    assert "kubelet reports the channel Healthy" in evidence(run(data), "cdi")
+
+
 def test_channel_not_injected_on_a_non_fabric_node_is_the_cdi() -> None:
     data = healthy()
     claim = find(data, "resourceclaims", "w0-channel-abc")

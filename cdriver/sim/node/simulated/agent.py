@@ -45,6 +45,7 @@ from cdriver.sim.node.simulated.layout import NodeLayout
 from cdriver.sim.node.simulated.leftovers import kill_leftovers
 from cdriver.sim.node.simulated.plugins import PluginManager
 from cdriver.sim.node.simulated.pods import PodWorker
+from cdriver.sim.node.simulated.resource_health import HealthCache
 from cdriver.sim.node.simulated.runtime import NodeOptions, NodeRuntime
 
 PODS = RESOURCES["pods"]
@@ -178,14 +179,17 @@ class NodeAgent:
             self._start_kubelet_server(self.pki_dir)
         self._register_node()
         self._delete_slices()
+        health = HealthCache()
         self.plugins = PluginManager(self.layout, self.log, scan_interval=self.options.plugin_scan_interval,
                                      on_registered=self._plugin_registered,
-                                     on_unregistered=self._plugin_unregistered).start()
+                                     on_unregistered=self._plugin_unregistered,
+                                     health=health if self.options.resource_health else None).start()
         self.runtime = NodeRuntime(
             node_name=self.name, node_ip=self.ip, layout=self.layout, raw=self.raw, recorder=self.recorder,
             plugins=self.plugins, api_host=host, api_port=port, allocatable=dict(self.capacity),
             options=self.options, path_prefix=[executable_dir()], log=self.log,
-            claims=ClaimCache(self.layout.claim_checkpoint), containers=self.containers, images=self.images)
+            claims=ClaimCache(self.layout.claim_checkpoint), health=health, containers=self.containers,
+            images=self.images)
         self._spawn(self._heartbeat_loop, "heartbeat")
         self._spawn(self._housekeeping_loop, "housekeeping")
         self.informer = Informer(self.raw, PODS, field_selector=f"spec.nodeName={self.name}",

@@ -34,6 +34,7 @@ from cdriver.dra.client import (
     rpc_details,
 )
 from cdriver.sim.node.simulated.layout import NodeLayout
+from cdriver.sim.node.simulated.resource_health import HealthCache, HealthWatcher, pick_health_service
 
 PLUGIN_TYPE_DRA = "DRAPlugin"
 #: Node-service versions this node speaks, best first.
@@ -117,7 +118,8 @@ class PluginManager:
     def __init__(self, layout: NodeLayout, logger: logging.Logger | None = None, scan_interval: float = 1.0,
                  info_timeout: float = INFO_TIMEOUT, notify_timeout: float = NOTIFY_TIMEOUT,
                  on_registered: Callable[[str], None] | None = None,
-                 on_unregistered: Callable[[str], None] | None = None) -> None:
+                 on_unregistered: Callable[[str], None] | None = None,
+                 health: HealthCache | None = None) -> None:
         self.layout = layout
         self.log = logger or logging.getLogger(__name__)
         self.scan_interval = scan_interval
@@ -134,6 +136,9 @@ class PluginManager:
         self._stop = threading.Event()
         self._changed = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
+        #: the plugins' device health (None: not watched, as kubelets before 1.36)
+        self.health = health
+        self._watchers: dict[Path, HealthWatcher] = {}
 
     # -- queries -----------------------------------------------------------------------
     def client(self, driver: str) -> DRAPluginClient | None:
@@ -190,6 +195,11 @@ class PluginManager:
             for client in self._clients.values():
                 client.close()
             self._clients.clear()
+            watchers = list(self._watchers.values())
+            self._watchers.clear()
+        for watcher in watchers:
+            watcher.stop()
+        with self._lock:
             self._by_socket.clear()
             self._identity.clear()
 
@@ -255,6 +265,14 @@ class PluginManager:
             return
         self.log.info("registered DRA plugin %s (service %s, endpoint %s)", plugin.driver, plugin.service,
                       plugin.endpoint)
+        health_service = pick_health_service(versions)
+        if self.health is not None and health_service:
+            watcher = HealthWatcher(plugin.driver, endpoint, health_service, self.health, self.log).start()
+            with self._lock:
+                old = self._watchers.pop(sock, None)
+                self._watchers[sock] = watcher
+            if old is not None:
+                old.stop()
 
     def _reject(self, sock: Path, reason: str, notify: bool) -> None:
         with self._lock:
@@ -296,7 +314,10 @@ class PluginManager:
             plugin = self._by_socket.pop(sock, None)
             client = self._clients.pop(sock, None)
             self._identity.pop(sock, None)
+            watcher = self._watchers.pop(sock, None)
             self._changed.notify_all()
+        if watcher is not None:
+            watcher.stop()
         if client is not None:
             client.close()
         if plugin is not None:

@@ -53,6 +53,7 @@ from cdriver.sim.node.simulated.pod_containers import (
     should_restart,
     sidecar,
 )
+from cdriver.sim.node.simulated.resource_health import allocated_resources_status
 from cdriver.sim.node.simulated.runtime import NodeRuntime
 from cdriver.sim.node.simulated.status import (
     FAILED,
@@ -514,6 +515,8 @@ class PodWorker:
                                                                               REASON_POD_INITIALIZING):
                 r.reason = default
         status = pod_status(view, init, main)
+        if self.rt.options.resource_health:
+            self._add_resource_health(pod, status)
         if self.stage == PodStage.DONE and (pod.get("status") or {}).get("phase") in (SUCCEEDED, FAILED) \
                 and not self.containers.live and not any(r.container_id for r in self.containers.records.values()):
             return  # finished before this agent started: keep the recorded status
@@ -530,6 +533,16 @@ class PodWorker:
                 self._wake.set()
                 return
             self.log.warning("pod %s/%s: status update failed: %s", self.namespace, self.name, exc)
+
+
+    def _add_resource_health(self, pod: dict, status: dict) -> None:
+        """Each container's allocatedResourcesStatus: the health of the devices of its claims."""
+        specs = {c["name"]: c for c in self.containers.specs(False)}
+        for cs in status.get("containerStatuses") or []:
+            spec = specs.get(cs.get("name"))
+            found = allocated_resources_status(pod, spec, self.rt.claims, self.rt.health) if spec else []
+            if found:
+                cs["allocatedResourcesStatus"] = found
 
 
 class _SetupWait(CdriverError):

@@ -20,6 +20,7 @@ from cdriver.sim.node.simulated.container_store import ContainerStore
 from cdriver.sim.node.simulated.images import ImageContent
 from cdriver.sim.node.simulated.layout import NodeLayout
 from cdriver.sim.node.simulated.plugins import PluginManager
+from cdriver.sim.node.simulated.resource_health import HealthCache
 
 
 @dataclass
@@ -38,6 +39,8 @@ class NodeOptions:
     slice_wipe_delay: float = 30.0
     shutdown_grace: float = 5.0
     wait_schedulable: float = 60.0
+    #: watch the DRA plugins' resource health and show it in pod status (kubelet 1.36+; off: older)
+    resource_health: bool = True
 
     @classmethod
     def fast(cls) -> NodeOptions:
@@ -64,6 +67,8 @@ class NodeRuntime:
     path_prefix: list[str]
     log: logging.Logger
     claims: ClaimCache
+    #: the DRA plugins' device health (kubelet's health info cache)
+    health: HealthCache = field(default_factory=HealthCache)
     #: containers kept running while the agent restarts
     containers: ContainerStore = field(default_factory=ContainerStore)
     #: what the node provides for container images (executables on PATH, image files)

@@ -860,3 +860,68 @@ def test_claim_status_says_why_a_claim_waits_and_names_the_chain_once_ready(
     assert "daemon" not in prepared["data"] and "channels" not in prepared["data"]
     assert kubelet.unprepare(claim, daemon) == {uid_of(claim): "", uid_of(daemon): ""}
     assert "could not write status.devices" not in plugin.log_path.read_text(), plugin.log_tail(40)
+
+
+def test_health_stream_follows_the_daemon_of_the_domain_holding_the_channel(
+        plugin_factory: Callable[..., PluginProcess], raw: RawClient, namespace: str, node: SimNode,
+        driver_ns: str) -> None:
+    """The plugin advertises the DRA resource health service at registration and streams its
+    devices' health: a free channel is Healthy, a channel held by a domain follows that domain's
+    daemon on the node (Unhealthy, saying why, while it is not Ready), the daemon slot the fabric."""
+    import queue
+    import threading
+
+    from cdriver.dra.client import get_info
+    from cdriver.dra.resource_health import HEALTH_SERVICE_VERSIONS, watch_resource_health
+
+    plugin = plugin_factory(node)
+    versions = list(get_info(plugin.reg_socket, 5).supported_versions)
+    assert versions[:2] == ["v1.DRAPlugin", "v1beta1.DRAPlugin"] and set(HEALTH_SERVICE_VERSIONS) <= set(versions)
+    reports: queue.Queue = queue.Queue()
+    channel = grpc.insecure_channel(f"unix://{plugin.dra_socket}")
+
+    def watch() -> None:
+        try:
+            for report in watch_resource_health(channel, "v1.DRAResourceHealth"):
+                reports.put({d.device: d for d in report})
+        except grpc.RpcError:
+            pass
+
+    threading.Thread(target=watch, daemon=True).start()
+
+    def next_where(pred: Callable[[dict], bool], what: str) -> dict:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                got = reports.get(timeout=1)
+            except queue.Empty:
+                continue
+            if pred(got):
+                return got
+        pytest.fail(f"no health report where {what}\n{plugin.log_tail(30)}")
+
+    try:
+        first = next_where(lambda r: "channel-0" in r, "channel-0 is reported")
+        assert (first["channel-0"].pool, first["channel-0"].health) == (node.name, "Healthy")
+        assert "no ComputeDomain holds its channel" in first["channel-0"].message
+        assert first["daemon-0"].health == "Healthy" and first["channel-0"].timeout_seconds == 30
+
+        cd = make_cd(raw, namespace)
+        claim = allocated_claim(raw, namespace, node.name, channel_params(cd))
+        set_clique_ready(raw, driver_ns, cd, node)
+        kubelet = Kubelet(plugin)
+        assert kubelet.prepare(claim)[uid_of(claim)].error == ""
+        held = next_where(lambda r: uid_of(cd) in r["channel-0"].message, "the channel names its domain")
+        assert held["channel-0"].health == "Healthy" and "is Ready" in held["channel-0"].message
+
+        set_clique_ready(raw, driver_ns, cd, node, status="NotReady")
+        broken = next_where(lambda r: r["channel-0"].health == "Unhealthy", "the channel turns Unhealthy")
+        assert "is NotReady in ComputeDomainClique" in broken["channel-0"].message
+        assert broken["daemon-0"].health == "Healthy", "the daemon slot follows the fabric only"
+        set_clique_ready(raw, driver_ns, cd, node)
+        next_where(lambda r: r["channel-0"].health == "Healthy", "the channel is Healthy again")
+        assert kubelet.unprepare(claim) == {uid_of(claim): ""}
+        freed = next_where(lambda r: "no ComputeDomain holds" in r["channel-0"].message, "the channel is free")
+        assert freed["channel-0"].health == "Healthy"
+    finally:
+        channel.close()

@@ -1,0 +1,115 @@
+"""Keeps the plugin's device health report current (the effects around `device_health`).
+
+Recomputes the report whenever the plugin's caches change (ComputeDomains, cliques, the node),
+a claim is prepared or unprepared, and every `interval` seconds, when it also reads the GPUs'
+fabric state through NVML and, in host-managed mode, asks the host's `nvidia-imex` for READY.
+The report goes to the `HealthFeed` kubelet's health stream reads.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from cdriver.dra.resource_health import HealthFeed
+from cdriver.errors import CdriverError
+from cdriver.kube.objects import meta_of
+from cdriver.nvml import discover as nvml
+from cdriver.roles.kubelet_plugin.claims import KIND_DAEMON
+from cdriver.roles.kubelet_plugin.device_health import HealthInputs, device_health, fabric_problem
+from cdriver.roles.kubelet_plugin.devices import published_devices
+from cdriver.roles.kubelet_plugin.host_imex import check_host_imex
+from cdriver.roles.kubelet_plugin.readiness import node_readiness
+from cdriver.roles.kubelet_plugin.state import PluginState
+
+log = logging.getLogger(__name__)
+
+#: how often the fabric (and the host's nvidia-imex) is probed and the report recomputed anyway
+PROBE_INTERVAL = 5.0
+
+
+class HealthMonitor:
+    """One thread computing this node's device health into `feed`."""
+
+    def __init__(self, state: PluginState, feed: HealthFeed, interval: float = PROBE_INTERVAL) -> None:
+        self.state = state
+        self.feed = feed
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last: dict[str, str] = {}
+
+    def start(self) -> HealthMonitor:
+        self.update()
+        self._thread = threading.Thread(target=self._run, name="device-health", daemon=True)
+        self._thread.start()
+        return self
+
+    def poke(self) -> None:
+        """Recompute soon (a claim was prepared or unprepared)."""
+        self.state.notifier.notify()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.state.notifier.notify()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.feed.close()
+
+    def _run(self) -> None:
+        generation = self.state.notifier.generation()
+        while not self._stop.is_set():
+            generation = self.state.notifier.wait_change(generation, self.interval)
+            if self._stop.is_set():
+                return
+            try:
+                self.update()
+            except Exception:  # noqa: BLE001 - health reporting never takes the plugin down
+                log.exception("computing device health failed")
+
+    def update(self) -> None:
+        report = device_health(self.inputs())
+        if self.feed.publish(report):
+            for d in report:
+                if self._last.get(d.device) != d.health:
+                    log.info("device %s is %s: %s", d.device, d.health, d.message)
+                self._last[d.device] = d.health
+
+    # -- inputs --------------------------------------------------------------------------
+    def inputs(self) -> HealthInputs:
+        st, cfg = self.state, self.state.config
+        clique_id = st.discovery.clique_id
+        return HealthInputs(
+            node_name=cfg.node_name, devices=tuple(published_devices(cfg.host_managed)),
+            host_managed=cfg.host_managed, clique_id=clique_id,
+            fabric_problem=self._fabric_problem(clique_id) if clique_id else "",
+            host_problem=self._host_problem() if cfg.host_managed and clique_id else "",
+            holders={} if cfg.host_managed else self._holders(clique_id))
+
+    def _fabric_problem(self, clique_id: str) -> str:
+        try:
+            return fabric_problem(nvml.read_fabric(self.state.config.read_root), clique_id)
+        except CdriverError as exc:
+            return f"reading the GPUs' fabric state failed: {exc}"
+
+    def _host_problem(self) -> str:
+        cfg = self.state.config
+        return check_host_imex(cfg.read_root, cfg.imex_host_socket_path, timeout=min(5.0, self.interval))
+
+    def _holders(self, clique_id: str) -> dict[str, tuple[bool, str, str]]:
+        st, cfg = self.state, self.state.config
+        try:
+            records = st.store.read().claims.values()
+        except CdriverError as exc:
+            log.debug("device health: checkpoint unreadable: %s", exc)
+            return {}
+        domains = sorted({r.domain_id for r in records if r.kind != KIND_DAEMON and r.completed_devices()})
+        out = {}
+        for domain in domains:
+            cd = st.compute_domain(domain)
+            meta = meta_of(cd) if cd is not None else {}
+            label = f"{meta.get('namespace')}/{meta.get('name')} ({domain})" if meta else domain
+            ready, why = node_readiness(cfg.node_name, domain, clique_id, st.clique(domain), cd, cfg.use_cliques,
+                                        cfg.namespace)
+            out[domain] = (ready, why, label)
+        return out
