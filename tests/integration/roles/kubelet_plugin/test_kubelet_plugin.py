@@ -54,6 +54,7 @@ from cdriver.kube.raw import RawClient
 from cdriver.kube.resources import RESOURCES
 from cdriver.nvml.discover import IMEX_CHANNEL_COUNT
 from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME
+from tests.support.health_stream import HealthStream
 from tests.support.kubelet import Kubelet
 from tests.support.objects import (
     allocated_claim,
@@ -576,6 +577,10 @@ def test_host_managed_mode(plugin_factory: Callable[..., PluginProcess], raw: Ra
     sock_rel = "/etc/nvidia-imex/imex_ctrl.sock"
     res = kubelet.prepare(claim)[uid_of(claim)]
     assert "host nvidia-imex daemon readiness check failed" in res.error
+    stream = HealthStream(plugin.dra_socket, lambda: plugin.log_tail(30))
+    down = stream.next_where(lambda r: r["channel-0"].health == "Unhealthy", "the channel is Unhealthy")
+    assert "host nvidia-imex daemon readiness check failed" in down["channel-0"].message
+    assert list(down) == ["channel-0"], "host-managed mode publishes no daemon slot"
     assert f"{node.root.root}{sock_rel}" in res.error
     assert node_label(raw, node) is None, "host-managed mode never labels nodes"
 
@@ -592,10 +597,15 @@ def test_host_managed_mode(plugin_factory: Callable[..., PluginProcess], raw: Ra
         edits = CDIRegistry([str(plugin.cdi_root)]).resolve(list(res.devices[0].cdi_device_ids))
         assert [n.path for n in edits.device_nodes] == ["/dev/nvidia-caps-imex-channels/channel0"]
         assert edits.mounts == [] and edits.env == []
+        up = stream.next_where(lambda r: r["channel-0"].health == "Healthy", "the channel is Healthy")
+        assert "is READY" in up["channel-0"].message
+        service.stop()
+        stream.next_where(lambda r: r["channel-0"].health == "Unhealthy", "the channel is Unhealthy again")
         assert kubelet.unprepare(claim) == {uid_of(claim): ""}
         assert plugin.claim_specs() == []
     finally:
         service.stop()
+        stream.__exit__()
 
 
 def test_invalid_mode_settings_fail_start_with_one_message(node: SimNode, tmp_path: Path) -> None:
@@ -868,40 +878,14 @@ def test_health_stream_follows_the_daemon_of_the_domain_holding_the_channel(
     """The plugin advertises the DRA resource health service at registration and streams its
     devices' health: a free channel is Healthy, a channel held by a domain follows that domain's
     daemon on the node (Unhealthy, saying why, while it is not Ready), the daemon slot the fabric."""
-    import queue
-    import threading
-
     from cdriver.dra.client import get_info
-    from cdriver.dra.resource_health import HEALTH_SERVICE_VERSIONS, watch_resource_health
+    from cdriver.dra.resource_health import HEALTH_SERVICE_VERSIONS
 
     plugin = plugin_factory(node)
     versions = list(get_info(plugin.reg_socket, 5).supported_versions)
     assert versions[:2] == ["v1.DRAPlugin", "v1beta1.DRAPlugin"] and set(HEALTH_SERVICE_VERSIONS) <= set(versions)
-    reports: queue.Queue = queue.Queue()
-    channel = grpc.insecure_channel(f"unix://{plugin.dra_socket}")
-
-    def watch() -> None:
-        try:
-            for report in watch_resource_health(channel, "v1.DRAResourceHealth"):
-                reports.put({d.device: d for d in report})
-        except grpc.RpcError:
-            pass
-
-    threading.Thread(target=watch, daemon=True).start()
-
-    def next_where(pred: Callable[[dict], bool], what: str) -> dict:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                got = reports.get(timeout=1)
-            except queue.Empty:
-                continue
-            if pred(got):
-                return got
-        pytest.fail(f"no health report where {what}\n{plugin.log_tail(30)}")
-
-    try:
-        first = next_where(lambda r: "channel-0" in r, "channel-0 is reported")
+    with HealthStream(plugin.dra_socket, lambda: plugin.log_tail(30)) as stream:
+        first = stream.next_where(lambda r: "channel-0" in r, "channel-0 is reported")
         assert (first["channel-0"].pool, first["channel-0"].health) == (node.name, "Healthy")
         assert "no ComputeDomain holds its channel" in first["channel-0"].message
         assert first["daemon-0"].health == "Healthy" and first["channel-0"].timeout_seconds == 30
@@ -911,17 +895,15 @@ def test_health_stream_follows_the_daemon_of_the_domain_holding_the_channel(
         set_clique_ready(raw, driver_ns, cd, node)
         kubelet = Kubelet(plugin)
         assert kubelet.prepare(claim)[uid_of(claim)].error == ""
-        held = next_where(lambda r: uid_of(cd) in r["channel-0"].message, "the channel names its domain")
+        held = stream.next_where(lambda r: uid_of(cd) in r["channel-0"].message, "the channel names its domain")
         assert held["channel-0"].health == "Healthy" and "is Ready" in held["channel-0"].message
 
         set_clique_ready(raw, driver_ns, cd, node, status="NotReady")
-        broken = next_where(lambda r: r["channel-0"].health == "Unhealthy", "the channel turns Unhealthy")
+        broken = stream.next_where(lambda r: r["channel-0"].health == "Unhealthy", "the channel turns Unhealthy")
         assert "is NotReady in ComputeDomainClique" in broken["channel-0"].message
         assert broken["daemon-0"].health == "Healthy", "the daemon slot follows the fabric only"
         set_clique_ready(raw, driver_ns, cd, node)
-        next_where(lambda r: r["channel-0"].health == "Healthy", "the channel is Healthy again")
+        stream.next_where(lambda r: r["channel-0"].health == "Healthy", "the channel is Healthy again")
         assert kubelet.unprepare(claim) == {uid_of(claim): ""}
-        freed = next_where(lambda r: "no ComputeDomain holds" in r["channel-0"].message, "the channel is free")
+        freed = stream.next_where(lambda r: "no ComputeDomain holds" in r["channel-0"].message, "the channel is free")
         assert freed["channel-0"].health == "Healthy"
-    finally:
-        channel.close()
