@@ -33,8 +33,9 @@ class HealthInputs:
     devices: tuple[DeviceRef, ...]
     host_managed: bool
     clique_id: str
-    #: why the fabric is not usable now ("" when it is)
+    #: why the fabric is not usable now ("" when it is), and the first problem's code
     fabric_problem: str = ""
+    fabric_code: str = ""
     #: host-managed: why the host's nvidia-imex is not READY ("" when it is)
     host_problem: str = ""
     #: driver-managed: domains whose prepared channel claims hold the channel here, with
@@ -81,22 +82,53 @@ def device_health(i: HealthInputs) -> list[DeviceHealthReport]:
     return out
 
 
-def fabric_problem(gpus: list[GpuFabric], clique_id: str) -> str:
-    """Why the node's NVLink fabric is not usable now ("" when every fabric GPU is registered,
-    healthy and still in clique `clique_id`)."""
+#: why a node's fabric is unusable, as the taint value on its channel devices says it
+FABRIC_INCOMPLETE = "fabric-registration-incomplete"
+FABRIC_FAILED = "fabric-registration-failed"
+FABRIC_UNHEALTHY = "fabric-unhealthy"
+FABRIC_UNREADABLE = "fabric-unreadable"
+CLIQUE_CHANGED = "clique-changed"
+NO_FABRIC_MGMT = "no-fabric-imex-mgmt"
+HOST_IMEX_NOT_READY = "host-imex-not-ready"
+
+
+def fabric_problems(gpus: list[GpuFabric], clique_id: str) -> list[tuple[str, str]]:
+    """(code, what) for each fabric GPU that is not registered, healthy and still in clique `clique_id`."""
     problems = []
     for gpu in gpus:
         if gpu.result == NVML_ERROR_NOT_SUPPORTED or gpu.state == FABRIC_STATE_NOT_SUPPORTED:
             continue
         where = f"GPU {gpu.index}"
         if gpu.result != NVML_SUCCESS:
-            problems.append(f"{where}: reading its fabric state failed (NVML error {gpu.result})")
+            problems.append((FABRIC_UNREADABLE, f"{where}: reading its fabric state failed (NVML error {gpu.result})"))
         elif gpu.state != FABRIC_STATE_COMPLETED:
-            problems.append(f"{where}: fabric registration is {FABRIC_STATE_NAMES.get(gpu.state, gpu.state)}")
+            problems.append((FABRIC_INCOMPLETE,
+                             f"{where}: fabric registration is {FABRIC_STATE_NAMES.get(gpu.state, gpu.state)}"))
         elif gpu.status != NVML_SUCCESS:
-            problems.append(f"{where}: fabric registration failed (status {gpu.status})")
+            problems.append((FABRIC_FAILED, f"{where}: fabric registration failed (status {gpu.status})"))
         elif gpu.health_summary == HEALTH_SUMMARY_UNHEALTHY:
-            problems.append(f"{where}: fabric health is unhealthy (mask 0x{gpu.health_mask or 0:X})")
+            mask = gpu.health_mask or 0
+            problems.append((FABRIC_UNHEALTHY, f"{where}: fabric health is unhealthy (mask 0x{mask:X})"))
         elif clique_id and gpu.cluster_uuid.strip("0-") and f"{gpu.cluster_uuid}.{gpu.clique_id}" != clique_id:
-            problems.append(f"{where}: now in clique {gpu.cluster_uuid}.{gpu.clique_id}, not {clique_id}")
-    return "; ".join(problems)
+            now = f"{gpu.cluster_uuid}.{gpu.clique_id}"
+            problems.append((CLIQUE_CHANGED, f"{where}: now in clique {now}, not {clique_id}"))
+    return problems
+
+
+def fabric_problem(gpus: list[GpuFabric], clique_id: str) -> str:
+    """Why the node's NVLink fabric is not usable now ("" when it is)."""
+    return "; ".join(what for _, what in fabric_problems(gpus, clique_id))
+
+
+#: the taint a node's channel devices carry while they are unusable there
+TAINT_KEY = "compute-domain.nvidia.com/unusable"
+TAINT_EFFECT = "NoSchedule"
+
+
+def channel_taints(i: HealthInputs) -> list[dict]:
+    """The taints of the node's channel devices: one NoSchedule taint whose value says why no new claim
+    should be allocated here (none on a node outside any fabric, whose claims get no channel anyway)."""
+    if not i.clique_id:
+        return []
+    code = i.fabric_code or (HOST_IMEX_NOT_READY if i.host_managed and i.host_problem else "")
+    return [{"key": TAINT_KEY, "value": code, "effect": TAINT_EFFECT}] if code else []

@@ -50,6 +50,10 @@ def published_devices(host_managed: bool) -> list[DeviceRef]:
     return sorted(devices, key=lambda d: d.name)
 
 
-def slice_device(ref: DeviceRef) -> dict:
-    """resource.k8s.io/v1 ResourceSlice device entry with the ``type`` and ``id`` attributes."""
-    return {"name": ref.name, "attributes": {"type": {"string": ref.type}, "id": {"int": ref.id}}}
+def slice_device(ref: DeviceRef, taints: list[dict] | None = None) -> dict:
+    """resource.k8s.io/v1 ResourceSlice device entry with the ``type`` and ``id`` attributes (and
+    its `taints`, when it has any)."""
+    out: dict = {"name": ref.name, "attributes": {"type": {"string": ref.type}, "id": {"int": ref.id}}}
+    if taints:
+        out["taints"] = [dict(t) for t in taints]
+    return out

@@ -2,22 +2,33 @@
 
 Recomputes the report whenever the plugin's caches change (ComputeDomains, cliques, the node),
 a claim is prepared or unprepared, and every `interval` seconds, when it also reads the GPUs'
-fabric state through NVML and, in host-managed mode, asks the host's `nvidia-imex` for READY.
-The report goes to the `HealthFeed` kubelet's health stream reads.
+fabric state through NVML (and looks for the fabric-imex-mgmt capability) and, in host-managed
+mode, asks the host's `nvidia-imex` for READY. The report goes to the `HealthFeed` kubelet's
+health stream reads; the channel devices' taints (`channel_taints`) to `on_taints`, the slice
+publisher.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from cdriver.dra.resource_health import HealthFeed
 from cdriver.errors import CdriverError
 from cdriver.kube.objects import meta_of
 from cdriver.nvml import discover as nvml
 from cdriver.roles.kubelet_plugin.claims import KIND_DAEMON
-from cdriver.roles.kubelet_plugin.device_health import HealthInputs, device_health, fabric_problem
+from cdriver.roles.kubelet_plugin.device_health import (
+    FABRIC_UNREADABLE,
+    NO_FABRIC_MGMT,
+    HealthInputs,
+    channel_taints,
+    device_health,
+    fabric_problems,
+)
 from cdriver.roles.kubelet_plugin.devices import published_devices
+from cdriver.roles.kubelet_plugin.discovery import DiscoveryError, fabric_mgmt_device
 from cdriver.roles.kubelet_plugin.host_imex import check_host_imex
 from cdriver.roles.kubelet_plugin.readiness import node_readiness
 from cdriver.roles.kubelet_plugin.state import PluginState
@@ -38,12 +49,20 @@ class HealthMonitor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last: dict[str, str] = {}
+        #: receives the channel devices' taints whenever they change (the slice publisher)
+        self.on_taints: Callable[[list[dict]], None] = lambda taints: None
+        self._taints: list[dict] | None = None
 
     def start(self) -> HealthMonitor:
         self.update()
         self._thread = threading.Thread(target=self._run, name="device-health", daemon=True)
         self._thread.start()
         return self
+
+    def send_taints_to(self, receiver: Callable[[list[dict]], None]) -> None:
+        """From now on give the channel devices' taints to `receiver`, starting with the current ones."""
+        self.on_taints = receiver
+        receiver(list(self._taints or []))
 
     def poke(self) -> None:
         """Recompute soon (a claim was prepared or unprepared)."""
@@ -68,7 +87,18 @@ class HealthMonitor:
                 log.exception("computing device health failed")
 
     def update(self) -> None:
-        report = device_health(self.inputs())
+        inputs = self.inputs()
+        taints = channel_taints(inputs)
+        if taints != self._taints:
+            if taints or self._taints:
+                why = inputs.fabric_problem or inputs.host_problem
+                t = taints[0] if taints else {}
+                log.info("channel devices of node %s: %s", inputs.node_name,
+                         f"tainted {t.get('key')}={t.get('value')}:{t.get('effect')} ({why})" if taints
+                         else "taint removed")
+            self._taints = taints
+            self.on_taints(taints)
+        report = device_health(inputs)
         if self.feed.publish(report):
             for d in report:
                 if self._last.get(d.device) != d.health:
@@ -79,18 +109,25 @@ class HealthMonitor:
     def inputs(self) -> HealthInputs:
         st, cfg = self.state, self.state.config
         clique_id = st.discovery.clique_id
+        problems = self._fabric_problems(clique_id) if clique_id else []
         return HealthInputs(
             node_name=cfg.node_name, devices=tuple(published_devices(cfg.host_managed)),
             host_managed=cfg.host_managed, clique_id=clique_id,
-            fabric_problem=self._fabric_problem(clique_id) if clique_id else "",
+            fabric_problem="; ".join(what for _, what in problems), fabric_code=problems[0][0] if problems else "",
             host_problem=self._host_problem() if cfg.host_managed and clique_id else "",
             holders={} if cfg.host_managed else self._holders(clique_id))
 
-    def _fabric_problem(self, clique_id: str) -> str:
+    def _fabric_problems(self, clique_id: str) -> list[tuple[str, str]]:
+        read_root = self.state.config.read_root
         try:
-            return fabric_problem(nvml.read_fabric(self.state.config.read_root), clique_id)
+            problems = fabric_problems(nvml.read_fabric(read_root), clique_id)
         except CdriverError as exc:
-            return f"reading the GPUs' fabric state failed: {exc}"
+            problems = [(FABRIC_UNREADABLE, f"reading the GPUs' fabric state failed: {exc}")]
+        try:
+            fabric_mgmt_device(read_root)
+        except DiscoveryError as exc:
+            problems.append((NO_FABRIC_MGMT, str(exc)))
+        return problems
 
     def _host_problem(self) -> str:
         cfg = self.state.config

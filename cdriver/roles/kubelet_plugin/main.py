@@ -201,6 +201,7 @@ class Plugin:
             published_devices(cfg.host_managed),
             on_error=metrics.slice_publish_errors.inc,
         )
+        self._health.send_taints_to(self._slices.set_channel_taints)  # the first publication carries them
         self._slices.start()
         registration_state = self.registration.state
         slices_publisher = self._slices

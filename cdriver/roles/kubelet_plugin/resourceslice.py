@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cdriver.api.constants import DRIVER_NAME
+from cdriver.api.constants import DEVICE_TYPE_CHANNEL, DRIVER_NAME
 from cdriver.kube.errors import ApiError
 from cdriver.kube.informer import Informer
 from cdriver.kube.objects import meta_of, name_of, owner_references_of
@@ -38,12 +38,14 @@ def owner_reference(node_name: str, node_uid: str) -> dict:
     return {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid, "controller": True}
 
 
-def desired_spec(node_name: str, devices: list[DeviceRef], generation: int, driver: str = DRIVER_NAME) -> dict:
+def desired_spec(node_name: str, devices: list[DeviceRef], generation: int, driver: str = DRIVER_NAME,
+                 taints: dict[str, list[dict]] | None = None) -> dict:
+    """The slice's spec; `taints` by device name."""
     return {
         "driver": driver,
         "nodeName": node_name,
         "pool": {"name": node_name, "generation": generation, "resourceSliceCount": 1},
-        "devices": [slice_device(d) for d in sorted(devices, key=lambda d: d.name)],
+        "devices": [slice_device(d, (taints or {}).get(d.name)) for d in sorted(devices, key=lambda d: d.name)],
     }
 
 
@@ -51,16 +53,24 @@ def _canon(value: object) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def slice_matches(obj: dict, node_name: str, node_uid: str, devices: list[DeviceRef]) -> bool:
+def _canon_devices(devices: list[dict]) -> str:
+    """Devices for comparison: a taint's timeAdded is the API server's to fill in."""
+    return _canon([{**d, **({"taints": [{k: v for k, v in t.items() if k != "timeAdded"} for t in d["taints"]]}
+                            if d.get("taints") else {})}
+                   for d in devices])
+
+
+def slice_matches(obj: dict, node_name: str, node_uid: str, devices: list[DeviceRef],
+                  taints: dict[str, list[dict]] | None = None) -> bool:
     """Does an existing slice publish exactly what we want (any generation)?"""
     spec = obj.get("spec") or {}
     pool = spec.get("pool") or {}
     owners = owner_references_of(obj)
-    want = desired_spec(node_name, devices, 0)
+    want = desired_spec(node_name, devices, 0, taints=taints)
     return (
         pool.get("name") == node_name
         and pool.get("resourceSliceCount") == 1
-        and _canon(spec.get("devices") or []) == _canon(want["devices"])
+        and _canon_devices(spec.get("devices") or []) == _canon_devices(want["devices"])
         and any(o.get("kind") == "Node" and o.get("uid") == node_uid for o in owners)
     )
 
@@ -79,7 +89,8 @@ class SyncPlan:
 
 
 def plan_sync(
-    existing: list[dict], node_name: str, node_uid: str, devices: list[DeviceRef], driver: str = DRIVER_NAME
+    existing: list[dict], node_name: str, node_uid: str, devices: list[DeviceRef], driver: str = DRIVER_NAME,
+    taints: dict[str, list[dict]] | None = None,
 ) -> SyncPlan:
     """Keep one matching slice (oldest name first), else rewrite one or create one; drop the rest."""
     ours = sorted(
@@ -97,11 +108,11 @@ def plan_sync(
         [int(((s.get("spec") or {}).get("pool") or {}).get("generation") or 0) for s in ours], default=0
     )
     plan = SyncPlan()
-    keep = next((s for s in ours if slice_matches(s, node_name, node_uid, devices)), None)
+    keep = next((s for s in ours if slice_matches(s, node_name, node_uid, devices, taints)), None)
     if keep is None and ours:
         keep = ours[0]
         updated = json.loads(json.dumps(keep))
-        updated["spec"] = desired_spec(node_name, devices, generation, driver)
+        updated["spec"] = desired_spec(node_name, devices, generation, driver, taints)
         updated.setdefault("metadata", {})["ownerReferences"] = [owner_reference(node_name, node_uid)]
         plan.update = updated
     elif keep is None:
@@ -112,7 +123,7 @@ def plan_sync(
                 "generateName": slice_name_prefix(node_name, driver),
                 "ownerReferences": [owner_reference(node_name, node_uid)],
             },
-            "spec": desired_spec(node_name, devices, generation, driver),
+            "spec": desired_spec(node_name, devices, generation, driver, taints),
         }
     plan.delete = [s for s in ours if s is not keep]
     return plan
@@ -145,6 +156,10 @@ class SlicePublisher:
         self._thread: threading.Thread | None = None
         self.syncs = 0
         self.published = threading.Event()
+        #: taints by device name (the channel devices' while they are unusable on this node)
+        self.taints: dict[str, list[dict]] = {}
+        #: False once the API server dropped the taints we wrote (device taints off, before 1.36)
+        self.taints_served = True
         informer.add_handler(on_add=self._poke, on_update=self._poke_update, on_delete=self._poke)
 
     def _poke(self, *_: object) -> None:
@@ -167,17 +182,26 @@ class SlicePublisher:
         if self._thread is not None:
             self._thread.join(5)
 
+    def set_channel_taints(self, taints: list[dict]) -> None:
+        """Taint this node's channel devices with `taints` (none: untaint) and publish."""
+        self.taints = {d.name: list(taints) for d in self.devices if d.type == DEVICE_TYPE_CHANNEL and taints}
+        self._poke()
+
+    def _wanted_taints(self) -> dict[str, list[dict]]:
+        return self.taints if self.taints_served else {}
+
     def current(self) -> bool:
         """Whether the slices seen now publish exactly this node's devices (nothing to do)."""
         uid = self.node_uid()
-        return bool(uid) and plan_sync(self.informer.objects(), self.node_name, uid, self.devices).noop
+        return bool(uid) and plan_sync(self.informer.objects(), self.node_name, uid, self.devices,
+                                       taints=self._wanted_taints()).noop
 
     def sync_once(self) -> SyncPlan:
         """Apply one plan from the cached slices; raises ApiError on API failures."""
         uid = self.node_uid()
         if not uid:
             raise ApiError(0, "NodeUnknown", f"node {self.node_name} not found; cannot own the ResourceSlice")
-        plan = plan_sync(self.informer.objects(), self.node_name, uid, self.devices)
+        plan = plan_sync(self.informer.objects(), self.node_name, uid, self.devices, taints=self._wanted_taints())
         for obj in plan.delete:
             meta = meta_of(obj)
             try:
@@ -193,6 +217,7 @@ class SlicePublisher:
                     raise
         if plan.update is not None:
             got = self.raw.update(SLICES, plan.update)
+            self._check_taints_kept(plan.update, got)
             self._await_cache(got)
             log.info(
                 "updated ResourceSlice %s (generation %s)",
@@ -201,6 +226,7 @@ class SlicePublisher:
             )
         if plan.create is not None:
             got = self.raw.create(SLICES, plan.create)
+            self._check_taints_kept(plan.create, got)
             self._await_cache(got)
             log.info(
                 "published ResourceSlice %s with %s",
@@ -209,6 +235,15 @@ class SlicePublisher:
             )
         self.syncs += 1
         return plan
+
+    def _check_taints_kept(self, sent: dict, got: dict) -> None:
+        """A server without device taints drops them: stop asking for them (no endless rewrites)."""
+        wanted = any(d.get("taints") for d in (sent.get("spec") or {}).get("devices") or [])
+        kept = any(d.get("taints") for d in (got.get("spec") or {}).get("devices") or [])
+        if wanted and not kept:
+            self.taints_served = False
+            log.warning("the API server does not keep device taints (DRADeviceTaints is off before Kubernetes "
+                        "1.36): this node's channel devices stay untainted while they are unusable")
 
     def _await_cache(self, obj: dict, timeout: float = 5.0) -> None:
         """Wait until the informer has seen our write, so the next sync does not repeat it."""

@@ -352,8 +352,10 @@ def create_driver_root(root: str | Path, node_name: str, topology_path: Topology
 
 
 def rerender_driver_root(root: str | Path, topology_path: str | Path | None = None,
-                         cache_dir: Path | None = None) -> DriverRoot:
-    """Render an existing driver root again with its recorded parameters (and optionally a new topology)."""
+                         cache_dir: Path | None = None, fabric_state: str | None = None,
+                         fabric_health: str | None = None) -> DriverRoot:
+    """Render an existing driver root again with its recorded parameters (and optionally a new topology,
+    or a new fabric state or health: the mock NVML reports it from the next nvmlInit on)."""
     record_path = Path(root) / NODE_RECORD
     try:
         record = json.loads(record_path.read_text())
@@ -365,7 +367,8 @@ def rerender_driver_root(root: str | Path, topology_path: str | Path | None = No
     try:
         topology = topology_path if topology_path is not None else record["topology"]
         return create_driver_root(root, record["node"], topology, record["profile"],
-                                  fabric_state=record["fabricState"], fabric_health=record["fabricHealth"],
+                                  fabric_state=fabric_state or record["fabricState"],
+                                  fabric_health=fabric_health or record["fabricHealth"],
                                   fabric_status=record["fabricStatus"], gpu_count=record["gpuCount"],
                                   channel_count=record["channelCount"], majors=tuple(record["majors"]),
                                   cache_dir=cache_dir, wrapper_command=record.get("wrapperCommand"),

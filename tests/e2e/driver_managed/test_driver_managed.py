@@ -371,3 +371,57 @@ def test_the_kubelet_plugin_runs_with_the_charts_probes_and_affinity(world: SimW
                                                                         pod["metadata"]["name"])
                      if e.get("reason") == "Unhealthy"]
         assert all(m.startswith("Startup probe failed") for m in unhealthy), unhealthy
+
+
+def test_a_node_with_a_broken_fabric_gets_no_new_channel_claim_unless_it_is_tolerated(
+        world: SimWorld, e2e_namespace: str) -> None:
+    """The real scheduler and device taints: node A's fabric registration falls back to in_progress, its
+    plugin taints A's channel NoSchedule; a workload of the clique is placed on node B, not A; a claim
+    that tolerates the taint (an administrator's) can still be allocated on A. The taint goes when the
+    fabric completes again."""
+    from cdriver.kube.resources import RESOURCES
+    from cdriver.roles.kubelet_plugin.device_health import TAINT_KEY
+    from cdriver.sim.gpu.driver_root import rerender_driver_root
+
+    ns, raw = e2e_namespace, world.raw
+    clique = cliques(world)[0]
+    node_a, node_b = clique_nodes(world, clique)
+    uid = create_domain(world, ns, "taint")
+
+    def taints_of(node: str) -> list[dict] | None:
+        for s in raw.list(RESOURCES["resourceslices"])["items"]:
+            if s["spec"].get("nodeName") == node and s["spec"]["driver"] == constants.DRIVER_NAME:
+                return next(d.get("taints") or [] for d in s["spec"]["devices"] if d["name"] == "channel-0")
+        return None
+
+    root = world.node(node_a).agent.driver_root.root
+    try:
+        rerender_driver_root(root, fabric_state="in_progress")
+        scenario.wait_for(f"{node_a}'s channel tainted", lambda: scenario.Seen(
+            bool(taints_of(node_a)), None, str(taints_of(node_a))), 30)
+        assert taints_of(node_a)[0]["value"] == "fabric-registration-incomplete"
+        raw.create(scenario.PODS, scenario.workload_pod("w", ns, "taint-channel", clique=clique), ns)
+        (pod,) = scenario.wait_pods_running(raw, ns, ["w"], 120)
+        assert pod["spec"]["nodeName"] == node_b, "the tainted node got no new channel claim"
+
+        template = raw.get(scenario.RCTS, "taint-channel", ns)["spec"]["spec"]
+        (request,) = template["devices"]["requests"]
+        request["exactly"]["tolerations"] = [{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]
+        raw.create(scenario.CLAIMS, {"metadata": {"name": "admin", "namespace": ns}, "spec": template}, ns)
+        admin = scenario.workload_pod("admin", ns, "unused", node=node_a)
+        admin["spec"]["resourceClaims"] = [{"name": "channel", "resourceClaimName": "admin"}]
+        raw.create(scenario.PODS, admin, ns)
+
+        def allocated() -> scenario.Seen:
+            claim = raw.get(scenario.CLAIMS, "admin", ns)
+            results = scenario.allocation(claim)
+            return scenario.Seen(bool(results), results, json.dumps(claim.get("status") or {}))
+
+        (result,) = scenario.wait_for("the tolerating claim's allocation", allocated, 60)
+        assert (result["pool"], result["device"]) == (node_a, "channel-0")
+        raw.delete(scenario.PODS, "admin", ns)
+    finally:
+        rerender_driver_root(root, fabric_state="completed")
+    scenario.wait_for(f"{node_a}'s taint to go", lambda: scenario.Seen(
+        taints_of(node_a) == [], None, str(taints_of(node_a))), 30)
+    delete_all(world, ns, ["w", "admin"], "taint", uid)

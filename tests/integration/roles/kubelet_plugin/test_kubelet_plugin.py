@@ -907,3 +907,38 @@ def test_health_stream_follows_the_daemon_of_the_domain_holding_the_channel(
         assert kubelet.unprepare(claim) == {uid_of(claim): ""}
         freed = stream.next_where(lambda r: "no ComputeDomain holds" in r["channel-0"].message, "the channel is free")
         assert freed["channel-0"].health == "Healthy"
+
+
+def test_a_broken_fabric_taints_the_channel_and_turns_it_unhealthy_until_it_recovers(
+        plugin_factory: Callable[..., PluginProcess], raw: RawClient, node: SimNode) -> None:
+    """The GPUs' fabric registration falls back to in_progress while the plugin runs: within its
+    probe interval the node's channel device carries a NoSchedule taint saying why (so no new claim
+    is allocated there) and its health turns Unhealthy; when the fabric completes again both go."""
+    from cdriver.roles.kubelet_plugin.device_health import TAINT_KEY
+    from cdriver.sim.gpu.driver_root import rerender_driver_root
+
+    plugin = plugin_factory(node)
+
+    def channel_taints() -> list[dict] | None:
+        devices = [d for s in our_slices(raw, node) for d in s["spec"]["devices"] if d["name"] == "channel-0"]
+        return devices[0].get("taints") or [] if devices else None
+
+    wait_for("the node's slice", lambda: channel_taints() == [], 20)
+    with HealthStream(plugin.dra_socket, lambda: plugin.log_tail(30)) as stream:
+        stream.next_where(lambda r: r["channel-0"].health == "Healthy", "the channel is Healthy")
+        try:
+            rerender_driver_root(node.root.root, fabric_state="in_progress")
+            (taint,) = wait_for(lambda: f"a taint on channel-0\n{plugin.log_tail(20)}", channel_taints, 20)
+            assert (taint["key"], taint["value"], taint["effect"]) == (
+                TAINT_KEY, "fabric-registration-incomplete", "NoSchedule")
+            assert taint.get("timeAdded"), "the API server stamps it"
+            daemon_slot = [d for s in our_slices(raw, node) for d in s["spec"]["devices"] if d["name"] == "daemon-0"]
+            assert not daemon_slot[0].get("taints"), "only the channel devices are tainted"
+            down = stream.next_where(lambda r: r["channel-0"].health == "Unhealthy", "the channel turns Unhealthy")
+            assert "fabric registration is in_progress" in down["channel-0"].message
+        finally:
+            rerender_driver_root(node.root.root, fabric_state="completed")
+        wait_for("the taint to go", lambda: channel_taints() == [], 20)
+        stream.next_where(lambda r: r["channel-0"].health == "Healthy", "the channel is Healthy again")
+    assert "tainted compute-domain.nvidia.com/unusable=fabric-registration-incomplete:NoSchedule" in \
+        plugin.log_path.read_text()

@@ -88,3 +88,26 @@ def test_the_feed_sends_at_once_on_change_and_again_unchanged() -> None:
     assert got[-1][0].health == UNHEALTHY
     feed.close()
     assert list(feed.updates()) == [], "a closed feed ends every stream"
+
+
+def test_an_unusable_fabric_or_host_service_taints_the_channel_devices_no_new_claim_should_get() -> None:
+    from cdriver.roles.kubelet_plugin.device_health import TAINT_KEY, channel_taints
+
+    assert channel_taints(inputs()) == []
+    assert channel_taints(inputs(fabric_problem="GPU 1: ...", fabric_code="fabric-registration-incomplete")) == [
+        {"key": TAINT_KEY, "value": "fabric-registration-incomplete", "effect": "NoSchedule"}]
+    host = inputs(host_managed=True, devices=tuple(published_devices(True)), host_problem="not READY")
+    assert channel_taints(host)[0]["value"] == "host-imex-not-ready"
+    assert channel_taints(inputs(clique_id="", fabric_code="fabric-unhealthy")) == [], \
+        "a node outside any fabric prepares claims without a channel, as before"
+
+
+def test_fabric_problem_codes_are_taint_values() -> None:
+    from cdriver.roles.kubelet_plugin.device_health import fabric_problems
+
+    codes = [code for code, _ in fabric_problems(
+        [gpu(0, state=FABRIC_STATE_IN_PROGRESS), gpu(1, status=5), gpu(2, health_summary=2), gpu(3, clique_id=9)],
+        CLIQUE)]
+    assert codes == ["fabric-registration-incomplete", "fabric-registration-failed", "fabric-unhealthy",
+                     "clique-changed"]
+    assert all(len(c) <= 63 and c.replace("-", "").isalnum() for c in codes), "valid label values"

@@ -56,3 +56,19 @@ def test_slices_of_other_nodes_or_drivers_are_ignored():
     others = [existing("x", node="node-b"), existing("y", driver="gpu.nvidia.com")]
     plan = plan_sync(others, NODE, UID, DEVICES)
     assert plan.create is not None and plan.delete == []
+
+
+def test_channel_taints_are_published_and_the_servers_time_stamp_is_not_a_difference():
+    taint = {"key": "compute-domain.nvidia.com/unusable", "value": "fabric-unhealthy", "effect": "NoSchedule"}
+    taints = {"channel-0": [taint]}
+    plan = plan_sync([existing("s1")], NODE, UID, DEVICES, taints=taints)
+    assert plan.update is not None
+    (channel,) = [d for d in plan.update["spec"]["devices"] if d["name"] == "channel-0"]
+    assert channel["taints"] == [taint]
+    assert "taints" not in next(d for d in plan.update["spec"]["devices"] if d["name"] == "daemon-0")
+    stored = {**plan.update, "spec": {**plan.update["spec"], "devices": [
+        {**d, "taints": [{**t, "timeAdded": "2026-12-04T20:00:00Z"} for t in d["taints"]]} if d.get("taints") else d
+        for d in plan.update["spec"]["devices"]]}}
+    assert plan_sync([stored], NODE, UID, DEVICES, taints=taints).noop
+    untainted = plan_sync([stored], NODE, UID, DEVICES, taints={})
+    assert untainted.update is not None and not any(d.get("taints") for d in untainted.update["spec"]["devices"])
