@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -235,6 +236,20 @@ def test_controller_and_plugin_work_against_1_33(old_cluster: Any, release_ns: s
         assert list(device.cdi_device_ids) == [f"{constants.CDI_KIND_CLAIM}={uid_of(claim)}-channel-0"]
         assert kubelet.unprepare(claim) == {uid_of(claim): ""}
         assert plugin.checkpoint() == {}
+
+        # 1.33 serves no device taints (alpha, off): a broken fabric's taint is dropped by the API
+        # server, and the plugin stops asking for it instead of rewriting its slice over and over
+        from cdriver.sim.gpu.driver_root import rerender_driver_root
+
+        rerender_driver_root(sim.root.root, fabric_state="in_progress")
+        wait_for(f"the plugin to see the server drop the taint\n{plugin.log_tail()}",
+                 lambda: "does not keep device taints" in plugin.log_path.read_text(), 30)
+        (before,) = slices()
+        time.sleep(3)
+        (after,) = slices()
+        assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"], "no rewrite loop"
+        assert not any(d.get("taints") for d in after["spec"]["devices"])
+        rerender_driver_root(sim.root.root, fabric_state="completed")
         assert plugin.stop() == 0
         assert "Traceback" not in plugin.log_path.read_text(), plugin.log_tail(80)
     finally:
