@@ -125,6 +125,20 @@ def check_workload(w: Workload) -> Link:
 
 
 # -- 6. claim allocation ----------------------------------------------------------------------------
+def tainted_channels(snap: Snapshot, node: str = "") -> list[str]:
+    """This driver's channel devices that carry a taint (on `node`, or on every node), one line each."""
+    out = []
+    for sl in snap.items("resourceslices"):
+        spec = sl.get("spec") or {}
+        if spec.get("driver") != constants.DRIVER_NAME or (node and spec.get("nodeName") != node):
+            continue
+        for dev in spec.get("devices") or []:
+            for t in dev.get("taints") or []:
+                out.append(f"{dev.get('name')} on node {spec.get('nodeName')} is tainted "
+                           f"{t.get('key')}={t.get('value', '')}:{t.get('effect')}")
+    return sorted(out)
+
+
 def check_allocation(snap: Snapshot, w: Workload) -> Link:
     key, title = "allocation", "workload claim allocation (pool, device, node)"
     if snap.refused("resourceclaims", namespace_of(w.pod)):
@@ -143,8 +157,14 @@ def check_allocation(snap: Snapshot, w: Workload) -> Link:
         stable = bool(sched) and (not young or event_count(sched[-1]) >= REPEATS_STABLE)
         verdict = Verdict.FAIL if stable or not young else Verdict.WAIT
         msg = sched[-1].get("message", "") if sched else "not scheduled yet"
-        return link(key, title, verdict, f"{w.label}: {claim_label} has no allocation: {msg}", evidence,
-                    {w.label: {"claimUID": uid_of(w.claim)}}, _describe(w))
+        # a node whose fabric or host IMEX service is unusable has its channel devices tainted
+        tainted = tainted_channels(snap, pod_node(w.pod))
+        if tainted:
+            msg += f" (the plugin tainted: {'; '.join(tainted)})"
+        return link(key, title, verdict, f"{w.label}: {claim_label} has no allocation: {msg}", evidence + tainted,
+                    {w.label: {"claimUID": uid_of(w.claim)}},
+                    "kubectl get resourceslices -o yaml  (the channel's taint says why; the kubelet plugin's log "
+                    "has the detail)" if tainted else _describe(w))
     r = results[0]
     node = w.node
     ids = {w.label: {"claimUID": uid_of(w.claim), "pool": r.get("pool"), "device": r.get("device"), "node": node}}

@@ -30,13 +30,15 @@ def test_missing_host_socket_is_named_then_the_service_makes_every_link_hold(wor
     scenario.ensure_namespace(raw, ns)
     cd = raw.create(scenario.CDS, scenario.compute_domain("host", ns, "host-channel"), ns)
     raw.create(scenario.PODS, scenario.workload_pod("w", ns, "host-channel", node=node.name), ns)
-    chain, text = first_broken(world, ["pod", "w", "-n", ns], "host-socket", timeout=120)
+    # the node's plugin finds no host nvidia-imex and taints its channel: the pod is not scheduled there
+    chain, text = first_broken(world, ["pod", "w", "-n", ns], "allocation", timeout=120)
     assert chain["mode"] == names.IMEX_MODE_HOST_MANAGED
     verdicts = {lk["key"]: lk["verdict"] for lk in chain["links"]}
     assert (verdicts["node-label"], verdicts["daemon"]) == ("SKIP", "SKIP")
-    assert "imex_ctrl.sock" in link_of(chain, "host-socket")["summary"]
-    assert_text_leads_with(text, "host-socket", f"systemctl status {names.HOST_IMEX_SERVICE}")
-    print("\n--- sample: host-managed socket missing\n" + text)
+    assert f"channel-0 on node {node.name} is tainted compute-domain.nvidia.com/unusable=host-imex-not-ready:" \
+           "NoSchedule" in link_of(chain, "allocation")["summary"]
+    assert_text_leads_with(text, "allocation", "kubectl get resourceslices -o yaml")
+    print("\n--- sample: host-managed service missing\n" + text)
 
     service = HostImexService(node.agent.driver_root, node.ip)
     service.start()

@@ -9,6 +9,7 @@ import pytest
 
 from cdriver.api import constants
 from cdriver.api.imex_mode import IMEX_MODE_HOST_MANAGED
+from cdriver.kube.resources import RESOURCES
 from cdriver.nvml.discover import channel_device_path
 from cdriver.sim.imex.host_service import HostImexService
 from cdriver.sim.world import scenario
@@ -53,22 +54,33 @@ def test_host_managed_workload_waits_for_the_host_service(world: SimWorld, servi
     assert raw.list(scenario.DAEMONSETS, namespace=DRIVER_NAMESPACE,
                     label_selector=f"{constants.LABEL_COMPUTE_DOMAIN}={uid}")["items"] == []
 
+    # the plugin of the node without host service taints its channel (it probes every 5 s)
+    def taint_on(node: str) -> scenario.Seen:
+        found = [t for s in raw.list(RESOURCES["resourceslices"])["items"] if s["spec"].get("nodeName") == node
+                 for d in s["spec"]["devices"] for t in d.get("taints") or []]
+        return scenario.Seen(bool(found), found, str(found))
+
+    (taint,) = scenario.wait_for(f"{down_node}'s channel tainted", lambda: taint_on(down_node), 30)
+    assert (taint["key"], taint["value"]) == ("compute-domain.nvidia.com/unusable", "host-imex-not-ready")
+    scenario.wait_for(f"{up_node}'s channel untainted (its host service runs)", lambda: scenario.Seen(
+        not taint_on(up_node).ok, None, taint_on(up_node).detail), 30)
+
     raw.create(scenario.PODS, scenario.workload_pod("ok", ns, "host-channel", node=up_node), ns)
     raw.create(scenario.PODS, scenario.workload_pod("waits", ns, "host-channel", node=down_node), ns)
     (ok,) = scenario.wait_pods_running(raw, ns, ["ok"], 120)
     assert exec_in(world, ns, ok, ["test", "-c", channel_device_path(0)]).returncode == 0
     assert exec_in(world, ns, ok, ["test", "-e", channel_device_path(1)]).returncode == 1
 
-    def stuck_with_reason() -> scenario.Seen:
+    def unschedulable() -> scenario.Seen:
         pod = raw.get(scenario.PODS, "waits", ns)
         events = [e.get("message", "") for e in scenario.events_for(raw, ns, "waits")
-                  if e.get("reason") == "FailedPrepareDynamicResources"]
-        ok_ = scenario.pod_waiting_reason(pod) == "ContainerCreating" and any("imex_ctrl.sock" in m for m in events)
-        return scenario.Seen(ok_, events, f"{scenario.pod_waiting_reason(pod)} {events}")
+                  if e.get("reason") == "FailedScheduling"]
+        return scenario.Seen(not pod["spec"].get("nodeName") and bool(events), events, f"{pod.get('status')} {events}")
 
-    events = scenario.wait_for("the workload on the node without host service to wait with an Event",
-                               stuck_with_reason, 90)
-    assert any("READY" in m or "not ready" in m.lower() or "nvidia-imex-ctl" in m for m in events), events
+    # pinned to the tainted node, the workload waits in scheduling (not in ContainerCreating there)
+    events = scenario.wait_for("the workload for the node without host service to wait unscheduled",
+                               unschedulable, 90)
+    print(f"\nscheduler: {events[-1]}")
     assert scenario.nodes_labelled(raw, uid) == []  # host mode never labels nodes
 
     services[down_node].start()
