@@ -86,7 +86,8 @@ def test_registration_health_and_resource_slice(plugin_factory: Callable[..., Pl
     assert info.type == "DRAPlugin"
     assert info.name == DRIVER_NAME
     assert info.endpoint == str(plugin.dra_socket)
-    assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth",
+                                            "v1alpha1.DRAResourceHealth"]
     assert oct(plugin.reg_socket.stat().st_mode & 0o777) == oct(0o600)
 
     with grpc.insecure_channel(f"127.0.0.1:{plugin.health_port}") as ch:
