@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from cdriver.dra.resource_health import HealthFeed
@@ -52,6 +53,8 @@ class HealthMonitor:
         #: receives the channel devices' taints whenever they change (the slice publisher)
         self.on_taints: Callable[[list[dict]], None] = lambda taints: None
         self._taints: list[dict] | None = None
+        self._probed: tuple[list[tuple[str, str]], str] | None = None
+        self._probed_at = 0.0
 
     def start(self) -> HealthMonitor:
         self.update()
@@ -109,13 +112,23 @@ class HealthMonitor:
     def inputs(self) -> HealthInputs:
         st, cfg = self.state, self.state.config
         clique_id = st.discovery.clique_id
-        problems = self._fabric_problems(clique_id) if clique_id else []
+        problems, host_problem = self._probe(clique_id)
         return HealthInputs(
             node_name=cfg.node_name, devices=tuple(published_devices(cfg.host_managed)),
             host_managed=cfg.host_managed, clique_id=clique_id,
             fabric_problem="; ".join(what for _, what in problems), fabric_code=problems[0][0] if problems else "",
-            host_problem=self._host_problem() if cfg.host_managed and clique_id else "",
-            holders={} if cfg.host_managed else self._holders(clique_id))
+            host_problem=host_problem, holders={} if cfg.host_managed else self._holders(clique_id))
+
+    def _probe(self, clique_id: str) -> tuple[list[tuple[str, str]], str]:
+        """The fabric's problems and the host service's, probed at most once an interval (a cache
+        change recomputes the report without asking NVML or nvidia-imex again)."""
+        now = time.monotonic()
+        if self._probed is None or now - self._probed_at >= self.interval * 0.9:
+            host_managed = self.state.config.host_managed
+            self._probed = (self._fabric_problems(clique_id) if clique_id else [],
+                            self._host_problem() if host_managed and clique_id else "")
+            self._probed_at = now
+        return self._probed
 
     def _fabric_problems(self, clique_id: str) -> list[tuple[str, str]]:
         read_root = self.state.config.read_root
