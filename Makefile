@@ -65,7 +65,7 @@ peer-if-any: build-plan
 # -rs: every skip is reported with its reason; the driver image is checked on every platform of
 # IMAGE_PLATFORMS (the arm64 one under emulation: its bundle is packaged again after each source change)
 test: lint control-plane test-parts node-parts peer-if-any
-	CDRIVER_IMAGE_PLATFORMS=$(IMAGE_PLATFORMS) $(BIN)/pytest -q -rs $(PYTEST_ARGS)
+	CDRIVER_IMAGE_PLATFORMS=$(IMAGE_PLATFORMS) $(BIN)/pytest -q -rs --durations=25 $(PYTEST_ARGS)
 
 unit: venv
 	$(BIN)/pytest -q -m unit $(PYTEST_ARGS)

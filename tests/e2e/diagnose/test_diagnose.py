@@ -370,6 +370,18 @@ def test_plugin_not_running_on_a_node(world: SimWorld, prom: LocalPrometheus, e2
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
             {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": [node]}]}]}}}}}}}, DRIVER_NAMESPACE)
     try:
+        # the template change replaces every node's plugin pod: once the others are back, the
+        # only broken node is the one without a plugin
+        others = {n.name for n in world.nodes} - {node}
+
+        def others_back() -> bool:
+            pods = world.raw.list(scenario.PODS, DRIVER_NAMESPACE, label_selector=PLUGIN_SELECTOR)["items"]
+            ready = {p["spec"].get("nodeName") for p in pods
+                     if scenario.pod_ready(p) and not p["metadata"].get("deletionTimestamp")
+                     and p["spec"].get("affinity")}
+            return ready >= others
+
+        wait_for("the other nodes' plugins replaced and Ready", others_back, 120, interval=0.5)
         chain, text = first_broken(world, ["computedomain", "noplugin", "-n", ns], "resourceslices", timeout=120)
         assert f"node {node}:" in link_of(chain, "resourceslices")["summary"]
         assert_text_leads_with(text, "resourceslices", "no plugin pod",
