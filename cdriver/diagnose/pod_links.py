@@ -161,6 +161,8 @@ def check_allocation(snap: Snapshot, w: Workload) -> Link:
         tainted = tainted_channels(snap, pod_node(w.pod))
         if tainted:
             msg += f" (the plugin tainted: {'; '.join(tainted)})"
+            if sched:
+                verdict = Verdict.FAIL  # a node that cannot give a channel is no bootstrap delay
         return link(key, title, verdict, f"{w.label}: {claim_label} has no allocation: {msg}", evidence + tainted,
                     {w.label: {"claimUID": uid_of(w.claim)}},
                     "kubectl get resourceslices -o yaml  (the channel's taint says why; the kubelet plugin's log "

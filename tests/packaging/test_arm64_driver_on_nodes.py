@@ -21,17 +21,15 @@ from pathlib import Path
 import pytest
 
 from cdriver.api import constants
-from cdriver.imex.config import IMEX_CTL_BINARY
 from cdriver.nvml.discover import channel_device_path
 from cdriver.sim.world import scenario
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld, component_of
-from tests.support.world import create_domain, delete_all, exec_in, is_char_device, start_world, text
+from tests.support.world import create_domain, delete_all, domain_up, exec_in, is_char_device, start_world, text
 
 pytestmark = [pytest.mark.multiplatform, pytest.mark.timeout(5400)]
 
 ARM64 = "linux/arm64"
 NODES = 2
-IMEXD_CONFIG = "/imexd/imexd.cfg"
 #: emulated starts are tens of times slower than native ones
 EMULATED_TIMEOUT = 600
 
@@ -115,16 +113,8 @@ def test_arm64_plugins_and_daemons_bring_up_a_domain_and_its_channels(world: Sim
     entries = scenario.wait_for("both arm64 daemons Ready in the clique", clique_ready, EMULATED_TIMEOUT)
     assert sorted(e["index"] for e in entries) == list(range(NODES))
 
-    def up(pod: dict) -> scenario.Seen:
-        out = exec_in(world, DRIVER_NAMESPACE, pod, [IMEX_CTL_BINARY, "-c", IMEXD_CONFIG, "-N", "-j"])
-        try:
-            found = json.loads(text(out.stdout))
-        except ValueError:
-            return scenario.Seen(False, None, text(out.stdout) + text(out.stderr))
-        return scenario.Seen(found.get("status") == "UP" and len(found.get("nodes") or {}) == NODES, found,
-                             json.dumps(found)[:2000])
-
-    scenario.wait_for("the IMEX domain UP across both arm64 daemons", lambda: up(daemons[0]), EMULATED_TIMEOUT)
+    scenario.wait_for("the IMEX domain UP across both arm64 daemons", lambda: domain_up(world, daemons[0], NODES),
+                      EMULATED_TIMEOUT)
     print(f"\n[arm64] {NODES} workload pods Running with their channels {took:.0f} s after they were created "
           "(daemons, plugins and IMEX stand-ins all emulated)", flush=True)
     delete_all(world, ns, list(names.values()), "arm", uid)

@@ -211,3 +211,22 @@ def health_after_imex_kill(world: SimWorld, namespace: str, pod_name: str, daemo
         time.sleep(0.05)
     raise AssertionError(f"{pod_name}'s channel health after killing nvidia-imex: {seen or 'never Unhealthy'}; "
                          f"now {channel_health(world, namespace, pod_name)}")
+
+
+#: where a daemon container finds its IMEX config
+IMEXD_CONFIG = "/imexd/imexd.cfg"
+
+
+def domain_up(world: SimWorld, daemon_pod: dict, nodes: int) -> scenario.Seen:
+    """Whether the daemon's `nvidia-imex-ctl -N -j` reports the IMEX domain UP with `nodes` READY nodes."""
+    from cdriver.imex.config import IMEX_CTL_BINARY
+
+    out = exec_in(world, DRIVER_NAMESPACE, daemon_pod, [IMEX_CTL_BINARY, "-c", IMEXD_CONFIG, "-N", "-j"])
+    try:
+        found = json.loads(text(out.stdout))
+    except ValueError:
+        return scenario.Seen(False, None, text(out.stdout) + text(out.stderr))
+    listed = found.get("nodes") or {}
+    ok = found.get("status") == "UP" and len(listed) == nodes and all(
+        n.get("status") == "READY" for n in listed.values())
+    return scenario.Seen(ok, found, json.dumps(found)[:2000])

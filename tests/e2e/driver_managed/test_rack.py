@@ -14,16 +14,14 @@ from collections.abc import Iterator
 import pytest
 
 from cdriver.api import constants
-from cdriver.imex.config import IMEX_CTL_BINARY
 from cdriver.nvml.discover import channel_device_path
 from cdriver.sim.gpu.topology import resolve_topology
 from cdriver.sim.world import scenario
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
 from tests.support.metrics import sample_value
-from tests.support.world import create_domain, delete_all, exec_in, is_char_device, start_world, text
+from tests.support.world import create_domain, delete_all, domain_up, is_char_device, start_world
 
 TRAYS = 18
-IMEXD_CONFIG = "/imexd/imexd.cfg"
 
 
 @pytest.fixture(scope="module")
@@ -55,20 +53,9 @@ def test_one_rack_bootstraps_one_domain_across_all_18_trays(world: SimWorld, e2e
     daemons = scenario.daemon_pods(raw, DRIVER_NAMESPACE, uid)
     assert sorted(d["spec"]["nodeName"] for d in daemons) == sorted(names)
 
-    def up(pod: dict) -> scenario.Seen:
-        out = exec_in(world, DRIVER_NAMESPACE, pod, [IMEX_CTL_BINARY, "-c", IMEXD_CONFIG, "-N", "-j"])
-        try:
-            found = json.loads(text(out.stdout))
-        except ValueError:
-            return scenario.Seen(False, None, text(out.stdout) + text(out.stderr))
-        nodes = found.get("nodes") or {}
-        ok = found.get("status") == "UP" and len(nodes) == TRAYS and all(
-            n.get("status") == "READY" for n in nodes.values())
-        return scenario.Seen(ok, found, json.dumps(found)[:2000])
-
     for daemon in daemons:
         scenario.wait_for(f"the IMEX domain UP with 18 READY nodes, seen by {daemon['spec']['nodeName']}",
-                          lambda d=daemon: up(d), 90)
+                          lambda d=daemon: domain_up(world, d, TRAYS), 90)
         url = f"http://{daemon['status']['podIP']}:8082/metrics"
         assert sample_value(url, "cdriver_imex_daemon_clique_update_conflicts_total") == 0, url
         assert (sample_value(url, "cdriver_imex_daemon_index") or 0) in range(TRAYS)

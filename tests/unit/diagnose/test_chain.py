@@ -157,6 +157,25 @@ def test_unallocated_claim_waits_then_fails_on_repeated_scheduling_failures() ->
     assert "cannot allocate all claims" in chain.first_broken.summary
 
 
+def test_a_claim_kept_off_a_tainted_channel_fails_at_once_naming_the_taint() -> None:
+    data = healthy()
+    claim = find(data, "resourceclaims", "w1-channel-abc")
+    claim["status"] = {}
+    pod = find(data, "pods", "w1")
+    pod["spec"].pop("nodeName")
+    pod["status"] = {"phase": "Pending", "resourceClaimStatuses": pod["status"]["resourceClaimStatuses"]}
+    make_young(pod)
+    sl = find(data, "resourceslices", "node-1-slice")
+    sl["spec"]["devices"][0]["taints"] = [{"key": "compute-domain.nvidia.com/unusable", "value": "fabric-unhealthy",
+                                           "effect": "NoSchedule"}]
+    data["events"].append(event(pod, "FailedScheduling", "0/3 nodes are available: cannot allocate all claims"))
+    chain = run(data)
+    assert first(chain) == ("allocation", "FAIL"), "a young pod, but no bootstrap delay"
+    assert "channel-0 on node node-1 is tainted compute-domain.nvidia.com/unusable=fabric-unhealthy:NoSchedule" \
+        in chain.first_broken.summary
+    assert "kubectl get resourceslices -o yaml" in chain.first_broken.next_command
+
+
 def test_non_fabric_placement_is_the_allocation() -> None:
     data = healthy()
     find(data, "nodes", "node-1")["metadata"]["labels"].pop(constants.LABEL_NODE_CLIQUE)
