@@ -41,6 +41,7 @@ from cdriver_build.build import (
     BUNDLE_RECORD,
     ImageArchive,
     bundle_key,
+    bundle_name,
     cache_root,
     ensure_images,
     image_ref,
@@ -161,9 +162,8 @@ def test_each_images_executable_is_its_platforms_and_the_bundle_of_these_sources
     assert platforms.of_executable(exe).name == plat
     libs = [p for p in (root / "opt/cdriver").rglob("*.so*") if p.is_file() and not p.is_symlink()]
     assert libs and {platforms.of_executable(p).name for p in libs} == {plat}, "every library of its platform"
-    arch = platforms.PLATFORMS[plat].architecture
     key = bundle_key(source_root(), platforms.PLATFORMS[plat])
-    bundle = cache_root() / (f"bundle-{key}" if not emulated(plat) else f"bundle-{arch}-{key}")
+    bundle = cache_root() / bundle_name(key, platforms.PLATFORMS[plat])
     record = json.loads((bundle / BUNDLE_RECORD).read_text())
     with capsys.disabled():  # on the terminal whatever the capture: which bundle this run tested
         print(f"\n[images] the {plat} image holds {bundle.name} ({bundle}), packaged at commit "

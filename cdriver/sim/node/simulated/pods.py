@@ -538,9 +538,11 @@ class PodWorker:
     def _add_resource_health(self, pod: dict, status: dict) -> None:
         """Each container's allocatedResourcesStatus: the health of the devices of its claims."""
         specs = {c["name"]: c for c in self.containers.specs(False)}
+        names = dict(pod_claim_names(pod))
         for cs in status.get("containerStatuses") or []:
             spec = specs.get(cs.get("name"))
-            found = allocated_resources_status(pod, spec, self.rt.claims, self.rt.health) if spec else []
+            found = allocated_resources_status(self.namespace, names, spec, self.rt.claims, self.rt.health) \
+                if spec else []
             if found:
                 cs["allocatedResourcesStatus"] = found
 

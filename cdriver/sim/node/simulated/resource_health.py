@@ -141,24 +141,13 @@ class HealthWatcher:
             self._stop.wait(self.retry)
 
 
-def pod_claim_name(pod: dict[str, Any], pod_claim: str) -> str:
-    """The ResourceClaim object a pod's claim `pod_claim` names ("" when not known yet)."""
-    for status in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
-        if status.get("name") == pod_claim and status.get("resourceClaimName"):
-            return str(status["resourceClaimName"])
-    for claim in (pod.get("spec") or {}).get("resourceClaims") or []:
-        if claim.get("name") == pod_claim and claim.get("resourceClaimName"):
-            return str(claim["resourceClaimName"])
-    return ""
-
-
-def allocated_resources_status(pod: dict[str, Any], container: dict[str, Any], claims: ClaimCache,
-                               health: HealthCache) -> list[dict[str, Any]]:
-    """The container's allocatedResourcesStatus (empty when it uses no prepared claim)."""
-    namespace = (pod.get("metadata") or {}).get("namespace", "")
+def allocated_resources_status(namespace: str, claim_names: dict[str, str | None], container: dict[str, Any],
+                               claims: ClaimCache, health: HealthCache) -> list[dict[str, Any]]:
+    """The container's allocatedResourcesStatus (empty when it uses no prepared claim); `claim_names`
+    maps the pod's claim names to their ResourceClaims (`claims.pod_claim_names`)."""
     out = []
     for use in (container.get("resources") or {}).get("claims") or []:
-        name = pod_claim_name(pod, use.get("name", ""))
+        name = claim_names.get(use.get("name", ""))
         info = claims.get(namespace, name) if name else None
         if info is None:
             continue

@@ -7,6 +7,7 @@ from pathlib import Path
 from cdriver.dra.node_service import ClaimRef, PreparedDevice
 from cdriver.dra.resource_health import HEALTHY, UNHEALTHY, UNKNOWN, DeviceHealthReport
 from cdriver.sim.node.simulated.claim_cache import ClaimCache
+from cdriver.sim.node.simulated.claims import pod_claim_names
 from cdriver.sim.node.simulated.resource_health import (
     HealthCache,
     allocated_resources_status,
@@ -61,9 +62,10 @@ def test_a_containers_claims_show_their_devices_health(tmp_path: Path) -> None:
            "spec": {"resourceClaims": [{"name": "channel", "resourceClaimTemplateName": "t"}]},
            "status": {"resourceClaimStatuses": [{"name": "channel", "resourceClaimName": "w-channel-x"}]}}
     container = {"name": "main", "resources": {"claims": [{"name": "channel"}]}}
-    assert allocated_resources_status(pod, container, claims, cache) == [
+    names = dict(pod_claim_names(pod))
+    assert allocated_resources_status("ns", names, container, claims, cache) == [
         {"name": "claim:channel", "resources": [
             {"resourceID": "k8s.x/claim=uid-1-channel-0", "health": "Unhealthy", "message": "daemon not Ready"}]}]
     with_request = {"name": "main", "resources": {"claims": [{"name": "channel", "request": "other"}]}}
-    assert allocated_resources_status(pod, with_request, claims, cache) == [], "a device of another request"
-    assert allocated_resources_status(pod, {"name": "x"}, claims, cache) == []
+    assert allocated_resources_status("ns", names, with_request, claims, cache) == [], "a device of another request"
+    assert allocated_resources_status("ns", names, {"name": "x"}, claims, cache) == []
