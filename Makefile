@@ -62,10 +62,11 @@ peer: build-plan
 peer-if-any: build-plan
 	hack/peer/build.sh || { rc=$$?; [ $$rc -eq 4 ] && [ "$${CDRIVER_REQUIRE_UPSTREAM:-}" != 1 ]; }
 
+# pytest in two lanes at once (hack/test-lanes.sh: unit/integration/packaging beside e2e/reliability);
 # -rs: every skip is reported with its reason; the driver image is checked on every platform of
 # IMAGE_PLATFORMS (the arm64 one under emulation: its bundle is packaged again after each source change)
 test: lint control-plane test-parts node-parts peer-if-any
-	CDRIVER_IMAGE_PLATFORMS=$(IMAGE_PLATFORMS) $(BIN)/pytest -q -rs --durations=25 $(PYTEST_ARGS)
+	CDRIVER_IMAGE_PLATFORMS=$(IMAGE_PLATFORMS) PYTEST=$(BIN)/pytest hack/test-lanes.sh $(PYTEST_ARGS)
 
 unit: venv
 	$(BIN)/pytest -q -m unit $(PYTEST_ARGS)
