@@ -141,14 +141,19 @@ def test_no_workload_yet_means_zero_daemon_pods_is_expected() -> None:
     assert chain.exit_code == EXIT_PASS
 
 
-def test_unallocated_claim_waits_then_fails_on_repeated_scheduling_failures() -> None:
-    data = healthy()
-    claim = find(data, "resourceclaims", "w1-channel-abc")
-    claim["status"] = {}
+def unallocated_young_w1(data: dict) -> dict:
+    """Make w1's claim unallocated and w1 a young unscheduled pod; returns the pod."""
+    find(data, "resourceclaims", "w1-channel-abc")["status"] = {}
     pod = find(data, "pods", "w1")
     pod["spec"].pop("nodeName")
     pod["status"] = {"phase": "Pending", "resourceClaimStatuses": pod["status"]["resourceClaimStatuses"]}
     make_young(pod)
+    return pod
+
+
+def test_unallocated_claim_waits_then_fails_on_repeated_scheduling_failures() -> None:
+    data = healthy()
+    pod = unallocated_young_w1(data)
     assert first(run(data)) == ("allocation", "WAIT")
     data["events"].append(event(pod, "FailedScheduling", "0/3 nodes are available: cannot allocate all claims",
                                 count=5))
@@ -159,12 +164,7 @@ def test_unallocated_claim_waits_then_fails_on_repeated_scheduling_failures() ->
 
 def test_a_claim_kept_off_a_tainted_channel_fails_at_once_naming_the_taint() -> None:
     data = healthy()
-    claim = find(data, "resourceclaims", "w1-channel-abc")
-    claim["status"] = {}
-    pod = find(data, "pods", "w1")
-    pod["spec"].pop("nodeName")
-    pod["status"] = {"phase": "Pending", "resourceClaimStatuses": pod["status"]["resourceClaimStatuses"]}
-    make_young(pod)
+    pod = unallocated_young_w1(data)
     sl = find(data, "resourceslices", "node-1-slice")
     sl["spec"]["devices"][0]["taints"] = [{"key": "compute-domain.nvidia.com/unusable", "value": "fabric-unhealthy",
                                            "effect": "NoSchedule"}]
