@@ -44,10 +44,19 @@ def apiserver_requests(world: Any) -> float:
     return metric_sum(str(world.raw.request("GET", "/metrics")), "apiserver_request_total")
 
 
-def controller_writes(world: Any) -> float:
+def controller_writes(world: Any, timeout: float = 90.0) -> float:
+    """The controller's write counter; waits for its endpoint while an earlier kill test's
+    replacement controller is still starting (connection refused until it listens)."""
     url = f"http://127.0.0.1:{world.settings.controller_metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - a local URL
-        return metric_sum(resp.read().decode(), "cdriver_controller_api_writes_total")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - a local URL
+                return metric_sum(resp.read().decode(), "cdriver_controller_api_writes_total")
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def run_round(world: Any, ns: str, round_no: int) -> dict[str, Any]:
