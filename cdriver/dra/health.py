@@ -1,7 +1,10 @@
 """gRPC health service (grpc.health.v1.Health) that checks the plugin's own sockets.
 
 A Check dials the registration socket (GetInfo) and the DRA socket (an empty v1beta1
-NodePrepareResources), exactly what kubelet relies on; both must answer for SERVING.
+NodePrepareResources), exactly what kubelet relies on; both must answer for SERVING. The
+"readiness" service asks one more thing, cheaply: whether kubelet has confirmed the
+registration (a new pod of a rolling update is Ready, and its old pod is stopped, only once
+kubelet can send it calls).
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from cdriver.dra.gen.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 log = logging.getLogger(__name__)
 
 #: Service names a probe may ask for.
-KNOWN_SERVICES = ("", "liveness")
+KNOWN_SERVICES = ("", "liveness", "readiness")
+READINESS = "readiness"
 
 
 def probe_plugin_sockets(registration_socket: Path, dra_socket: Path, timeout: float = 5.0) -> str:
@@ -43,15 +47,17 @@ def probe_plugin_sockets(registration_socket: Path, dra_socket: Path, timeout: f
 
 
 class HealthServicer(health_pb2_grpc.HealthServicer):
-    """Answers Check for "" and "liveness" by running `check` (returns "" when healthy)."""
+    """Answers Check for "" and "liveness" by running `check`, and for "readiness" by running
+    `ready` (each returns "" when healthy; without `ready`, readiness is `check`)."""
 
-    def __init__(self, check: Callable[[], str]):
+    def __init__(self, check: Callable[[], str], ready: Callable[[], str] | None = None):
         self.check = check
+        self.ready = ready or check
 
     def Check(self, request: health_pb2.HealthCheckRequest, context: grpc.ServicerContext):
         if request.service not in KNOWN_SERVICES:
             context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
-        problem = self.check()
+        problem = self.ready() if request.service == READINESS else self.check()
         if problem:
             log.warning("health check failed: %s", problem)
             return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.NOT_SERVING)
@@ -65,10 +71,11 @@ def listen_host(address: str) -> str:
     return f"[{address}]" if ":" in address and not address.startswith("[") else address
 
 
-def serve_health_tcp(port: int, check: Callable[[], str], host: str = "[::]") -> tuple[grpc.Server, int]:
+def serve_health_tcp(port: int, check: Callable[[], str], host: str = "[::]",
+                     ready: Callable[[], str] | None = None) -> tuple[grpc.Server, int]:
     """Serve the health service on TCP `port` (0 = random); returns (server, bound port)."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="grpc-health"))
-    health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(check), server)
+    health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(check, ready), server)
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise RuntimeError(f"cannot listen on {host}:{port} for the health service")

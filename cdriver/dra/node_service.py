@@ -9,7 +9,10 @@ The gRPC server runs handlers on a thread pool, so calls proceed concurrently.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -138,16 +141,61 @@ def _devices_to_pb(pb, devices: list[PreparedDevice], with_share_id: bool) -> li
     return out
 
 
+class InFlight:
+    """The node-service calls being served now; a stopping plugin waits for them (`wait_idle`)
+    before it withdraws its sockets, so that kubelet never sees a call cut off."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._calls = 0
+
+    @contextmanager
+    def call(self) -> Iterator[None]:
+        with self._cond:
+            self._calls += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._calls -= 1
+                self._cond.notify_all()
+
+    @property
+    def calls(self) -> int:
+        with self._cond:
+            return self._calls
+
+    def wait_idle(self, timeout: float) -> bool:
+        """True once no call is being served; False if some still are after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._calls:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            return True
+
+
 class _Servicer:
     """Shared translation for both API versions."""
 
     pb = v1_pb2
     with_share_id = True
 
-    def __init__(self, driver: NodeDriver):
+    def __init__(self, driver: NodeDriver, inflight: InFlight | None = None):
         self.driver = driver
+        self.inflight = inflight or InFlight()
 
     def NodePrepareResources(self, request, context: grpc.ServicerContext):
+        with self.inflight.call():
+            return self._prepare(request)
+
+    def NodeUnprepareResources(self, request, context: grpc.ServicerContext):
+        with self.inflight.call():
+            return self._unprepare(request)
+
+    def _prepare(self, request):
         results = _call_prepare(self.driver, _claims(request))
         resp = self.pb.NodePrepareResourcesResponse()
         for uid, res in results.items():
@@ -158,7 +206,7 @@ class _Servicer:
                 entry.devices.extend(_devices_to_pb(self.pb, res.devices, self.with_share_id))
         return resp
 
-    def NodeUnprepareResources(self, request, context: grpc.ServicerContext):
+    def _unprepare(self, request):
         results = _call_unprepare(self.driver, _claims(request))
         resp = self.pb.NodeUnprepareResourcesResponse()
         for uid, err in results.items():
@@ -181,11 +229,13 @@ class DRAPluginV1beta1Servicer(_Servicer, v1beta1_grpc.DRAPluginServicer):
 
 
 def serve_node_service(socket_path: Path, driver: NodeDriver, max_workers: int = 16,
-                       extra: list[Callable[[grpc.Server], None]] | None = None) -> grpc.Server:
+                       extra: list[Callable[[grpc.Server], None]] | None = None,
+                       inflight: InFlight | None = None) -> grpc.Server:
     """Serve both DRA node service versions on `socket_path` with a thread pool (and the services
-    `extra` adds to the same socket, e.g. the resource health service)."""
-    v1 = DRAPluginV1Servicer(driver)
-    v1beta1 = DRAPluginV1beta1Servicer(driver)
+    `extra` adds to the same socket, e.g. the resource health service); `inflight` counts the
+    calls being served."""
+    v1 = DRAPluginV1Servicer(driver, inflight)
+    v1beta1 = DRAPluginV1beta1Servicer(driver, inflight)
     return sockets.serve_unix(
         Path(socket_path),
         [

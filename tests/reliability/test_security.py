@@ -14,7 +14,8 @@ from typing import Any
 from cdriver.api import constants
 from cdriver.kube.errors import ApiError
 from cdriver.kube.resources import RESOURCES
-from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME, DRA_SOCKET_NAME, REGISTRATION_SOCKET_NAME
+from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME
+from cdriver.roles.kubelet_plugin.instances import instance_of_dra, instance_of_registration
 from cdriver.sim.world import scenario
 from tests.reliability import cluster as rc
 from tests.reliability.figures import record
@@ -49,8 +50,13 @@ def test_sockets_cdi_specs_and_checkpoint_have_plugin_modes(rel_world: Any, rel_
     for name in nodes:
         layout = rel_world.node(name).agent.layout
         plugin_dir = layout.plugins_dir / constants.DRIVER_NAME
-        files = [(plugin_dir / DRA_SOCKET_NAME, 0o077, "gRPC socket"),
-                 (layout.registry_dir / REGISTRATION_SOCKET_NAME, 0o077, "registration socket"),
+        # the sockets of the plugin pod serving now (named after its pod UID on 1.33+)
+        dra_sockets = [p for p in plugin_dir.glob("dra*.sock") if instance_of_dra(p.name) is not None]
+        reg_sockets = [p for p in layout.registry_dir.glob(f"{constants.DRIVER_NAME}-*reg.sock")
+                       if instance_of_registration(p.name) is not None]
+        assert len(dra_sockets) == len(reg_sockets) == 1, f"{name}: sockets {dra_sockets} {reg_sockets}"
+        files = [(dra_sockets[0], 0o077, "gRPC socket"),
+                 (reg_sockets[0], 0o077, "registration socket"),
                  (plugin_dir / CHECKPOINT_FILE_NAME, 0o077, "checkpoint"),
                  (plugin_dir, 0o022, "plugin directory")]
         cdi_dir = layout.host_path(rc.CDI_ROOT)

@@ -19,7 +19,8 @@ import yaml
 from cdriver.api.constants import CDI_VENDOR, DRIVER_NAME
 from cdriver.checkpoint import CheckpointStore
 from cdriver.kube.raw import RawClient
-from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME, DRA_SOCKET_NAME, REGISTRATION_SOCKET_NAME
+from cdriver.roles.kubelet_plugin.config import CHECKPOINT_FILE_NAME
+from cdriver.roles.kubelet_plugin.instances import dra_socket_name, registration_socket_name
 from tests.support.kubelet import Kubelet
 from tests.support.waiting import wait_for
 
@@ -62,6 +63,8 @@ class PluginProcess:
     base: Path
     extra_args: list[str] = field(default_factory=list)
     gates: str = ""
+    #: an instance of a rolling update: sockets (and this harness's log) named after it
+    pod_uid: str = ""
     proc: subprocess.Popen | None = None
     health_port: int = 0
 
@@ -83,15 +86,15 @@ class PluginProcess:
 
     @property
     def dra_socket(self) -> Path:
-        return self.plugin_dir / DRA_SOCKET_NAME
+        return self.plugin_dir / dra_socket_name(self.pod_uid)
 
     @property
     def reg_socket(self) -> Path:
-        return self.registry_dir / REGISTRATION_SOCKET_NAME
+        return self.registry_dir / registration_socket_name(self.pod_uid)
 
     @property
     def log_path(self) -> Path:
-        return self.base / "plugin.log"
+        return self.base / (f"plugin-{self.pod_uid}.log" if self.pod_uid else "plugin.log")
 
     def start(self) -> PluginProcess:
         from cdriver.sim.controlplane.cluster import free_port
@@ -106,7 +109,8 @@ class PluginProcess:
             "--kubelet-plugins-directory-path", str(self.plugins_dir),
             "--kubelet-registrar-directory-path", str(self.registry_dir), "--cdi-root", str(self.cdi_root),
             "--prepare-timeout", f"{PREPARE_TIMEOUT}s", "--healthcheck-port", str(self.health_port),
-            "--host-probe-interval", "0.2s", *self.extra_args,
+            "--host-probe-interval", "0.2s", *(["--pod-uid", self.pod_uid] if self.pod_uid else []),
+            *self.extra_args,
         ]
         env = self.node.root.process_env()
         with open(self.log_path, "ab") as log:

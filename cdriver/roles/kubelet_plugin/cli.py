@@ -25,6 +25,7 @@ from cdriver.imex.ctl import DEFAULT_HOST_IMEX_SOCKET
 from cdriver.imex.settings import TUNABLES, ImexSettings
 from cdriver.kube.ratelimit import limiter_for
 from cdriver.roles.kubelet_plugin.config import DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS
+from cdriver.roles.kubelet_plugin.instances import check_pod_uid
 from cdriver.roles.startup import check_http_endpoint, kube_api_options, resolve_imex, root_options
 from cdriver.roles.startup_log import log_startup_configuration
 
@@ -185,6 +186,20 @@ def imex_settings(opts: dict) -> ImexSettings:
     show_default=True,
     help="Pause between host nvidia-imex probes while a Prepare waits (hostManaged).",
 )
+@_opt(
+    "--pod-uid",
+    default="",
+    envvar="POD_UID",
+    help="This plugin pod's UID: the sockets carry it, so that the old and the new pod of a rolling "
+         "update serve side by side (kubelet 1.33+). Empty: fixed socket names, one instance per node.",
+)
+@_opt(
+    "--shutdown-grace",
+    default="35s",
+    envvar="SHUTDOWN_GRACE",
+    show_default=True,
+    help="On SIGTERM, how long in-flight Prepare/Unprepare calls may take before the sockets go.",
+)
 @click.pass_context
 def command(ctx: click.Context, **opts: Any) -> None:
     """Serve the DRA node API for IMEX channels and daemons on this node."""
@@ -219,6 +234,8 @@ def build_config(opts: dict, feature_gates: str) -> PluginConfig:
     burst = opts.get("kube_api_burst", DEFAULT_KUBE_API_BURST)
     limiter_for(qps, burst)  # refuses an impossible limit
     settings = imex_settings(opts)
+    pod_uid = opts.get("pod_uid") or ""
+    check_pod_uid(pod_uid)
     if prepare_timeout >= 45:
         raise click.BadParameter("must be below kubelet's 45s call timeout", param_hint="--prepare-timeout")
     config = PluginConfig(
@@ -244,6 +261,8 @@ def build_config(opts: dict, feature_gates: str) -> PluginConfig:
         prepare_timeout=prepare_timeout,
         cleanup_interval=parse_duration(opts["cleanup_interval"], "--cleanup-interval"),
         host_probe_interval=parse_duration(opts["host_probe_interval"], "--host-probe-interval"),
+        pod_uid=pod_uid,
+        shutdown_grace=parse_duration(opts.get("shutdown_grace") or "35s", "--shutdown-grace"),
         gates=imex.gates,
         imex_settings=settings,
     )

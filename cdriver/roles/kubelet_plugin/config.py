@@ -12,6 +12,7 @@ from cdriver.cdi.model import CDI_STATIC_DIR
 from cdriver.dra.registration import KUBELET_PLUGINS_DIR, KUBELET_REGISTRY_DIR
 from cdriver.imex.ctl import DEFAULT_HOST_IMEX_SOCKET
 from cdriver.imex.settings import DEFAULT_SETTINGS, ImexSettings
+from cdriver.roles.kubelet_plugin import instances
 
 DRA_SOCKET_NAME = "dra.sock"
 REGISTRATION_SOCKET_NAME = f"{constants.DRIVER_NAME}-reg.sock"
@@ -21,6 +22,9 @@ PLUGIN_DOMAINS_DIR_NAME = "domains"  # <plugin data dir>/domains/<cd uid>/: daem
 DEFAULT_PREPARE_TIMEOUT = 30.0  # below kubelet's 45 s per-call deadline
 DEFAULT_CLEANUP_INTERVAL = 600.0
 DEFAULT_HOST_PROBE_INTERVAL = 1.0
+#: How long a stopping plugin waits for its in-flight Prepare/Unprepare calls (a Prepare waits
+#: at most the prepare timeout); the chart's terminationGracePeriodSeconds leaves room for it.
+DEFAULT_SHUTDOWN_GRACE = 35.0
 #: Client-side limit of the plugin's API requests (``--kube-api-qps``/``--kube-api-burst``).
 #: One plugin runs on every node, so the cluster-wide sum grows with the nodes: twice
 #: upstream's client-go default (5/s, burst 10), so that a start (the served-version question,
@@ -56,6 +60,10 @@ class PluginConfig:
     gpu_clique_label_enabled: bool = False
     imex_config_template: Path | None = None
     prepare_timeout: float = DEFAULT_PREPARE_TIMEOUT
+    #: The plugin pod's UID: when set, the sockets carry it, so that two instances (old and new
+    #: pod of a rolling update) serve side by side on one node (kubelet 1.33+).
+    pod_uid: str = ""
+    shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
     cleanup_interval: float = DEFAULT_CLEANUP_INTERVAL
     host_probe_interval: float = DEFAULT_HOST_PROBE_INTERVAL
     grpc_workers: int = 16
@@ -80,11 +88,11 @@ class PluginConfig:
 
     @property
     def dra_socket(self) -> Path:
-        return self.plugin_dir / DRA_SOCKET_NAME
+        return self.plugin_dir / instances.dra_socket_name(self.pod_uid)
 
     @property
     def registration_socket(self) -> Path:
-        return self.registrar_dir / REGISTRATION_SOCKET_NAME
+        return self.registrar_dir / instances.registration_socket_name(self.pod_uid)
 
     @property
     def checkpoint_path(self) -> Path:

@@ -2,7 +2,13 @@
 
 Order: validate settings → discover the driver → base CDI spec → checkpoint → caches synced →
 DRA socket → registration socket (kubelet never sees an endpoint that does not serve) →
-sweeps, health, metrics → ResourceSlice. Shutdown removes the registration socket first.
+sweeps, health, metrics → ResourceSlice. Shutdown first lets the calls in flight finish (up to
+the shutdown grace), then removes the registration socket, then the rest: kubelet closes its
+connection when the registration goes, which would cut a call off.
+
+Two instances may serve one node at once (a rolling update with per-pod sockets, see
+`instances`); everything they share goes through the checkpoint lock, and an instance that
+stops leaves the node's clique label to the other.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +46,7 @@ from cdriver.roles.kubelet_plugin.devices import published_devices
 from cdriver.roles.kubelet_plugin.discovery import NodeDiscovery, base_device_nodes, discover, read_clique_id
 from cdriver.roles.kubelet_plugin.driver import ComputeDomainDriver
 from cdriver.roles.kubelet_plugin.health_monitor import HealthMonitor
+from cdriver.roles.kubelet_plugin.instances import other_live_instances, remove_dead_instances
 from cdriver.roles.kubelet_plugin.metrics import REBUILD_CORRUPT, REBUILD_MISSING, PluginMetrics
 from cdriver.roles.kubelet_plugin.prepare import remove_orphan_specs
 from cdriver.roles.kubelet_plugin.recovery import recover
@@ -58,6 +66,20 @@ def clique_informer(raw: RawClient, namespace: str, clique_id: str) -> Informer:
     object's changes then reach the plugins of its own rack, not every plugin in the cluster."""
     selector = f"{constants.LABEL_CLIQUE_ID}={clique_id}" if clique_id else None
     return Informer(raw, COMPUTE_DOMAIN_CLIQUES, namespace=namespace, label_selector=selector)
+
+
+#: How long a readiness check waits for kubelet's registration before it answers "not ready"
+#: (the first check comes right after the start, usually a moment before kubelet's answer; the
+#: probe's timeout is 10 s)
+READY_WAIT = 5.0
+
+
+def registered_within(state: registration.RegistrationState, seconds: float) -> bool:
+    """Whether kubelet has confirmed the registration, waiting up to `seconds` for it."""
+    deadline = time.monotonic() + seconds
+    while not state.registered and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return state.registered
 
 
 class StartupError(CdriverError):
@@ -82,6 +104,7 @@ class Plugin:
     _health: HealthMonitor | None = None
     health_feed: HealthFeed | None = None
     _metrics_server: HttpServer | None = None
+    inflight: node_service.InFlight = field(default_factory=node_service.InFlight)
     _stopped: threading.Event = field(default_factory=threading.Event)
 
     # -- start ---------------------------------------------------------------------------
@@ -169,8 +192,9 @@ class Plugin:
         self.health_feed = HealthFeed()
         self._health = HealthMonitor(state, self.health_feed).start()
         state.claims_changed = self._health.poke
+        remove_dead_instances(cfg.registrar_dir, cfg.plugin_dir, cfg.pod_uid)
         dra = node_service.serve_node_service(cfg.dra_socket, self.driver, max_workers=cfg.grpc_workers,
-                                              extra=health_registrations(self.health_feed))
+                                              extra=health_registrations(self.health_feed), inflight=self.inflight)
         self._servers.append((dra, cfg.dra_socket))
         self.registration = registration.RegistrationServicer(
             constants.DRIVER_NAME, str(cfg.dra_socket),
@@ -183,10 +207,13 @@ class Plugin:
         cds.add_handler(on_delete=lambda _cd: state.wake_sweeper())
         self._sweeper.start()
         if cfg.healthcheck_port >= 0:
+            reg_state = self.registration.state
             server, port = health.serve_health_tcp(
                 cfg.healthcheck_port,
                 lambda: health.probe_plugin_sockets(cfg.registration_socket, cfg.dra_socket, timeout=5),
                 host=health.listen_host(cfg.healthcheck_address),
+                ready=lambda: "" if registered_within(reg_state, READY_WAIT) else
+                "kubelet has not confirmed the registration yet",
             )
             self.health_port = port
             self._servers.append((server, None))
@@ -278,12 +305,34 @@ class Plugin:
         self._informers = [new if i is old else i for i in self._informers]
         old.stop()
 
+    def _drain(self) -> None:
+        """Let the Prepare/Unprepare calls in flight finish, up to the shutdown grace."""
+        calls = self.inflight.calls
+        if not calls:
+            return
+        grace = self.config.shutdown_grace
+        log.info("waiting up to %.0fs for %d Prepare/Unprepare call(s) in flight", grace, calls)
+        if self.inflight.wait_idle(grace):
+            log.info("calls in flight finished")
+        else:
+            log.warning("%d call(s) still in flight after %.0fs; stopping anyway (kubelet retries them)",
+                        self.inflight.calls, grace)
+
+    def _another_instance(self) -> bool:
+        """Whether another instance of the plugin serves this node (the new pod of a rolling update)."""
+        others = other_live_instances(self.config.registrar_dir, self.config.pod_uid)
+        if others:
+            log.info("another plugin instance serves this node (%s): node labels stay", others[0].name)
+        return bool(others)
+
     def stop(self) -> None:
-        """Stop serving: registration socket first (kubelet deregisters), then the rest.
-        ResourceSlices stay; kubelet removes them when the plugin stays away."""
+        """Stop serving: calls in flight finish, then the registration socket goes (kubelet
+        deregisters), then the rest. ResourceSlices stay; kubelet removes them when the plugin
+        stays away."""
         if self._stopped.is_set():
             return
         log.info("kubelet plugin for node %s shutting down", self.config.node_name)
+        self._drain()
         if self._health is not None:
             self._health.stop()  # ends kubelet's health stream before the sockets go
         for server, path in self._servers:
@@ -300,6 +349,7 @@ class Plugin:
             and self.driver is not None
             and self.state is not None
             and self.state.discovery.clique_id
+            and not self._another_instance()
         ):
             try:
                 self.driver.preparer.labeler.set_label(constants.LABEL_NODE_CLIQUE, None)

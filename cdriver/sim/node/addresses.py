@@ -1,7 +1,8 @@
 """Loopback address blocks: the nodes of each local cluster get their own 127.X.Y.0/24.
 
-Nodes use their address as node and pod IP, and daemons bind fixed ports on it (IMEX 50000
-and 50005, the kubelet's 10250), so two clusters on one machine must not share addresses. A
+Nodes use their address as node IP (the kubelet API binds 10250 on it), and each node's pods get
+addresses from a block of the node's own (`simulated.pod_addresses`), where daemons bind fixed
+ports (IMEX 50000 and 50005), so two clusters on one machine must not share addresses. A
 block is leased by binding an abstract Unix socket named after it: the kernel holds the lease
 exactly as long as the owning process keeps that socket open. So the lease is machine-wide,
 ends with `release()` or when its owner dies (SIGKILL included), and leaves no file behind.

@@ -166,3 +166,47 @@ resource.k8s.io/v1beta1
 resource.k8s.io/v1
 {{- end -}}
 {{- end -}}
+
+{{/* Whether plugin pods serve sockets named after their pod UID, so that the old and the new pod
+of a rolling update serve side by side (kubelet 1.33+): kubeletPlugin.rollingUpdate true or
+false, or "auto": on when the API server is 1.33 or newer. */}}
+{{- define "cdriver.pluginRolling" -}}
+{{- $v := .Values.kubeletPlugin.rollingUpdate -}}
+{{- if kindIs "bool" $v -}}{{ $v }}
+{{- else if eq (toString $v) "auto" -}}{{ semverCompare ">=1.33.0-0" .Capabilities.KubeVersion.Version }}
+{{- else -}}{{ fail (printf "kubeletPlugin.rollingUpdate must be true, false or auto, not %v" $v) }}
+{{- end -}}
+{{- end -}}
+
+{{/* Whether the plugin pods running now may overlap with new ones: there is no plugin DaemonSet
+yet, or its pods already serve per-pod sockets (they get POD_UID). The pods of upstream's
+driver, or of a cdriver without per-pod sockets, are replaced whole. */}}
+{{- define "cdriver.pluginPodsOverlap" -}}
+{{- $ds := lookup "apps/v1" "DaemonSet" .Release.Namespace (include "cdriver.pluginName" .) -}}
+{{- if not $ds -}}true
+{{- else -}}
+{{- $overlap := false -}}
+{{- range (dig "spec" "template" "spec" "containers" list $ds) -}}
+{{- range (.env | default list) -}}{{- if eq .name "POD_UID" -}}{{- $overlap = true -}}{{- end -}}{{- end -}}
+{{- end -}}
+{{- $overlap -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The plugin DaemonSet's update strategy: kubeletPlugin.updateStrategy when set; else, with
+per-pod sockets, one new pod beside the old on a node at a time (maxSurge 1, maxUnavailable 0);
+else every pod replaced at once (maxUnavailable 100%, upstream's). */}}
+{{- define "cdriver.pluginUpdateStrategy" -}}
+{{- if .Values.kubeletPlugin.updateStrategy -}}
+{{- toYaml .Values.kubeletPlugin.updateStrategy -}}
+{{- else if and (eq (include "cdriver.pluginRolling" .) "true") (eq (include "cdriver.pluginPodsOverlap" .) "true") -}}
+type: RollingUpdate
+rollingUpdate:
+  maxSurge: 1
+  maxUnavailable: 0
+{{- else -}}
+type: RollingUpdate
+rollingUpdate:
+  maxUnavailable: "100%"
+{{- end -}}
+{{- end -}}

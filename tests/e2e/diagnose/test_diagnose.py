@@ -324,13 +324,15 @@ def test_claim_not_referenced_by_the_container(world: SimWorld, e2e_namespace: s
 
 
 def test_nvidia_imex_failing_at_start(world: SimWorld, prom: LocalPrometheus, e2e_namespace: str) -> None:
-    """Another process holds the IMEX port on the node: nvidia-imex cannot start there, and the
-    start-failure and daemon-not-Ready alerts fire until the port is free again."""
+    """Another process holds the IMEX port on the daemon's address: nvidia-imex cannot start there,
+    and the start-failure and daemon-not-Ready alerts fire until the port is free again."""
     ns, raw = e2e_namespace, world.raw
     node = world.node(clique_nodes(world, cliques(world)[1])[0])
+    # the node's next two pods: the workload, then the domain's daemon (each pod has its own address)
+    _workload_ip, daemon_ip = node.agent.pod_addresses.upcoming(2)
     holder = socket.socket()
     holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    holder.bind((node.ip, IMEX_PORT))
+    holder.bind((daemon_ip, IMEX_PORT))
     holder.listen()
     try:
         uid = new_domain(world, ns, "blocked")
@@ -339,7 +341,7 @@ def test_nvidia_imex_failing_at_start(world: SimWorld, prom: LocalPrometheus, e2
         link = link_of(chain, "daemon")
         assert names.EVENT_IMEX_PORT_CONFLICT in link["summary"]
         assert link["ids"][f"pod {ns}/w"]["node"] == node.name
-        assert_text_leads_with(text, "daemon", f"IMEX port {IMEX_PORT} on pod IP {node.ip}",
+        assert_text_leads_with(text, "daemon", f"IMEX port {IMEX_PORT} on pod IP {daemon_ip}",
                                f"-c {names.DAEMON_CONTAINER}")
         for name in ("CdriverImexStartFailing", "CdriverImexDaemonNotReady"):
             assert_names_diagnose(monitoring.wait_firing(prom, name, {"node": node.name}, ALERT_TIMEOUT))

@@ -26,6 +26,7 @@ from tests.e2e.driver_managed.test_driver_managed import (
     check_a_pod_late_for_a_deleted_domain_gets_no_channel,
     check_deletion_as_soon_as_daemons_exist_gives_starting_pods_no_channel,
 )
+from tests.e2e.driver_managed.test_plugin_upgrade import check_rolling_update_under_load
 from tests.e2e.upstream.test_contract import (  # noqa: F401 - collected here, on this module's world
     test_bootstrap_injects_the_channel,
     test_domain_spanning_two_cliques_peers_within_each_clique,
@@ -227,3 +228,18 @@ def test_a_pod_late_for_a_deleted_domain_gets_no_channel_on_real_nodes(world: Si
     """As on simulated nodes (`test_driver_managed`): real kubelet's retries are refused too."""
     _, members = real_clique(world)
     check_a_pod_late_for_a_deleted_domain_gets_no_channel(world, e2e_namespace, members[0], members[1], 240)
+
+
+def test_a_rolling_plugin_update_on_real_nodes_fails_no_call_and_loses_no_channel(world: SimWorld,
+                                                                                e2e_namespace: str) -> None:
+    """The chart's surge update under a stream of workloads on the real clique: the real kubelet
+    holds both plugin instances; no FailedPrepare/UnprepareDynamicResources event, every workload
+    keeps its channel, the checkpoint is left clean (`test_plugin_upgrade`)."""
+    real_clique(world)
+    ref = world.node_images.refs["cdriver"]
+    repository = ref.rpartition(":")[0]
+    for node in world.nodes:
+        if node.real:
+            node.agent.tag_image(ref, f"{repository}:rolled")
+    figures = check_rolling_update_under_load(world, e2e_namespace, "rolled")
+    print(f"rolling update under load on real nodes: {figures}")

@@ -147,7 +147,7 @@ def test_domain_spanning_two_cliques_peers_within_each_clique(world: SimWorld, e
         entries = objects[constants.clique_object_name(uid, clique)]
         assert sorted(e["nodeName"] for e in entries) == members
         assert sorted(e["index"] for e in entries) == list(range(len(members)))
-        # IMEX peers talk pod to pod: the daemons' pod IPs (a simulated node's pods share its address)
+        # IMEX peers talk pod to pod: the daemons' pod IPs (each pod has its own, on simulated nodes too)
         member_ips = sorted(daemons[n]["status"]["podIP"] for n in members)
         for node_name in members:
             daemon = daemons[node_name]

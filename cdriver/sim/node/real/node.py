@@ -209,6 +209,12 @@ class RealNode:
                 raise RealNodeError(f"node {self.name}: importing {archive} as {ref} failed: "
                                     f"{out.stderr.strip() or out.stdout.strip()}")
 
+    def tag_image(self, source: str, target: str) -> None:
+        """Give an imported image another reference (a "new" image for a rollout)."""
+        out = self._ctr("images", "tag", "--force", source, target)
+        if out.returncode != 0:
+            raise RealNodeError(f"node {self.name}: tagging {source} as {target} failed: {out.stderr.strip()[-500:]}")
+
     def _start_kubelet(self) -> None:
         self.kubelet_started = time.time()
         self.procs["kubelet"] = self._spawn("kubelet", plan.kubelet_args(self.binaries.kubelet, self.plan,

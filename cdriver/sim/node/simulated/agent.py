@@ -44,6 +44,7 @@ from cdriver.sim.node.simulated.images import ImageContent
 from cdriver.sim.node.simulated.layout import NodeLayout
 from cdriver.sim.node.simulated.leftovers import kill_leftovers
 from cdriver.sim.node.simulated.plugins import PluginManager
+from cdriver.sim.node.simulated.pod_addresses import PodAddresses
 from cdriver.sim.node.simulated.pods import PodWorker
 from cdriver.sim.node.simulated.resource_health import HealthCache
 from cdriver.sim.node.simulated.runtime import NodeOptions, NodeRuntime
@@ -133,6 +134,8 @@ class NodeAgent:
         self.addresses: AddressBlock | None = None
         #: containers kept running while the agent restarts (the container runtime's part)
         self.containers = ContainerStore()
+        #: the pods' own addresses, kept across an agent restart as their containers are
+        self.pod_addresses = PodAddresses()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def __enter__(self) -> NodeAgent:
@@ -189,7 +192,7 @@ class NodeAgent:
             plugins=self.plugins, api_host=host, api_port=port, allocatable=dict(self.capacity),
             options=self.options, path_prefix=[executable_dir()], log=self.log,
             claims=ClaimCache(self.layout.claim_checkpoint), health=health, containers=self.containers,
-            images=self.images)
+            images=self.images, pod_addresses=self.pod_addresses)
         self._spawn(self._heartbeat_loop, "heartbeat")
         self._spawn(self._housekeeping_loop, "housekeeping")
         self.informer = Informer(self.raw, PODS, field_selector=f"spec.nodeName={self.name}",
@@ -210,6 +213,8 @@ class NodeAgent:
         if not keep_containers:
             self._end_kept(lambda uid: True)
         if not self._running:
+            if not keep_containers:
+                self.pod_addresses.close()
             return
         self.log.info("stopping node %s", self.name)
         self._running = False
@@ -242,6 +247,8 @@ class NodeAgent:
             except ApiError as exc:
                 if not exc.not_found:
                     self.log.warning("deleting node %s failed: %s", self.name, exc)
+        if not keep_containers:
+            self.pod_addresses.close()
         self.log.info("node %s stopped", self.name)
         self._teardown_logging()
 
@@ -438,6 +445,8 @@ class NodeAgent:
             worker = self.workers.get(uid)
             if worker is not None and worker.finished.is_set():
                 self.workers.pop(uid, None)
+                if self._running:  # the pod ended (not a stop of the node): its address is free
+                    self.pod_addresses.release(uid)
 
     def _housekeeping_loop(self) -> None:
         interval = max(min(self.options.status_interval, 30.0), 1.0)

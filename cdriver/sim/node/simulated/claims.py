@@ -11,6 +11,7 @@ from typing import Any
 from cdriver.atomic import atomic_write
 from cdriver.dra.client import DRAError
 from cdriver.dra.node_service import ClaimRef
+from cdriver.sim.node.simulated.call_log import UNREGISTERED, call_outcome, log_call
 from cdriver.sim.node.simulated.runtime import NodeRuntime
 
 
@@ -53,11 +54,13 @@ class PodState:
     start_time: str = ""
     restarts: dict[str, int] = field(default_factory=dict)
     started: set[str] = field(default_factory=set)  # containers that ran at least once
+    pod_ip: str = ""
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, json.dumps({"namespace": self.namespace, "name": self.name, "startTime": self.start_time,
-                                       "restarts": self.restarts, "started": sorted(self.started)}, indent=1))
+                                       "restarts": self.restarts, "started": sorted(self.started),
+                                       "podIP": self.pod_ip}, indent=1))
 
     @classmethod
     def load(cls, path: Path) -> PodState:
@@ -65,7 +68,7 @@ class PodState:
             d = json.loads(path.read_text())
             return cls(d.get("namespace", ""), d.get("name", ""), d.get("startTime", ""),
                        {k: int(v) for k, v in (d.get("restarts") or {}).items()},
-                       {str(n) for n in d.get("started") or []})
+                       {str(n) for n in d.get("started") or []}, str(d.get("podIP") or ""))
         except (OSError, ValueError, KeyError, TypeError):
             return cls()
 
@@ -82,13 +85,16 @@ def unprepare_pod_claims(rt: NodeRuntime, pod_uid: str) -> list[str]:
     failed: set[str] = set()
     for driver, refs in sorted(by_driver.items()):
         client = rt.plugins.client(driver)
+        uids = [r.uid for r in refs]
         if client is None:
+            log_call(rt.log, "NodeUnprepareResources", driver, None, uids, UNREGISTERED)
             errors.append(f"DRA driver {driver} is not registered on node {rt.node_name}")
             failed.update(r.uid for r in refs)
             continue
         try:
             result = client.unprepare(refs, timeout=rt.options.prepare_timeout)
         except DRAError as exc:
+            log_call(rt.log, "NodeUnprepareResources", driver, client.plugin.endpoint, uids, call_outcome(exc))
             errors.append(str(exc))
             failed.update(r.uid for r in refs)
             continue
@@ -96,5 +102,7 @@ def unprepare_pod_claims(rt: NodeRuntime, pod_uid: str) -> list[str]:
             if err := result.get(ref.uid):
                 errors.append(f"NodeUnprepareResources failed for ResourceClaim {ref.name}: {err}")
                 failed.add(ref.uid)
+        log_call(rt.log, "NodeUnprepareResources", driver, client.plugin.endpoint, uids,
+                 "error" if failed & set(uids) else "ok")
     rt.claims.forget([info.ref for info in last if info.ref.uid not in failed])
     return errors

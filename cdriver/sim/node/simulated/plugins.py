@@ -8,8 +8,11 @@ take that confirmation is de-registered again (and retried on the next scan). A 
 plugin stays until its socket is removed or replaced (a new socket at the same path is
 registered anew); registration sockets are not probed again. Whether the plugin's endpoint
 accepts connections decides whether the driver is usable (the node wipes an unusable
-driver's slices after a delay). The newest endpoint per driver is used, with a
-`cdriver.dra.client.DRAPluginClient` for each.
+driver's slices after a delay). A driver may have several endpoints at once (the old and the
+new pod of a rolling update, each with its own sockets): calls go to the newest registered
+endpoint that accepted connections at the last scan, else to the newest (kubelet 1.36+'s
+rule), each through a `cdriver.dra.client.DRAPluginClient`; a removed registration closes its
+client, which cancels the calls still in flight on it (kubelet closes the connection).
 
 Paths a plugin reports (its endpoint) are node paths, mapped through the node root.
 """
@@ -133,6 +136,8 @@ class PluginManager:
         self._clients: dict[Path, DRAPluginClient] = {}
         self._rejected: dict[Path, str] = {}
         self._usable: dict[str, bool] = {}
+        #: registration sockets whose endpoint accepted a connection at the last scan
+        self._accepting: set[Path] = set()
         self._stop = threading.Event()
         self._changed = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
@@ -142,13 +147,13 @@ class PluginManager:
 
     # -- queries -----------------------------------------------------------------------
     def client(self, driver: str) -> DRAPluginClient | None:
-        """The newest registered endpoint of `driver`, or None."""
+        """The client of `driver`'s newest registered endpoint that accepts connections (else of
+        its newest), or None."""
         with self._lock:
-            best = None
-            for sock, plugin in self._by_socket.items():
-                if plugin.driver == driver and (best is None or plugin.registered_at > best[1].registered_at):
-                    best = (sock, plugin)
-            return self._clients.get(best[0]) if best else None
+            mine = sorted((p.registered_at, s) for s, p in self._by_socket.items() if p.driver == driver)
+            connected = [s for _, s in mine if s in self._accepting]
+            best = connected[-1] if connected else (mine[-1][1] if mine else None)
+            return self._clients.get(best) if best is not None else None
 
     def drivers(self) -> list[str]:
         with self._lock:
@@ -287,12 +292,15 @@ class PluginManager:
         """A driver is usable while one of its endpoints accepts connections (kubelet watches its
         gRPC connections); changes are reported through the callbacks."""
         with self._lock:
-            endpoints: dict[str, list[Path]] = {}
-            for plugin in self._by_socket.values():
-                endpoints.setdefault(plugin.driver, []).append(plugin.endpoint)
+            endpoints: dict[str, list[tuple[Path, Path]]] = {}
+            for sock, plugin in self._by_socket.items():
+                endpoints.setdefault(plugin.driver, []).append((sock, plugin.endpoint))
             drivers = set(endpoints) | set(self._usable)
+        accepting = {sock for pairs in endpoints.values() for sock, e in pairs if endpoint_accepts(e)}
+        with self._lock:
+            self._accepting = accepting
         for driver in sorted(drivers):
-            now = any(endpoint_accepts(e) for e in endpoints.get(driver, []))
+            now = any(sock in accepting for sock, _ in endpoints.get(driver, []))
             with self._lock:
                 before = self._usable.get(driver, False)
                 if now:
@@ -321,4 +329,4 @@ class PluginManager:
         if client is not None:
             client.close()
         if plugin is not None:
-            self.log.info("DRA plugin %s unregistered: %s", plugin.driver, reason)
+            self.log.info("DRA plugin %s unregistered (endpoint %s): %s", plugin.driver, plugin.endpoint, reason)

@@ -214,7 +214,7 @@ class PodContainers:
         image = find_image(self.rt.images, container.get("image", ""))
         try:
             ctx = EnvContext(
-                node_name=self.rt.node_name, host_ip=self.rt.node_ip, pod_ip=self.rt.node_ip,
+                node_name=self.rt.node_name, host_ip=self.rt.node_ip, pod_ip=self.state.pod_ip,
                 api_host=self.rt.api_host, api_port=self.rt.api_port, node_allocatable=self.rt.allocatable,
                 services=self.rt.services(self.namespace) if (pod.get("spec") or {}).get("enableServiceLinks", True)
                 else [], get_configmap=self.rt.get_configmap, get_secret=self.rt.get_secret,
@@ -287,11 +287,11 @@ class PodContainers:
 
                 return lambda timeout: check_exec(run, command, timeout)
             if "httpGet" in probe:
-                return lambda timeout: check_http(probe["httpGet"], self.rt.node_ip, timeout, ports)
+                return lambda timeout: check_http(probe["httpGet"], self.state.pod_ip, timeout, ports)
             if "tcpSocket" in probe:
-                return lambda timeout: check_tcp(probe["tcpSocket"], self.rt.node_ip, timeout, ports)
+                return lambda timeout: check_tcp(probe["tcpSocket"], self.state.pod_ip, timeout, ports)
             if "grpc" in probe:
-                return lambda timeout: check_grpc(probe["grpc"], self.rt.node_ip, timeout)
+                return lambda timeout: check_grpc(probe["grpc"], self.state.pod_ip, timeout)
             return lambda timeout: (False, f"probe handler {sorted(probe)} is not supported on simulated nodes")
 
         def on_change(kind: str, ok: bool, message: str) -> None:

@@ -29,14 +29,13 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import grpc
-
 from cdriver.dra.client import DRAError
 from cdriver.dra.node_service import ClaimRef
 from cdriver.errors import CdriverError
 from cdriver.kube.errors import ApiError
 from cdriver.kube.objects import being_deleted, meta_of
 from cdriver.kube.resources import RESOURCES
+from cdriver.sim.node.simulated.call_log import UNREGISTERED, call_outcome, log_call
 from cdriver.sim.node.simulated.claims import (
     PodState,
     claim_drivers,
@@ -116,14 +115,6 @@ class PodStage(StrEnum):
 PREPARE_TIMING = "NodePrepareResources timing:"
 
 
-def call_outcome(exc: DRAError) -> str:
-    """How a DRA call failed as a whole: `timeout` at its deadline, `cancelled` when its pod went
-    away first, else `failed`."""
-    if exc.code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        return "timeout"
-    return "cancelled" if exc.code == grpc.StatusCode.CANCELLED else "failed"
-
-
 class PodWorker:
     """Runs one pod. Thread-safe entry points: `update`, `deleted`, `shutdown`, `kill_container`,
     `container_info`."""
@@ -151,6 +142,9 @@ class PodWorker:
         self.stage = PodStage.SETUP
         self.state = PodState.load(rt.layout.pod_state_file(self.uid))
         self.state.namespace, self.state.name = self.namespace, self.name
+        # the pod's own address (kubelet's runtime gives each sandbox one), the node's for host-network pods
+        self.state.pod_ip = rt.node_ip if (pod.get("spec") or {}).get("hostNetwork") else \
+            rt.pod_addresses.address(self.uid, self.state.pod_ip)
         self.containers = PodContainers(rt, self._pod, self.state, self._event, self._save_state, self._wake)
         self.setup_failures = 0
         self.setup_not_before = 0.0
@@ -309,14 +303,14 @@ class PodWorker:
     def _setup_volumes(self) -> None:
         pod = self._pod()
         self.volumes = PodVolumes(self.rt.layout, pod, VolumeContext(
-            host_ip=self.rt.node_ip, pod_ip=self.rt.node_ip, allocatable=self.rt.allocatable,
+            host_ip=self.rt.node_ip, pod_ip=self.state.pod_ip, allocatable=self.rt.allocatable,
             get_configmap=self.rt.get_configmap, get_secret=self.rt.get_secret,
             request_token=self.rt.request_token))
         self.containers.volume_paths = self.volumes.setup()
         hosts = self.rt.layout.pod_hosts_file(self.uid)
         hosts.parent.mkdir(parents=True, exist_ok=True)
         if not hosts.exists():
-            hosts.write_text(hosts_file(pod, self.rt.node_ip, self.rt.node_name))
+            hosts.write_text(hosts_file(pod, self.state.pod_ip, self.rt.node_name))
 
     def _refresh_volumes(self) -> None:
         if self.volumes is None or time.monotonic() - self._last_refresh < self.rt.options.volume_refresh_interval:
@@ -357,7 +351,9 @@ class PodWorker:
                     batches.setdefault(driver, []).append(ref)
         for driver, refs in sorted(batches.items()):
             client = self.rt.plugins.client(driver)
+            uids = [r.uid for r in refs]
             if client is None:
+                log_call(self.rt.log, "NodePrepareResources", driver, None, uids, UNREGISTERED)
                 raise DRAError(f"DRA driver {driver} is not registered on node {self.rt.node_name}")
             started = time.monotonic()
             try:
@@ -365,11 +361,14 @@ class PodWorker:
             except DRAError as exc:  # the call as a whole: its deadline, the connection, a bad answer
                 self.rt.log.info("%s %s claims=%d errors=%d took_ms=%.1f outcome=%s", PREPARE_TIMING, driver,
                                  len(refs), len(refs), (time.monotonic() - started) * 1000, call_outcome(exc))
+                log_call(self.rt.log, "NodePrepareResources", driver, client.plugin.endpoint, uids, call_outcome(exc))
                 raise
             errors = [f"NodePrepareResources failed for ResourceClaim {ref.name}: {result[ref.uid].error}"
                       for ref in refs if result[ref.uid].error]
             self.rt.log.info("%s %s claims=%d errors=%d took_ms=%.1f outcome=%s", PREPARE_TIMING, driver, len(refs),
                              len(errors), (time.monotonic() - started) * 1000, "error" if errors else "ok")
+            log_call(self.rt.log, "NodePrepareResources", driver, client.plugin.endpoint, uids,
+                     "error" if errors else "ok")
             if errors:
                 raise DRAError("; ".join(errors))
             for ref in refs:
@@ -502,7 +501,7 @@ class PodWorker:
         spec = pod.get("spec") or {}
         prev = (pod.get("status") or {}).get("conditions") or []
         view = PodView(
-            host_ip=self.rt.node_ip, pod_ip=self.rt.node_ip, start_time=self.state.start_time,
+            host_ip=self.rt.node_ip, pod_ip=self.state.pod_ip, start_time=self.state.start_time,
             restart_policy=spec.get("restartPolicy", "Always"), sandbox_ready=self.sandbox_ready,
             initialized=self.initialized or not self.containers.specs(True),
             readiness_gates=[g.get("conditionType", "") for g in spec.get("readinessGates") or []],

@@ -23,6 +23,7 @@ from typing import Any
 
 import grpc
 
+from cdriver.dra.client import open_channel
 from cdriver.dra.resource_health import HEALTH_SERVICE_VERSIONS, UNKNOWN, DeviceHealthReport, watch_resource_health
 from cdriver.sim.node.simulated.claim_cache import ClaimCache
 
@@ -119,7 +120,7 @@ class HealthWatcher:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            channel = grpc.insecure_channel(f"unix://{self.endpoint}")
+            channel, target = open_channel(self.endpoint)  # a node path may be longer than a socket address
             with self._lock:
                 self._channel = channel
             try:
@@ -137,6 +138,7 @@ class HealthWatcher:
                 self.log.debug("DRA driver %s: health stream ended: %s", self.driver, exc.code())
             finally:
                 channel.close()
+                target.close()
             self.cache.clear(self.driver)
             self._stop.wait(self.retry)
 

@@ -20,6 +20,7 @@ from cdriver.sim.node.simulated.container_store import ContainerStore
 from cdriver.sim.node.simulated.images import ImageContent
 from cdriver.sim.node.simulated.layout import NodeLayout
 from cdriver.sim.node.simulated.plugins import PluginManager
+from cdriver.sim.node.simulated.pod_addresses import PodAddresses
 from cdriver.sim.node.simulated.resource_health import HealthCache
 
 
@@ -73,6 +74,8 @@ class NodeRuntime:
     containers: ContainerStore = field(default_factory=ContainerStore)
     #: what the node provides for container images (executables on PATH, image files)
     images: tuple[ImageContent, ...] = ()
+    #: the pods' own addresses (host-network pods use node_ip)
+    pod_addresses: PodAddresses = field(default_factory=PodAddresses)
     cdi_lock: threading.Lock = field(default_factory=threading.Lock)
     _cdi: CDIRegistry | None = None
 

@@ -50,10 +50,17 @@ def node(raw: RawClient, crds: None) -> Iterator[SimNode]:
 def plugin_factory(cluster: Any, driver_ns: str) -> Iterator[Callable[..., PluginProcess]]:
     started: list[PluginProcess] = []
 
-    def make(sim: SimNode, extra_args: list[str] | None = None, gates: str = "") -> PluginProcess:
-        base = Path(f"/tmp/kpp-{uuid.uuid4().hex[:6]}")
-        base.mkdir()
-        p = PluginProcess(sim, Path(cluster.kubeconfig), driver_ns, base, list(extra_args or []), gates)
+    def make(sim: SimNode, extra_args: list[str] | None = None, gates: str = "", beside: PluginProcess | None = None,
+             pod_uid: str = "") -> PluginProcess:
+        """A plugin for `sim`; `beside`: another instance on the same node (its directories), as the
+        old and the new pod of a rolling update (give each a `pod_uid`)."""
+        if beside is not None:
+            base = beside.base
+        else:
+            base = Path(f"/tmp/kpp-{uuid.uuid4().hex[:6]}")
+            base.mkdir()
+        p = PluginProcess(sim, Path(cluster.kubeconfig), driver_ns, base, list(extra_args or []), gates,
+                          pod_uid=pod_uid)
         started.append(p)
         return p.start()
 

@@ -165,14 +165,15 @@ def test_daemonset_with_hostpath_downward_api_and_token_lists_pods_under_rbac(
         result = json.loads(wait_for(f"the DaemonSet pod on {node.name} to write {result_file}",
                                      lambda f=result_file: f.exists() and f.read_text(), 60))
         assert result["node"] == node.name
-        assert result["podIP"] == node.ip
+        # the pod's own address (as a CNI gives one), not the node's
+        assert result["podIP"] != node.ip and result["podIP"].startswith("127.")
         assert result["namespace"] == namespace
         assert result["listCode"] == 200
         assert result["pod"] in result["pods"]
         assert result["otherNamespaceCode"] == 403  # the Role grants this namespace only
         pod = wait_for("the DaemonSet pod to be Ready", lambda r=result: pod_ready(raw, namespace, r["pod"]), 30)
         assert pod["metadata"]["uid"] == result["uid"]
-        assert pod["status"]["podIP"] == node.ip and pod["status"]["hostIP"] == node.ip
+        assert pod["status"]["podIP"] == result["podIP"] and pod["status"]["hostIP"] == node.ip
         assert pod["status"]["phase"] == "Running"
     pods = raw.list(PODS, namespace, label_selector="app=lister")["items"]
     assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(n.name for n in sim_nodes)
