@@ -30,6 +30,14 @@ DEVICE_CLASS_DAEMON = "compute-domain-daemon.nvidia.com"
 DEVICE_TYPE_CHANNEL = "channel"
 DEVICE_TYPE_DAEMON = "daemon"
 DEVICE_CHANNEL_0 = "channel-0"
+#: Attribute of a shared channel device naming the ComputeDomain (UID) that holds its node.
+ATTRIBUTE_COMPUTE_DOMAIN = "computeDomain"
+
+
+def channel_domain_selector(domain_uid: str) -> str:
+    """CEL selector of a domain's channel claims: a channel no domain holds, or this one's."""
+    attrs = f'device.attributes["{DRIVER_NAME}"]'
+    return f'!("{ATTRIBUTE_COMPUTE_DOMAIN}" in {attrs}) || {attrs}.{ATTRIBUTE_COMPUTE_DOMAIN} == "{domain_uid}"'
 DEVICE_DAEMON_0 = "daemon-0"
 ALLOCATION_MODE_SINGLE = "Single"
 ALLOCATION_MODE_ALL = "All"

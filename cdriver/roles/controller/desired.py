@@ -156,7 +156,8 @@ def workload_claim_template(cd: DomainLike, settings: ControllerSettings) -> dic
     return render_cached(
         WORKLOAD_TEMPLATE,
         {"domain_uid": cd.uid, "name": cd.channel_template_name, "namespace": cd.namespace,
-         "allocation_mode": channel_allocation_mode(cd.allocation_mode, settings.host_managed)},
+         "allocation_mode": channel_allocation_mode(cd.allocation_mode, settings.host_managed),
+         "domain_selector": constants.channel_domain_selector(cd.uid)},
         **_common(constants.TARGET_WORKLOAD),
         request_name=CHANNEL_REQUEST_NAME,
         device_class=constants.DEVICE_CLASS_DEFAULT_CHANNEL,

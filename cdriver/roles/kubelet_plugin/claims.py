@@ -49,6 +49,8 @@ class AllocatedDevice:
     device: str
     ref: DeviceRef
     admin_access: bool = False
+    #: the allocation's share of a device allocated more than once (``shareID``), else ""
+    share_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,8 @@ class HeldDevice:
     type: str
     id: int
     admin_access: bool = False
+    #: the ComputeDomain of the claim holding it ("" when the checkpoint does not say)
+    domain_id: str = ""
 
 
 def claim_label(claim: dict) -> str:
@@ -202,7 +206,8 @@ def plan_claim(claim: dict, node_name: str, driver: str = DRIVER_NAME) -> ClaimP
                 "from the ResourceClaimTemplate that the ComputeDomain controller generates",
                 reason=REASON_INVALID_CONFIG,
             )
-        devices.append(AllocatedDevice(request, pool, device, ref, bool(result.get("adminAccess"))))
+        devices.append(AllocatedDevice(request, pool, device, ref, bool(result.get("adminAccess")),
+                                       str(result.get("shareID") or "")))
         chosen.append(config)
     if not devices:
         return ClaimPlan(
@@ -243,38 +248,45 @@ def plan_claim(claim: dict, node_name: str, driver: str = DRIVER_NAME) -> ClaimP
 
 
 def check_devices_free(plan: ClaimPlan, held: Iterable[HeldDevice], host_managed: bool) -> None:
-    """Raise a retryable ClaimError if another prepared claim holds what this claim needs.
+    """Raise a retryable ClaimError if a prepared claim of another ComputeDomain holds what this
+    claim needs.
 
     ``held`` lists the devices of *completed* claims. In driver-managed mode every channel
-    claim uses channel 0 (an ``All`` claim uses every channel), so any prepared channel
-    blocks another channel claim; in host-managed mode the allocated channel id counts.
-    Devices shared through admin access never conflict.
+    claim uses channel 0 (an ``All`` claim uses every channel); in host-managed mode the
+    allocated channel id counts. Channel claims of one ComputeDomain share the node's channel
+    (the scheduler allocates it to each of them where channels are published as shareable);
+    two claims of different domains never hold it at once, since a node belongs to one IMEX
+    domain. Other devices (the daemon slot) are held by one claim. Devices shared through admin
+    access never conflict.
     """
     others = [h for h in held if h.claim_uid != plan.uid]
     if plan.kind == KIND_CHANNEL:
         wanted = plan.devices[0].ref.id if host_managed else 0
         for h in others:
-            if h.type != KIND_CHANNEL:
+            if h.type != KIND_CHANNEL or (h.domain_id and h.domain_id == plan.domain_id):
                 continue
             used = h.id if host_managed else 0
             if used == wanted:
                 raise retryable(
                     f"claim {plan.label}: channel {wanted} already allocated by claim {h.claim_uid} "
-                    "(according to the checkpoint); one ComputeDomain channel claim per node at a "
-                    "time: it is freed when that claim's pod is gone",
+                    f"of another ComputeDomain ({h.domain_id or 'unknown'}, according to the checkpoint); "
+                    "a node serves one ComputeDomain at a time: it is freed when that claim's pod is gone",
                     reason=REASON_CHANNEL_IN_USE,
                 )
     for dev in plan.devices:
         if dev.admin_access:
             continue
         for h in others:
-            if not h.admin_access and h.device == dev.device:
-                raise retryable(
-                    f"claim {plan.label}: device {dev.device} is already allocated to "
-                    f"claim {h.claim_uid} (according to the checkpoint); it is freed when "
-                    "that claim's pod is gone",
-                    reason=REASON_CHANNEL_IN_USE,
-                )
+            if h.admin_access or h.device != dev.device:
+                continue
+            if dev.ref.type == KIND_CHANNEL and h.domain_id and h.domain_id == plan.domain_id:
+                continue  # the domain's claims share its channel
+            raise retryable(
+                f"claim {plan.label}: device {dev.device} is already allocated to "
+                f"claim {h.claim_uid} (according to the checkpoint); it is freed when "
+                "that claim's pod is gone",
+                reason=REASON_CHANNEL_IN_USE,
+            )
 
 
 def check_domain_namespace(plan: ClaimPlan, cd: Mapping | None) -> None:

@@ -159,6 +159,15 @@ def imex_settings(opts: dict) -> ImexSettings:
     help=f"Own the node label {constants.LABEL_NODE_CLIQUE} (do not also run GFD).",
 )
 @_opt(
+    "--share-channels/--no-share-channels",
+    default=True,
+    envvar="SHARE_CHANNELS",
+    show_default=True,
+    help="Publish the node's channel for several claims of one ComputeDomain (several workload pods of a "
+    "domain on a node; Kubernetes 1.36+, DRAConsumableCapacity). Other domains' claims select nodes "
+    "that no domain holds.",
+)
+@_opt(
     "--imex-config-template",
     default=None,
     envvar="IMEX_CONFIG_TEMPLATE",
@@ -257,6 +266,7 @@ def build_config(opts: dict, feature_gates: str) -> PluginConfig:
         imex_isolation=imex.isolation,
         imex_host_socket_path=opts["imex_host_socket_path"],
         gpu_clique_label_enabled=opts["gpu_clique_label_enabled"],
+        share_channels=opts["share_channels"],
         imex_config_template=Path(opts["imex_config_template"]) if opts["imex_config_template"] else None,
         prepare_timeout=prepare_timeout,
         cleanup_interval=parse_duration(opts["cleanup_interval"], "--cleanup-interval"),

@@ -58,6 +58,9 @@ class PluginConfig:
     imex_isolation: str = IMEX_ISOLATION_DOMAIN
     imex_host_socket_path: str = DEFAULT_HOST_IMEX_SOCKET
     gpu_clique_label_enabled: bool = False
+    #: Publish the channel for several claims of one ComputeDomain (several workload pods of a
+    #: domain per node), where the API server serves allowMultipleAllocations.
+    share_channels: bool = True
     imex_config_template: Path | None = None
     prepare_timeout: float = DEFAULT_PREPARE_TIMEOUT
     #: The plugin pod's UID: when set, the sockets carry it, so that two instances (old and new

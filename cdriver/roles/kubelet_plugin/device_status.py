@@ -45,10 +45,21 @@ CHANNEL_LIST_LIMIT = 16
 
 @dataclass(frozen=True)
 class DeviceRef:
-    """One allocated device of the claim (its allocation result's pool and device)."""
+    """One allocated device of the claim (its allocation result's pool, device and, for a device
+    allocated more than once, its share)."""
 
     pool: str
     device: str
+    share_id: str = ""
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return self.pool, self.device, self.share_id
+
+
+def _entry_key(entry: dict) -> tuple[str, str, str]:
+    """The key that ties a status.devices entry to its allocation result (driver aside)."""
+    return str(entry.get("pool") or ""), str(entry.get("device") or ""), str(entry.get("shareID") or "")
 
 
 @dataclass(frozen=True)
@@ -118,17 +129,19 @@ def status_entries(report: ClaimStatusReport, transition_time: str,
     `previous` (the claim's current entries): a condition whose status does not change keeps
     its lastTransitionTime, as conditions do.
     """
-    kept = {(e.get("pool"), e.get("device")): e for e in previous or [] if e.get("driver") == constants.DRIVER_NAME}
+    kept = {_entry_key(e): e for e in previous or [] if e.get("driver") == constants.DRIVER_NAME}
     data = report_data(report)
     out = []
     for ref in report.devices:
         condition = ready_condition(report, transition_time)
-        old = next((c for c in (kept.get((ref.pool, ref.device)) or {}).get("conditions") or []
+        old = next((c for c in (kept.get(ref.key) or {}).get("conditions") or []
                     if c.get("type") == CONDITION_READY), None)
         if old is not None and old.get("status") == condition["status"] and old.get("lastTransitionTime"):
             condition["lastTransitionTime"] = old["lastTransitionTime"]
         entry: dict[str, Any] = {"driver": constants.DRIVER_NAME, "pool": ref.pool, "device": ref.device,
                                  "conditions": [condition]}
+        if ref.share_id:
+            entry["shareID"] = ref.share_id
         if data:
             entry["data"] = data
         out.append(entry)
@@ -137,9 +150,9 @@ def status_entries(report: ClaimStatusReport, transition_time: str,
 
 def merged_devices(current: list[dict], ours: list[dict[str, Any]]) -> list[dict]:
     """`current` status.devices with this driver's entries replaced by `ours` (other drivers' kept, in order)."""
-    mine = {(e["pool"], e["device"]): e for e in ours}
+    mine = {_entry_key(e): e for e in ours}
     out = []
     for e in current:
-        key = (e.get("pool"), e.get("device"))
+        key = _entry_key(e)
         out.append(mine.pop(key) if e.get("driver") == constants.DRIVER_NAME and key in mine else e)
     return out + list(mine.values())

@@ -50,10 +50,15 @@ def published_devices(host_managed: bool) -> list[DeviceRef]:
     return sorted(devices, key=lambda d: d.name)
 
 
-def slice_device(ref: DeviceRef, taints: list[dict] | None = None) -> dict:
+def slice_device(ref: DeviceRef, taints: list[dict] | None = None, shared: bool = False, domain: str = "") -> dict:
     """resource.k8s.io/v1 ResourceSlice device entry with the ``type`` and ``id`` attributes (and
-    its `taints`, when it has any)."""
+    its `taints`, when it has any). A `shared` channel may be allocated to several claims
+    (``allowMultipleAllocations``) and names the `domain` holding the node, if any."""
     out: dict = {"name": ref.name, "attributes": {"type": {"string": ref.type}, "id": {"int": ref.id}}}
+    if shared and ref.type == constants.DEVICE_TYPE_CHANNEL:
+        out["allowMultipleAllocations"] = True
+        if domain:
+            out["attributes"][constants.ATTRIBUTE_COMPUTE_DOMAIN] = {"string": domain}
     if taints:
         out["taints"] = [dict(t) for t in taints]
     return out

@@ -227,7 +227,13 @@ class Plugin:
             lambda: uid_of(state.node_object()),
             published_devices(cfg.host_managed),
             on_error=metrics.slice_publish_errors.inc,
+            share_channels=cfg.share_channels and not cfg.host_managed,
         )
+        if self._slices.share_channels:  # the shared channel names the domain holding the node
+            publisher, labeler = self._slices, state.labeler
+            state.node.add_handler(on_add=lambda _n: publisher.set_domain(labeler.current() or ""),
+                                   on_update=lambda _o, _n: publisher.set_domain(labeler.current() or ""))
+            publisher.set_domain(labeler.current() or "")
         self._health.send_taints_to(self._slices.set_channel_taints)  # the first publication carries them
         self._slices.start()
         registration_state = self.registration.state

@@ -140,6 +140,7 @@ def prepared_devices(plan: ClaimPlan, with_spec: bool, node_name: str) -> list[P
                 pool_name=d.pool or node_name,
                 device_name=d.device,
                 cdi_device_ids=ids,
+                share_id=d.share_id or None,
             )
         )
     return devices
@@ -357,7 +358,7 @@ class Preparer:
         channels = () if daemon or not clique_id else tuple(self._channels(plan))
         return device_status.ClaimStatusReport(
             namespace=plan.namespace, name=plan.name, uid=plan.uid,
-            devices=tuple(device_status.DeviceRef(d.pool, d.device) for d in plan.devices),
+            devices=tuple(device_status.DeviceRef(d.pool, d.device, d.share_id) for d in plan.devices),
             ready=ready, reason=reason, message=message,
             domain_uid=plan.domain_id, domain_name=str(meta.get("name", "")),
             domain_namespace=str(meta.get("namespace", "")), kind=plan.kind, clique_id=clique_id,

@@ -38,14 +38,27 @@ def owner_reference(node_name: str, node_uid: str) -> dict:
     return {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid, "controller": True}
 
 
+@dataclass(frozen=True)
+class Sharing:
+    """Whether this node's channel is published for several claims (of one ComputeDomain), and
+    the domain that holds the node now ("" when none)."""
+
+    shared: bool = False
+    domain: str = ""
+
+
+NOT_SHARED = Sharing()
+
+
 def desired_spec(node_name: str, devices: list[DeviceRef], generation: int, driver: str = DRIVER_NAME,
-                 taints: dict[str, list[dict]] | None = None) -> dict:
+                 taints: dict[str, list[dict]] | None = None, sharing: Sharing = NOT_SHARED) -> dict:
     """The slice's spec; `taints` by device name."""
     return {
         "driver": driver,
         "nodeName": node_name,
         "pool": {"name": node_name, "generation": generation, "resourceSliceCount": 1},
-        "devices": [slice_device(d, (taints or {}).get(d.name)) for d in sorted(devices, key=lambda d: d.name)],
+        "devices": [slice_device(d, (taints or {}).get(d.name), sharing.shared, sharing.domain)
+                    for d in sorted(devices, key=lambda d: d.name)],
     }
 
 
@@ -61,12 +74,12 @@ def _canon_devices(devices: list[dict]) -> str:
 
 
 def slice_matches(obj: dict, node_name: str, node_uid: str, devices: list[DeviceRef],
-                  taints: dict[str, list[dict]] | None = None) -> bool:
+                  taints: dict[str, list[dict]] | None = None, sharing: Sharing = NOT_SHARED) -> bool:
     """Does an existing slice publish exactly what we want (any generation)?"""
     spec = obj.get("spec") or {}
     pool = spec.get("pool") or {}
     owners = owner_references_of(obj)
-    want = desired_spec(node_name, devices, 0, taints=taints)
+    want = desired_spec(node_name, devices, 0, taints=taints, sharing=sharing)
     return (
         pool.get("name") == node_name
         and pool.get("resourceSliceCount") == 1
@@ -90,7 +103,7 @@ class SyncPlan:
 
 def plan_sync(
     existing: list[dict], node_name: str, node_uid: str, devices: list[DeviceRef], driver: str = DRIVER_NAME,
-    taints: dict[str, list[dict]] | None = None,
+    taints: dict[str, list[dict]] | None = None, sharing: Sharing = NOT_SHARED,
 ) -> SyncPlan:
     """Keep one matching slice (oldest name first), else rewrite one or create one; drop the rest."""
     ours = sorted(
@@ -108,11 +121,11 @@ def plan_sync(
         [int(((s.get("spec") or {}).get("pool") or {}).get("generation") or 0) for s in ours], default=0
     )
     plan = SyncPlan()
-    keep = next((s for s in ours if slice_matches(s, node_name, node_uid, devices, taints)), None)
+    keep = next((s for s in ours if slice_matches(s, node_name, node_uid, devices, taints, sharing)), None)
     if keep is None and ours:
         keep = ours[0]
         updated = json.loads(json.dumps(keep))
-        updated["spec"] = desired_spec(node_name, devices, generation, driver, taints)
+        updated["spec"] = desired_spec(node_name, devices, generation, driver, taints, sharing)
         updated.setdefault("metadata", {})["ownerReferences"] = [owner_reference(node_name, node_uid)]
         plan.update = updated
     elif keep is None:
@@ -123,10 +136,17 @@ def plan_sync(
                 "generateName": slice_name_prefix(node_name, driver),
                 "ownerReferences": [owner_reference(node_name, node_uid)],
             },
-            "spec": desired_spec(node_name, devices, generation, driver, taints),
+            "spec": desired_spec(node_name, devices, generation, driver, taints, sharing),
         }
     plan.delete = [s for s in ours if s is not keep]
     return plan
+
+
+def _dropped(sent: dict, got: dict, key: str) -> bool:
+    """Did the server drop `key` from every device that we sent it on?"""
+    wanted = any(d.get(key) for d in (sent.get("spec") or {}).get("devices") or [])
+    kept = any(d.get(key) for d in (got.get("spec") or {}).get("devices") or [])
+    return wanted and not kept
 
 
 class SlicePublisher:
@@ -141,8 +161,10 @@ class SlicePublisher:
         devices: list[DeviceRef],
         retry_seconds: float = 5.0,
         on_error: Callable[[], None] = lambda: None,
+        share_channels: bool = False,
     ) -> None:
-        """``on_error``: called after each failed attempt to publish the slice."""
+        """``on_error``: called after each failed attempt to publish the slice. ``share_channels``:
+        publish the channel for several claims of one domain (where the server keeps it)."""
         self.raw = raw
         self.informer = informer
         self.node_name = node_name
@@ -160,6 +182,11 @@ class SlicePublisher:
         self.taints: dict[str, list[dict]] = {}
         #: False once the API server dropped the taints we wrote (device taints off, before 1.36)
         self.taints_served = True
+        self.share_channels = share_channels
+        #: False once the API server dropped allowMultipleAllocations (DRAConsumableCapacity off)
+        self.sharing_served = True
+        #: the ComputeDomain holding this node (its label), named on the shared channel
+        self.domain = ""
         informer.add_handler(on_add=self._poke, on_update=self._poke_update, on_delete=self._poke)
 
     def _poke(self, *_: object) -> None:
@@ -187,21 +214,34 @@ class SlicePublisher:
         self.taints = {d.name: list(taints) for d in self.devices if d.type == DEVICE_TYPE_CHANNEL and taints}
         self._poke()
 
+    def set_domain(self, domain: str) -> None:
+        """The ComputeDomain (UID) now holding this node ("" when none); published while shared."""
+        if domain != self.domain:
+            self.domain = domain
+            if self.share_channels and self.sharing_served:
+                self._poke()
+
     def _wanted_taints(self) -> dict[str, list[dict]]:
         return self.taints if self.taints_served else {}
+
+    def _wanted_sharing(self) -> Sharing:
+        if not (self.share_channels and self.sharing_served):
+            return NOT_SHARED
+        return Sharing(True, self.domain)
 
     def current(self) -> bool:
         """Whether the slices seen now publish exactly this node's devices (nothing to do)."""
         uid = self.node_uid()
         return bool(uid) and plan_sync(self.informer.objects(), self.node_name, uid, self.devices,
-                                       taints=self._wanted_taints()).noop
+                                       taints=self._wanted_taints(), sharing=self._wanted_sharing()).noop
 
     def sync_once(self) -> SyncPlan:
         """Apply one plan from the cached slices; raises ApiError on API failures."""
         uid = self.node_uid()
         if not uid:
             raise ApiError(0, "NodeUnknown", f"node {self.node_name} not found; cannot own the ResourceSlice")
-        plan = plan_sync(self.informer.objects(), self.node_name, uid, self.devices, taints=self._wanted_taints())
+        plan = plan_sync(self.informer.objects(), self.node_name, uid, self.devices, taints=self._wanted_taints(),
+                         sharing=self._wanted_sharing())
         for obj in plan.delete:
             meta = meta_of(obj)
             try:
@@ -217,7 +257,7 @@ class SlicePublisher:
                     raise
         if plan.update is not None:
             got = self.raw.update(SLICES, plan.update)
-            self._check_taints_kept(plan.update, got)
+            self._check_fields_kept(plan.update, got)
             self._await_cache(got)
             log.info(
                 "updated ResourceSlice %s (generation %s)",
@@ -226,7 +266,7 @@ class SlicePublisher:
             )
         if plan.create is not None:
             got = self.raw.create(SLICES, plan.create)
-            self._check_taints_kept(plan.create, got)
+            self._check_fields_kept(plan.create, got)
             self._await_cache(got)
             log.info(
                 "published ResourceSlice %s with %s",
@@ -236,14 +276,18 @@ class SlicePublisher:
         self.syncs += 1
         return plan
 
-    def _check_taints_kept(self, sent: dict, got: dict) -> None:
-        """A server without device taints drops them: stop asking for them (no endless rewrites)."""
-        wanted = any(d.get("taints") for d in (sent.get("spec") or {}).get("devices") or [])
-        kept = any(d.get("taints") for d in (got.get("spec") or {}).get("devices") or [])
-        if wanted and not kept:
+    def _check_fields_kept(self, sent: dict, got: dict) -> None:
+        """A server without device taints or shared devices drops those fields: stop asking for
+        them (no endless rewrites)."""
+        if _dropped(sent, got, "taints"):
             self.taints_served = False
             log.warning("the API server does not keep device taints (DRADeviceTaints is off before Kubernetes "
                         "1.36): this node's channel devices stay untainted while they are unusable")
+        if _dropped(sent, got, "allowMultipleAllocations"):
+            self.sharing_served = False
+            log.warning("the API server does not keep allowMultipleAllocations (DRAConsumableCapacity is off "
+                        "before Kubernetes 1.36): this node's channel goes to one claim at a time, so one "
+                        "workload pod of a ComputeDomain per node")
 
     def _await_cache(self, obj: dict, timeout: float = 5.0) -> None:
         """Wait until the informer has seen our write, so the next sync does not repeat it."""

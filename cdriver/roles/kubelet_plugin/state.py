@@ -113,6 +113,7 @@ def held_devices(claims: dict[str, ClaimRecord]) -> list[HeldDevice]:
                     type=str(d.get("type", "")),
                     id=int(d.get("id", 0)),
                     admin_access=bool(d.get("admin_access", False)),
+                    domain_id=rec.domain_id,
                 )
             )
     return out

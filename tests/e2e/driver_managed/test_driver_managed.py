@@ -425,3 +425,62 @@ def test_a_node_with_a_broken_fabric_gets_no_new_channel_claim_unless_it_is_tole
     scenario.wait_for(f"{node_a}'s taint to go", lambda: scenario.Seen(
         taints_of(node_a) == [], None, str(taints_of(node_a))), 30)
     delete_all(world, ns, ["w", "admin"], "taint", uid)
+
+
+def test_pods_of_one_domain_share_a_nodes_channel_and_other_domains_go_elsewhere(
+        world: SimWorld, e2e_namespace: str) -> None:
+    """Four pods of one domain on one node (a tray's four GPUs) each get the node's channel;
+    the node's ResourceSlice then names that domain on its shared channel, so a pod of another
+    domain is placed on the clique's other node, and one pinned to the held node waits in
+    scheduling (never in ContainerCreating against the held node)."""
+    check_pods_of_one_domain_share_a_nodes_channel(world, e2e_namespace, cliques(world)[0], 150)
+
+
+def check_pods_of_one_domain_share_a_nodes_channel(world: SimWorld, ns: str, clique: str, timeout: float) -> None:
+    """The sequence of the test above on the two nodes of `clique`."""
+    from cdriver.kube.resources import RESOURCES
+
+    raw = world.raw
+    node_a, node_b = clique_nodes(world, clique)
+    uid = create_domain(world, ns, "many")
+    names = [f"gpu{i}" for i in range(4)]
+    for name in names:
+        raw.create(scenario.PODS, scenario.workload_pod(name, ns, "many-channel", node=node_a), ns)
+    pods = scenario.wait_pods_running(raw, ns, names, timeout)
+    claims = [scenario.claim_of(raw, pod) for pod in pods]
+    results = [c["status"]["allocation"]["devices"]["results"][0] for c in claims]
+    assert {(r["pool"], r["device"]) for r in results} == {(node_a, "channel-0")}
+    assert len({r.get("shareID") for r in results} - {None}) == 4, results  # four shares of one device
+    for pod in pods:
+        assert is_char_device(world, ns, pod, channel_device_path(0)), f"{pod['metadata']['name']} has no channel"
+
+    def channel_of_node_a() -> dict:
+        (slice_a,) = [s for s in raw.list(RESOURCES["resourceslices"])["items"]
+                      if s["spec"].get("nodeName") == node_a and s["spec"]["driver"] == constants.DRIVER_NAME]
+        return next(d for d in slice_a["spec"]["devices"] if d["name"] == "channel-0")
+
+    wait_for(f"{node_a}'s channel to name domain {uid}", lambda: channel_of_node_a()["attributes"].get(
+        constants.ATTRIBUTE_COMPUTE_DOMAIN) == {"string": uid}, 30)
+    assert channel_of_node_a().get("allowMultipleAllocations") is True
+
+    other = create_domain(world, ns, "other")
+    raw.create(scenario.PODS, scenario.workload_pod("o-free", ns, "other-channel", clique=clique), ns)
+    raw.create(scenario.PODS, scenario.workload_pod("o-held", ns, "other-channel", node=node_a), ns)
+    (placed,) = scenario.wait_pods_running(raw, ns, ["o-free"], timeout)
+    assert placed["spec"]["nodeName"] == node_b
+    assert is_char_device(world, ns, placed, channel_device_path(0))
+    held = raw.get(scenario.PODS, "o-held", ns)
+    assert not held["spec"].get("nodeName"), "a pod of another domain was bound to the held node"
+    assert any(c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+               for c in (held.get("status") or {}).get("conditions") or []), held.get("status")
+
+    # three of the four leave: the last keeps its channel and its domain keeps the node
+    for name in names[:3]:
+        raw.delete(scenario.PODS, name, ns)
+    wait_for("three pods gone", lambda: all(raw.get_or_none(scenario.PODS, n, ns) is None for n in names[:3]), 60)
+    last = raw.get(scenario.PODS, names[3], ns)
+    assert is_char_device(world, ns, last, channel_device_path(0))
+    assert raw.get(RESOURCES["nodes"], node_a)["metadata"]["labels"].get(constants.LABEL_COMPUTE_DOMAIN) == uid
+    raw.delete(scenario.PODS, "o-held", ns)
+    delete_all(world, ns, ["o-free"], "other", other)
+    delete_all(world, ns, names[3:], "many", uid)

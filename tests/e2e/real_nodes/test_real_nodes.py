@@ -25,6 +25,7 @@ from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
 from tests.e2e.driver_managed.test_driver_managed import (
     check_a_pod_late_for_a_deleted_domain_gets_no_channel,
     check_deletion_as_soon_as_daemons_exist_gives_starting_pods_no_channel,
+    check_pods_of_one_domain_share_a_nodes_channel,
 )
 from tests.e2e.driver_managed.test_plugin_upgrade import check_rolling_update_under_load
 from tests.e2e.upstream.test_contract import (  # noqa: F401 - collected here, on this module's world
@@ -228,6 +229,14 @@ def test_a_pod_late_for_a_deleted_domain_gets_no_channel_on_real_nodes(world: Si
     """As on simulated nodes (`test_driver_managed`): real kubelet's retries are refused too."""
     _, members = real_clique(world)
     check_a_pod_late_for_a_deleted_domain_gets_no_channel(world, e2e_namespace, members[0], members[1], 240)
+
+
+def test_pods_of_one_domain_share_a_real_nodes_channel_and_other_domains_go_elsewhere(
+        world: SimWorld, e2e_namespace: str) -> None:
+    """As on simulated nodes (`test_driver_managed`): four runc containers of one domain on one
+    real node, each with the channel device; another domain's pod goes to the other real node."""
+    clique, _ = real_clique(world)
+    check_pods_of_one_domain_share_a_nodes_channel(world, e2e_namespace, clique, 240)
 
 
 def test_a_rolling_plugin_update_on_real_nodes_fails_no_call_and_loses_no_channel(world: SimWorld,

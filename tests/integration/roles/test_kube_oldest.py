@@ -135,12 +135,15 @@ def daemon_claim_refusal(raw: RawClient, version: str, namespace: str) -> str:
     return ""
 
 
-def wire_request(version: str, device_class: str) -> dict:
-    """A single-class claim request as `version` has it on the wire."""
+def wire_request(version: str, device_class: str, domain_uid: str = "") -> dict:
+    """A single-class claim request as `version` has it on the wire (with a domain's channel
+    selector when `domain_uid` is given)."""
+    exactly: dict = {"deviceClassName": device_class, "allocationMode": "ExactCount", "count": 1}
+    if domain_uid:
+        exactly["selectors"] = [{"cel": {"expression": constants.channel_domain_selector(domain_uid)}}]
     if version == "v1beta1":
-        return {"name": "channel", "deviceClassName": device_class, "allocationMode": "ExactCount", "count": 1}
-    return {"name": "channel", "exactly": {"deviceClassName": device_class, "allocationMode": "ExactCount",
-                                           "count": 1}}
+        return {"name": "channel", **exactly}
+    return {"name": "channel", "exactly": exactly}
 
 
 def wire_device(version: str, name: str, attributes: dict) -> dict:
@@ -180,7 +183,7 @@ def test_controller_and_plugin_work_against_1_33(old_cluster: Any, release_ns: s
                                              f"{template_name}"), 30)
         assert written_in(wire) == {f"resource.k8s.io/{version}"}
         assert wire["spec"]["spec"]["devices"]["requests"] == [
-            wire_request(version, constants.DEVICE_CLASS_DEFAULT_CHANNEL)]
+            wire_request(version, constants.DEVICE_CLASS_DEFAULT_CHANNEL, uid_of(cd))]
         assert wire["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]["domainID"] == uid_of(cd)
 
         # The plugin publishes the node's slice, in the served version's shape too.
@@ -236,6 +239,12 @@ def test_controller_and_plugin_work_against_1_33(old_cluster: Any, release_ns: s
         assert list(device.cdi_device_ids) == [f"{constants.CDI_KIND_CLAIM}={uid_of(claim)}-channel-0"]
         assert kubelet.unprepare(claim) == {uid_of(claim): ""}
         assert plugin.checkpoint() == {}
+
+        # 1.33 serves no shared devices (DRAConsumableCapacity): the server drops
+        # allowMultipleAllocations and the plugin publishes its channel for one claim, as before
+        assert "does not keep allowMultipleAllocations" in plugin.log_path.read_text(), plugin.log_tail()
+        assert not any("allowMultipleAllocations" in d or "basic" in d and "allowMultipleAllocations" in d["basic"]
+                       for d in slices()[0]["spec"]["devices"])
 
         # 1.33 serves no device taints (alpha, off): a broken fabric's taint is dropped by the API
         # server, and the plugin stops asking for it instead of rewriting its slice over and over

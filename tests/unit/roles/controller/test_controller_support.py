@@ -227,10 +227,11 @@ def test_cached_rendering_equals_a_fresh_render_and_never_mixes_domains():
     static = dict(desired._common(constants.TARGET_WORKLOAD), request_name="channel",
                   device_class=constants.DEVICE_CLASS_DEFAULT_CHANNEL, config_kind=constants.KIND_CHANNEL_CONFIG)
     direct = desired.render(desired.WORKLOAD_TEMPLATE, domain_uid="u-3", name="t<&>'3", namespace="ns",
-                            allocation_mode="All", **static)
+                            allocation_mode="All", domain_selector=constants.channel_domain_selector("u-3"), **static)
     cached = desired.render_cached(desired.WORKLOAD_TEMPLATE, {"domain_uid": "u-3", "name": "t<&>'3",
-                                                               "namespace": "ns", "allocation_mode": "All"},
-                                   **static)
+                                                               "namespace": "ns", "allocation_mode": "All",
+                                                               "domain_selector": constants.channel_domain_selector(
+                                                                   "u-3")}, **static)
     assert cached == direct
 
 

@@ -51,7 +51,11 @@ def test_workload_template_names_labels_and_channel_config():
     assert meta["labels"] == {constants.LABEL_COMPUTE_DOMAIN: UID, constants.LABEL_TARGET: constants.TARGET_WORKLOAD}
     requests = obj["spec"]["spec"]["devices"]["requests"]
     assert requests == [{"name": "channel", "exactly": {
-        "deviceClassName": constants.DEVICE_CLASS_DEFAULT_CHANNEL}}]
+        "deviceClassName": constants.DEVICE_CLASS_DEFAULT_CHANNEL,
+        # a node's shared channel goes to no other domain than the one holding the node
+        "selectors": [{"cel": {"expression": (
+            '!("computeDomain" in device.attributes["compute-domain.nvidia.com"]) '
+            f'|| device.attributes["compute-domain.nvidia.com"].computeDomain == "{UID}"')}}]}}]
     config = opaque(obj)
     assert config["requests"] == ["channel"]
     assert config["opaque"]["driver"] == constants.DRIVER_NAME

@@ -212,9 +212,35 @@ def test_subrequest_matches_top_level_request_name():
     assert claims.plan_claim(claim, NODE).devices[0].request == "channel/first"
 
 
-def held(uid, device="channel-0", admin=False):
+def held(uid, device="channel-0", admin=False, domain=""):
     ref = parse_device(device)
-    return HeldDevice(claim_uid=uid, device=device, type=ref.type, id=ref.id, admin_access=admin)
+    return HeldDevice(claim_uid=uid, device=device, type=ref.type, id=ref.id, admin_access=admin, domain_id=domain)
+
+
+def test_claims_of_one_domain_share_the_nodes_channel():
+    claim = make_claim(uid="claim-uid-2")
+    claim["status"]["allocation"]["devices"]["results"][0]["shareID"] = "5e1f0000-aaaa-bbbb-cccc-000000000001"
+    plan = claims.plan_claim(claim, NODE)
+    assert plan.devices[0].share_id == "5e1f0000-aaaa-bbbb-cccc-000000000001"
+    claims.check_devices_free(plan, [held("claim-uid-1", domain=CD_UID), held("claim-uid-3", domain=CD_UID)],
+                              host_managed=False)
+
+
+def test_a_channel_held_by_another_domain_blocks_even_when_shared():
+    claim = make_claim(uid="claim-uid-2")
+    claim["status"]["allocation"]["devices"]["results"][0]["shareID"] = "5e1f0000-aaaa-bbbb-cccc-000000000001"
+    plan = claims.plan_claim(claim, NODE)
+    with pytest.raises(claims.ClaimError) as err:
+        claims.check_devices_free(plan, [held("claim-uid-1", domain=CD_UID), held("b-claim", domain="other-cd")],
+                                  host_managed=False)
+    assert err.value.reason == "channel_in_use" and not err.value.permanent
+    assert "b-claim" in str(err.value) and "other-cd" in str(err.value)
+
+
+def test_the_daemon_slot_is_never_shared_within_a_domain():
+    plan = claims.plan_claim(make_claim(device="daemon-0", request="daemon", configs=DAEMON_CONFIGS), NODE)
+    with pytest.raises(claims.ClaimError, match="daemon-0 is already allocated"):
+        claims.check_devices_free(plan, [held("other", "daemon-0", domain=CD_UID)], host_managed=False)
 
 
 def test_channel_zero_taken_by_another_completed_claim_is_retryable():

@@ -56,6 +56,17 @@ def test_a_condition_keeps_its_transition_time_until_its_status_changes() -> Non
     assert flipped[0]["conditions"][0]["lastTransitionTime"] == "2026-01-01T00:06:00Z"
 
 
+def test_a_shared_channel_is_reported_under_its_share() -> None:
+    share = "5e1f0000-aaaa-bbbb-cccc-000000000001"
+    shared = report(devices=(ds.DeviceRef("node-a", "channel-0", share),))
+    (entry,) = ds.status_entries(shared, "2026-12-04T10:00:00Z")
+    assert (entry["pool"], entry["device"], entry["shareID"]) == ("node-a", "channel-0", share)
+    (later,) = ds.status_entries(shared, "2026-12-04T11:00:00Z", previous=[entry])
+    assert later["conditions"][0]["lastTransitionTime"] == "2026-12-04T10:00:00Z"
+    unshared = {"driver": constants.DRIVER_NAME, "pool": "node-a", "device": "channel-0", "conditions": []}
+    assert ds.merged_devices([unshared], [entry]) == [unshared, entry]
+
+
 def test_other_drivers_entries_are_kept_in_place() -> None:
     other = {"driver": "gpu.example.com", "pool": "node-a", "device": "gpu-0", "conditions": []}
     old_ours = {"driver": constants.DRIVER_NAME, "pool": "node-a", "device": "channel-0", "conditions": []}

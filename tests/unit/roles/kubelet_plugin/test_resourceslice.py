@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from cdriver.api import constants
 from cdriver.roles.kubelet_plugin.devices import published_devices
-from cdriver.roles.kubelet_plugin.resourceslice import desired_spec, owner_reference, plan_sync
+from cdriver.roles.kubelet_plugin.resourceslice import Sharing, desired_spec, owner_reference, plan_sync
 
 NODE, UID = "node-a", "node-uid-1"
 DEVICES = published_devices(host_managed=False)
@@ -72,3 +72,19 @@ def test_channel_taints_are_published_and_the_servers_time_stamp_is_not_a_differ
     assert plan_sync([stored], NODE, UID, DEVICES, taints=taints).noop
     untainted = plan_sync([stored], NODE, UID, DEVICES, taints={})
     assert untainted.update is not None and not any(d.get("taints") for d in untainted.update["spec"]["devices"])
+
+
+def test_a_shared_channel_names_the_domain_holding_the_node():
+    cd = "6a1b2c3d-0000-4000-8000-00000000abcd"
+    free = plan_sync([existing("s1")], NODE, UID, DEVICES, sharing=Sharing(True, ""))
+    assert free.update is not None
+    channel, daemon = free.update["spec"]["devices"]
+    assert channel["allowMultipleAllocations"] is True
+    assert constants.ATTRIBUTE_COMPUTE_DOMAIN not in channel["attributes"]
+    assert "allowMultipleAllocations" not in daemon  # the daemon slot goes to one claim
+    held = plan_sync([free.update], NODE, UID, DEVICES, sharing=Sharing(True, cd))
+    assert held.update is not None
+    assert held.update["spec"]["devices"][0]["attributes"][constants.ATTRIBUTE_COMPUTE_DOMAIN] == {"string": cd}
+    assert held.update["spec"]["pool"]["generation"] == free.update["spec"]["pool"]["generation"] + 1
+    assert plan_sync([held.update], NODE, UID, DEVICES, sharing=Sharing(True, cd)).noop
+    assert plan_sync([existing("s1")], NODE, UID, DEVICES).noop  # not shared: today's slice
