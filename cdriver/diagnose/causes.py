@@ -34,6 +34,8 @@ CAUSES: dict[str, list[str]] = {
     ],
     "allocation": [
         "the scheduler found no node whose ResourceSlice offers channel-0 (pool, node affinity)",
+        "every node the pod may use is held by another ComputeDomain (its shared channel-0 names that domain "
+        "in the computeDomain attribute)",
         "the DeviceClass the template asks for is missing",
         "the pod landed on a node that is not attached to an NVLink fabric (no nvidia.com/gpu.clique)",
     ],

@@ -266,7 +266,7 @@ def build_config(opts: dict, feature_gates: str) -> PluginConfig:
         imex_isolation=imex.isolation,
         imex_host_socket_path=opts["imex_host_socket_path"],
         gpu_clique_label_enabled=opts["gpu_clique_label_enabled"],
-        share_channels=opts["share_channels"],
+        share_channels=opts.get("share_channels", True),
         imex_config_template=Path(opts["imex_config_template"]) if opts["imex_config_template"] else None,
         prepare_timeout=prepare_timeout,
         cleanup_interval=parse_duration(opts["cleanup_interval"], "--cleanup-interval"),

@@ -98,8 +98,9 @@ def test_registration_health_and_resource_slice(plugin_factory: Callable[..., Pl
     assert len(slices) == 1
     spec = slices[0]["spec"]
     assert spec["pool"]["name"] == node.name and spec["pool"]["resourceSliceCount"] == 1
-    assert spec["devices"] == [
-        {"name": "channel-0", "attributes": {"type": {"string": "channel"}, "id": {"int": 0}}},
+    assert spec["devices"] == [  # the channel goes to several claims of the domain holding the node
+        {"name": "channel-0", "attributes": {"type": {"string": "channel"}, "id": {"int": 0}},
+         "allowMultipleAllocations": True},
         {"name": "daemon-0", "attributes": {"type": {"string": "daemon"}, "id": {"int": 0}}},
     ]
     owner = slices[0]["metadata"]["ownerReferences"][0]
@@ -362,18 +363,24 @@ def test_bad_opaque_config_is_rejected(plugin: PluginProcess, raw: RawClient, na
     assert plugin.checkpoint() == {}
 
 
-def test_channel_owned_by_another_claim(plugin: PluginProcess, raw: RawClient, namespace: str, node: SimNode,
-                                        driver_ns: str) -> None:
-    cd = make_cd(raw, namespace)
+def test_channel_owned_by_another_domains_claim(plugin: PluginProcess, raw: RawClient, namespace: str, node: SimNode,
+                                                driver_ns: str) -> None:
+    """Claims of one domain share the node's channel, each with its own CDI spec; a claim of
+    another domain is refused while they hold it, and the node's label goes with the last."""
+    cd, other = make_cd(raw, namespace), make_cd(raw, namespace)
     set_clique_ready(raw, driver_ns, cd, node)
     first = allocated_claim(raw, namespace, node.name, channel_params(cd))
     second = allocated_claim(raw, namespace, node.name, channel_params(cd))
+    foreign = allocated_claim(raw, namespace, node.name, channel_params(other))
     kubelet = Kubelet(plugin)
     assert kubelet.prepare(first)[uid_of(first)].error == ""
-    res = kubelet.prepare(second)[uid_of(second)]
-    assert f"channel 0 already allocated by claim {uid_of(first)}" in res.error
-    assert [p.name for p in plugin.claim_specs()] == [f"{CDI_VENDOR}-claim_{uid_of(first)}.yaml"]
-    # The label stays while the first claim is prepared, and goes with the last claim.
+    assert kubelet.prepare(second)[uid_of(second)].error == ""
+    res = kubelet.prepare(foreign)[uid_of(foreign)]
+    assert f"channel 0 already allocated by claim {uid_of(first)} of another ComputeDomain ({uid_of(cd)}" \
+        in res.error or f"by claim {uid_of(second)} of another ComputeDomain ({uid_of(cd)}" in res.error, res.error
+    assert sorted(p.name for p in plugin.claim_specs()) == sorted(
+        f"{CDI_VENDOR}-claim_{uid_of(c)}.yaml" for c in (first, second))
+    assert kubelet.unprepare(foreign) == {uid_of(foreign): ""}
     assert kubelet.unprepare(second) == {uid_of(second): ""}
     assert node_label(raw, node) == uid_of(cd)
     assert kubelet.unprepare(first) == {uid_of(first): ""}
@@ -714,8 +721,10 @@ def test_plugin_takes_over_an_upstream_checkpoint(plugin_factory: Callable[..., 
     raw.delete(CLAIMS, bad["metadata"]["name"], namespace)
     wait_for("the sweep of the stale upstream entry", lambda: uid_of(bad) not in plugin.checkpoint(), 15)
     assert f"partially prepared claim {namespace}/{bad['metadata']['name']}" in plugin.log_path.read_text()
-    # Channel ownership was kept: another claim cannot take channel 0 while the old one holds it.
-    fresh = allocated_claim(raw, namespace, node.name, channel_params(cd))
+    # Channel ownership was kept: another domain's claim cannot take channel 0 while the old one holds it.
+    other = make_cd(raw, namespace)
+    set_clique_ready(raw, driver_ns, other, node)
+    fresh = allocated_claim(raw, namespace, node.name, channel_params(other))
     assert f"channel 0 already allocated by claim {uid_of(running)}" in kubelet.prepare(fresh)[uid_of(fresh)].error
 
     # What cdriver leaves is an upstream checkpoint too: valid checksums, the live claim in v2/v1.

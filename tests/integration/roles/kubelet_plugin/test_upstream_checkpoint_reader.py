@@ -95,8 +95,10 @@ def test_plugin_takes_over_upstreams_checkpoint_and_hands_it_back(upstream_reade
         # Kubelet asks again after the switch: the same devices, nothing prepared anew.
         again = kubelet.prepare(old)[uid_of(old)]
         assert again.error == "" and [list(d.cdi_device_ids) for d in again.devices] == [[old_cdi]]
-        # The running workload keeps its channel: another claim cannot take channel 0.
-        new = allocated_claim(raw, namespace, node.name, channel_params(cd))
+        # The running workload keeps its channel: another domain's claim cannot take channel 0.
+        other = make_cd(raw, namespace)
+        set_clique_ready(raw, driver_ns, other, node)
+        new = allocated_claim(raw, namespace, node.name, channel_params(other))
         assert f"channel 0 already allocated by claim {uid_of(old)}" in kubelet.prepare(new)[uid_of(new)].error
         # The old claim's pod ends: unprepare works, and a new claim gets the channel.
         assert kubelet.unprepare(old) == {uid_of(old): ""}
