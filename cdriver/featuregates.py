@@ -15,6 +15,9 @@ COMPUTE_DOMAIN_CLIQUES = "ComputeDomainCliques"
 CRASH_ON_NVLINK_FABRIC_ERRORS = "CrashOnNVLinkFabricErrors"
 HOST_MANAGED_IMEX_DAEMON = "HostManagedIMEXDaemon"
 FABRIC_MANAGER_PARTITIONING = "FabricManagerPartitioning"
+#: cdriver's own: channel devices carry binding conditions (pods wait in scheduling, not in
+#: ContainerCreating, until their node's IMEX daemon is Ready; Kubernetes 1.36+).
+COMPUTE_DOMAIN_BINDING_CONDITIONS = "ComputeDomainBindingConditions"
 # --- GPU-side gates (known so shared FEATURE_GATES strings parse; unused here) -------
 TIME_SLICING_SETTINGS = "TimeSlicingSettings"
 MPS_SUPPORT = "MPSSupport"
@@ -52,6 +55,7 @@ KNOWN_GATES: dict[str, GateSpec] = {
         GateSpec(CRASH_ON_NVLINK_FABRIC_ERRORS, True, BETA),
         GateSpec(HOST_MANAGED_IMEX_DAEMON, False, ALPHA),
         GateSpec(FABRIC_MANAGER_PARTITIONING, False, ALPHA),
+        GateSpec(COMPUTE_DOMAIN_BINDING_CONDITIONS, False, ALPHA),
         GateSpec(TIME_SLICING_SETTINGS, False, ALPHA),
         GateSpec(MPS_SUPPORT, False, ALPHA),
         GateSpec(PASSTHROUGH_SUPPORT, False, ALPHA),

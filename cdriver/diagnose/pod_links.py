@@ -172,6 +172,8 @@ def check_allocation(snap: Snapshot, w: Workload) -> Link:
     ids = {w.label: {"claimUID": uid_of(w.claim), "pool": r.get("pool"), "device": r.get("device"), "node": node}}
     evidence.insert(0, f"{w.label}: {claim_label} -> {r.get('driver')} pool {r.get('pool')} device "
                        f"{r.get('device')} on node {node or '-'}")
+    if r.get("bindingConditions") and not pod_node(w.pod):
+        return _waiting_for_binding(w, r, node, key, title, evidence, ids)
     node_obj = snap.node(node) if node else None
     if node_obj is not None and not labels_of(node_obj).get(constants.LABEL_NODE_CLIQUE):
         return link(key, title, Verdict.FAIL,
@@ -182,6 +184,29 @@ def check_allocation(snap: Snapshot, w: Workload) -> Link:
                     f"(add node affinity on {constants.LABEL_NODE_CLIQUE})")
     return link(key, title, Verdict.PASS, f"{w.label}: {r.get('device')} from pool {r.get('pool')} on {node}",
                 evidence, ids)
+
+
+def _waiting_for_binding(w: Workload, r: dict, node: str, key: str, title: str, evidence: list[str],
+                         ids: dict) -> Link:
+    """The pod waits in the scheduler's PreBind for the channel's binding conditions (gate
+    ComputeDomainBindingConditions): what the node's plugin said of the claim so far."""
+    entry: dict = next((d for d in (w.claim or {}).get("status", {}).get("devices") or []
+                  if d.get("driver") == constants.DRIVER_NAME and (d.get("pool"), d.get("device"),
+                                                                   d.get("shareID")) ==
+                  (r.get("pool"), r.get("device"), r.get("shareID"))), {})
+    conditions = {c.get("type"): c for c in entry.get("conditions") or []}
+    failed = (conditions.get("BindingFailed") or {}).get("status") == "True"
+    said = conditions.get("BindingFailed") if failed else conditions.get("Ready")
+    state = f"{said.get('reason')}: {said.get('message')}" if said else "the node's plugin has not answered yet"
+    evidence.append(f"{w.label}: status.devices of {r.get('device')}: {state}")
+    verdict = Verdict.FAIL if failed else Verdict.WAIT
+    summary = (f"{w.label} waits in scheduling until node {node} can serve its channel (binding conditions "
+               f"{', '.join(r.get('bindingConditions') or [])}): {state}")
+    if failed:
+        summary += "; the scheduler frees the allocation and places the pod again"
+    claim = w.claim or {}
+    return link(key, title, verdict, summary, evidence, ids,
+                f"kubectl get resourceclaim {name_of(claim)} -n {namespace_of(claim)} -o yaml  (status.devices)")
 
 
 # -- 7. node label ------------------------------------------------------------------------------------

@@ -168,6 +168,14 @@ def imex_settings(opts: dict) -> ImexSettings:
     "that no domain holds.",
 )
 @_opt(
+    "--binding-timeout",
+    default="120s",
+    envvar="BINDING_TIMEOUT",
+    show_default=True,
+    help="With gate ComputeDomainBindingConditions: how long a claim waiting in scheduling may wait for "
+    "this node's IMEX daemon before binding fails and the pod is placed again.",
+)
+@_opt(
     "--imex-config-template",
     default=None,
     envvar="IMEX_CONFIG_TEMPLATE",
@@ -267,6 +275,7 @@ def build_config(opts: dict, feature_gates: str) -> PluginConfig:
         imex_host_socket_path=opts["imex_host_socket_path"],
         gpu_clique_label_enabled=opts["gpu_clique_label_enabled"],
         share_channels=opts.get("share_channels", True),
+        binding_timeout=parse_duration(opts.get("binding_timeout") or "120s", "--binding-timeout"),
         imex_config_template=Path(opts["imex_config_template"]) if opts["imex_config_template"] else None,
         prepare_timeout=prepare_timeout,
         cleanup_interval=parse_duration(opts["cleanup_interval"], "--cleanup-interval"),

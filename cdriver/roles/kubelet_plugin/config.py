@@ -61,6 +61,9 @@ class PluginConfig:
     #: Publish the channel for several claims of one ComputeDomain (several workload pods of a
     #: domain per node), where the API server serves allowMultipleAllocations.
     share_channels: bool = True
+    #: Seconds a claim waiting in the scheduler's PreBind (gate ComputeDomainBindingConditions)
+    #: may wait for this node's IMEX daemon before binding fails and the pod is placed again.
+    binding_timeout: float = 120.0
     imex_config_template: Path | None = None
     prepare_timeout: float = DEFAULT_PREPARE_TIMEOUT
     #: The plugin pod's UID: when set, the sockets carry it, so that two instances (old and new
@@ -75,6 +78,11 @@ class PluginConfig:
     gates: featuregates.FeatureGates = field(default_factory=featuregates.FeatureGates)
     #: nvidia-imex settings filled into the config template of every domain directory.
     imex_settings: ImexSettings = DEFAULT_SETTINGS
+
+    @property
+    def binding_conditions(self) -> bool:
+        """Whether channels carry binding conditions (the gate; driver-managed mode only)."""
+        return self.gates.enabled(featuregates.COMPUTE_DOMAIN_BINDING_CONDITIONS) and not self.host_managed
 
     @property
     def host_managed(self) -> bool:

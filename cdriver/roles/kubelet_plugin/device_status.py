@@ -16,6 +16,9 @@ from cdriver.api import constants
 from cdriver.roles.kubelet_plugin import errors
 
 CONDITION_READY = "Ready"
+#: True when this node cannot serve a claim waiting in the scheduler's PreBind (binding
+#: conditions): the scheduler then frees the allocation and places the pod again
+CONDITION_BINDING_FAILED = "BindingFailed"
 #: reasons of the Ready condition
 REASON_DAEMON_READY = "DaemonReady"
 REASON_HOST_IMEX_READY = "HostIMEXReady"
@@ -84,6 +87,8 @@ class ClaimStatusReport:
     daemon_dns_name: str = ""
     channels: tuple[int, ...] = ()
     cdi_device_ids: tuple[str, ...] = field(default=())
+    #: the node cannot serve the claim waiting in PreBind (a `BindingFailed` condition, True)
+    binding_failed: bool = False
 
 
 def channel_summary(channels: tuple[int, ...]) -> dict[str, Any]:
@@ -138,8 +143,11 @@ def status_entries(report: ClaimStatusReport, transition_time: str,
                     if c.get("type") == CONDITION_READY), None)
         if old is not None and old.get("status") == condition["status"] and old.get("lastTransitionTime"):
             condition["lastTransitionTime"] = old["lastTransitionTime"]
+        conditions = [condition]
+        if report.binding_failed:
+            conditions.append({**condition, "type": CONDITION_BINDING_FAILED, "status": "True"})
         entry: dict[str, Any] = {"driver": constants.DRIVER_NAME, "pool": ref.pool, "device": ref.device,
-                                 "conditions": [condition]}
+                                 "conditions": conditions}
         if ref.share_id:
             entry["shareID"] = ref.share_id
         if data:

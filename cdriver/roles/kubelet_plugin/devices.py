@@ -50,15 +50,27 @@ def published_devices(host_managed: bool) -> list[DeviceRef]:
     return sorted(devices, key=lambda d: d.name)
 
 
-def slice_device(ref: DeviceRef, taints: list[dict] | None = None, shared: bool = False, domain: str = "") -> dict:
+#: Condition types of a channel published with binding conditions: the scheduler binds the pod
+#: once `Ready` is True in the claim's status.devices, and places it again if `BindingFailed` is.
+BINDING_CONDITIONS = ("Ready",)
+BINDING_FAILURE_CONDITIONS = ("BindingFailed",)
+
+
+def slice_device(ref: DeviceRef, taints: list[dict] | None = None, shared: bool = False, domain: str = "",
+                 binding: bool = False) -> dict:
     """resource.k8s.io/v1 ResourceSlice device entry with the ``type`` and ``id`` attributes (and
     its `taints`, when it has any). A `shared` channel may be allocated to several claims
-    (``allowMultipleAllocations``) and names the `domain` holding the node, if any."""
+    (``allowMultipleAllocations``) and names the `domain` holding the node, if any; with
+    `binding`, a channel's claims wait in scheduling until this node can serve them."""
     out: dict = {"name": ref.name, "attributes": {"type": {"string": ref.type}, "id": {"int": ref.id}}}
     if shared and ref.type == constants.DEVICE_TYPE_CHANNEL:
         out["allowMultipleAllocations"] = True
         if domain:
             out["attributes"][constants.ATTRIBUTE_COMPUTE_DOMAIN] = {"string": domain}
+    if binding and ref.type == constants.DEVICE_TYPE_CHANNEL:
+        out["bindsToNode"] = True
+        out["bindingConditions"] = list(BINDING_CONDITIONS)
+        out["bindingFailureConditions"] = list(BINDING_FAILURE_CONDITIONS)
     if taints:
         out["taints"] = [dict(t) for t in taints]
     return out

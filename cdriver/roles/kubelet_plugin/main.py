@@ -39,6 +39,7 @@ from cdriver.kube.objects import uid_of
 from cdriver.kube.raw import RawClient
 from cdriver.kube.resources import RESOURCES
 from cdriver.roles.kubelet_plugin import cdi_edits
+from cdriver.roles.kubelet_plugin.binding import Binder
 from cdriver.roles.kubelet_plugin.cleanup import Sweeper
 from cdriver.roles.kubelet_plugin.clique_refresh import CliqueRefresher
 from cdriver.roles.kubelet_plugin.config import PluginConfig
@@ -98,6 +99,7 @@ class Plugin:
     health_port: int | None = None
     _servers: list[tuple[grpc.Server, Path | None]] = field(default_factory=list)
     _informers: list[Informer] = field(default_factory=list)
+    _binder: Binder | None = None
     _sweeper: Sweeper | None = None
     _clique_refresher: CliqueRefresher | None = None
     _slices: SlicePublisher | None = None
@@ -143,6 +145,8 @@ class Plugin:
             cliques = clique_informer(raw, cfg.namespace, found.clique_id)
         node = Informer(raw, RESOURCES["nodes"], field_selector=f"metadata.name={cfg.node_name}")
         slices = Informer(raw, RESOURCES["resourceslices"], field_selector=slice_field_selector(cfg.node_name))
+        # every claim: those allocated here cannot be selected on the server (gate only)
+        claims_watch = Informer(raw, RESOURCES["resourceclaims"]) if cfg.binding_conditions else None
         state = PluginState(
             config=cfg,
             discovery=found,
@@ -162,7 +166,7 @@ class Plugin:
                 inf.add_handler(
                     on_add=state.notifier.notify, on_update=state.notifier.notify, on_delete=state.notifier.notify
                 )
-        self._informers = [i for i in (cds, cliques, node, slices) if i is not None]
+        self._informers = [i for i in (cds, cliques, node, slices, claims_watch) if i is not None]
         for inf in self._informers:
             inf.start()
         for inf in self._informers:
@@ -228,7 +232,18 @@ class Plugin:
             published_devices(cfg.host_managed),
             on_error=metrics.slice_publish_errors.inc,
             share_channels=cfg.share_channels and not cfg.host_managed,
+            binding_conditions=cfg.binding_conditions,
         )
+        if claims_watch is not None:
+            self._binder = Binder(cfg.node_name, claims_watch, self.driver.preparer.binding_hooks(),
+                                  cfg.binding_timeout)
+            for inf in (cds, cliques, node):
+                if inf is not None:
+                    inf.add_handler(on_add=self._binder.poke, on_update=self._binder.poke,
+                                    on_delete=self._binder.poke)
+            self._binder.start()
+            log.info("binding conditions on: channel claims wait in scheduling until this node's IMEX daemon is "
+                     "Ready (at most %.0fs)", cfg.binding_timeout)
         if self._slices.share_channels:  # the shared channel names the domain holding the node
             publisher, labeler = self._slices, state.labeler
             state.node.add_handler(on_add=lambda _n: publisher.set_domain(labeler.current() or ""),
@@ -361,6 +376,8 @@ class Plugin:
                 self.driver.preparer.labeler.set_label(constants.LABEL_NODE_CLIQUE, None)
             except CdriverError as exc:
                 log.warning("could not remove label %s: %s", constants.LABEL_NODE_CLIQUE, exc)
+        if self._binder is not None:
+            self._binder.stop()
         for inf in self._informers:
             inf.stop()
         if self._metrics_server is not None:

@@ -37,6 +37,7 @@ from cdriver.kube.objects import meta_of, name_of
 from cdriver.kube.resources import RESOURCES
 from cdriver.nvml.discover import IMEX_CHANNEL_COUNT
 from cdriver.roles.kubelet_plugin import cdi_edits, claims, device_status
+from cdriver.roles.kubelet_plugin.binding import BindingHooks
 from cdriver.roles.kubelet_plugin.claims import KIND_DAEMON, ClaimPlan
 from cdriver.roles.kubelet_plugin.discovery import DiscoveryError, fabric_mgmt_device
 from cdriver.roles.kubelet_plugin.errors import (
@@ -366,6 +367,38 @@ class Preparer:
             channels=channels if (prepared is not None and ready) else (),
             cdi_device_ids=tuple(i for d in (prepared.devices if prepared else []) for i in d.cdi_device_ids),
         )
+
+    # -- binding conditions ----------------------------------------------------------------
+    def binding_hooks(self) -> BindingHooks:
+        """This node's view for the binder (`cdriver.roles.kubelet_plugin.binding`)."""
+        st = self.state
+
+        def report(r: device_status.ClaimStatusReport) -> None:
+            if st.claim_status is not None:
+                st.claim_status.report(r)
+
+        return BindingHooks(
+            clique_id=lambda: st.discovery.clique_id,
+            compute_domain=st.compute_domain,
+            ensure_label=lambda domain: self.labeler.ensure_domain(domain, self._label_is_stale),
+            release_label=self._release_label,
+            node_ready=self._node_ready,
+            daemon_index=self._daemon_index,
+            report=report,
+        )
+
+    def _release_label(self, domain_id: str) -> None:
+        """Remove the node's label for a domain whose claims here all went away before any was
+        prepared (a claim that is being prepared records itself first, so it is seen)."""
+        try:
+            if any(rec.domain_id == domain_id for rec in self.state.store.read().claims.values()):
+                return
+            if self.labeler.remove_domain(domain_id):
+                log.info("node %s: no claim of ComputeDomain %s is left here; label removed", self.config.node_name,
+                         domain_id)
+        except (ClaimError, CdriverError) as exc:
+            log.warning("node %s: could not release the label of ComputeDomain %s: %s", self.config.node_name,
+                        domain_id, exc)
 
     def _daemon_index(self, domain_id: str) -> int | None:
         """This node's daemon index in the domain's clique (None until the daemon has one)."""

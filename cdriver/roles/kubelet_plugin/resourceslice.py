@@ -40,11 +40,13 @@ def owner_reference(node_name: str, node_uid: str) -> dict:
 
 @dataclass(frozen=True)
 class Sharing:
-    """Whether this node's channel is published for several claims (of one ComputeDomain), and
-    the domain that holds the node now ("" when none)."""
+    """Whether this node's channel is published for several claims (of one ComputeDomain), the
+    domain that holds the node now ("" when none), and whether its claims wait for binding
+    conditions."""
 
     shared: bool = False
     domain: str = ""
+    binding: bool = False
 
 
 NOT_SHARED = Sharing()
@@ -57,7 +59,7 @@ def desired_spec(node_name: str, devices: list[DeviceRef], generation: int, driv
         "driver": driver,
         "nodeName": node_name,
         "pool": {"name": node_name, "generation": generation, "resourceSliceCount": 1},
-        "devices": [slice_device(d, (taints or {}).get(d.name), sharing.shared, sharing.domain)
+        "devices": [slice_device(d, (taints or {}).get(d.name), sharing.shared, sharing.domain, sharing.binding)
                     for d in sorted(devices, key=lambda d: d.name)],
     }
 
@@ -162,6 +164,7 @@ class SlicePublisher:
         retry_seconds: float = 5.0,
         on_error: Callable[[], None] = lambda: None,
         share_channels: bool = False,
+        binding_conditions: bool = False,
     ) -> None:
         """``on_error``: called after each failed attempt to publish the slice. ``share_channels``:
         publish the channel for several claims of one domain (where the server keeps it)."""
@@ -185,6 +188,9 @@ class SlicePublisher:
         self.share_channels = share_channels
         #: False once the API server dropped allowMultipleAllocations (DRAConsumableCapacity off)
         self.sharing_served = True
+        self.binding_conditions = binding_conditions
+        #: False once the API server dropped bindingConditions (DRADeviceBindingConditions off)
+        self.binding_served = True
         #: the ComputeDomain holding this node (its label), named on the shared channel
         self.domain = ""
         informer.add_handler(on_add=self._poke, on_update=self._poke_update, on_delete=self._poke)
@@ -224,10 +230,14 @@ class SlicePublisher:
     def _wanted_taints(self) -> dict[str, list[dict]]:
         return self.taints if self.taints_served else {}
 
+    @property
+    def binding(self) -> bool:
+        """Whether the published channel carries binding conditions (asked for and served)."""
+        return self.binding_conditions and self.binding_served
+
     def _wanted_sharing(self) -> Sharing:
-        if not (self.share_channels and self.sharing_served):
-            return NOT_SHARED
-        return Sharing(True, self.domain)
+        shared = self.share_channels and self.sharing_served
+        return Sharing(shared, self.domain if shared else "", self.binding)
 
     def current(self) -> bool:
         """Whether the slices seen now publish exactly this node's devices (nothing to do)."""
@@ -288,6 +298,11 @@ class SlicePublisher:
             log.warning("the API server does not keep allowMultipleAllocations (DRAConsumableCapacity is off "
                         "before Kubernetes 1.36): this node's channel goes to one claim at a time, so one "
                         "workload pod of a ComputeDomain per node")
+        if _dropped(sent, got, "bindingConditions"):
+            self.binding_served = False
+            log.warning("the API server does not keep bindingConditions (DRADeviceBindingConditions is off before "
+                        "Kubernetes 1.36): gate ComputeDomainBindingConditions has no effect here; pods wait for "
+                        "their node's IMEX daemon in ContainerCreating, as without the gate")
 
     def _await_cache(self, obj: dict, timeout: float = 5.0) -> None:
         """Wait until the informer has seen our write, so the next sync does not repeat it."""

@@ -22,6 +22,7 @@ from cdriver.kube.resources import RESOURCES
 from cdriver.nvml.discover import channel_device_path
 from cdriver.sim.world import scenario
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
+from tests.e2e.driver_managed.test_binding_conditions import check_pods_bound_once_their_daemon_is_ready
 from tests.e2e.driver_managed.test_driver_managed import (
     check_a_pod_late_for_a_deleted_domain_gets_no_channel,
     check_deletion_as_soon_as_daemons_exist_gives_starting_pods_no_channel,
@@ -42,6 +43,7 @@ from tests.support.world import (
     reported_ready,
     start_world,
     text,
+    upgrade_gates,
 )
 
 REAL_NODES = 2
@@ -237,6 +239,18 @@ def test_pods_of_one_domain_share_a_real_nodes_channel_and_other_domains_go_else
     real node, each with the channel device; another domain's pod goes to the other real node."""
     clique, _ = real_clique(world)
     check_pods_of_one_domain_share_a_nodes_channel(world, e2e_namespace, clique, 240)
+
+
+def test_with_binding_conditions_real_kubelets_prepare_at_the_first_call(world: SimWorld, e2e_namespace: str) -> None:
+    """Gate ComputeDomainBindingConditions turned on by `helm upgrade`: on the real clique the
+    pods wait in scheduling until their node's daemon is Ready, and the real kubelet's first
+    Prepare succeeds (`test_binding_conditions`); the gate is turned off again after."""
+    _, members = real_clique(world)
+    upgrade_gates(world, {"ComputeDomainBindingConditions": True})
+    try:
+        check_pods_bound_once_their_daemon_is_ready(world, e2e_namespace, members, 240)
+    finally:
+        upgrade_gates(world, {"ComputeDomainBindingConditions": False})
 
 
 def test_a_rolling_plugin_update_on_real_nodes_fails_no_call_and_loses_no_channel(world: SimWorld,

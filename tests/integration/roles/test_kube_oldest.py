@@ -172,7 +172,9 @@ def test_controller_and_plugin_work_against_1_33(old_cluster: Any, release_ns: s
     base = Path(f"/tmp/kpo-{uuid.uuid4().hex[:6]}")
     base.mkdir()
     sim = sim_node(raw, base, fabric=True)
-    plugin = PluginProcess(sim, Path(old_cluster.kubeconfig), release_ns, base / "plugin")
+    # binding conditions asked for: 1.33 serves none, so the plugin works as without the gate
+    plugin = PluginProcess(sim, Path(old_cluster.kubeconfig), release_ns, base / "plugin",
+                           gates="ComputeDomainBindingConditions=true")
     plugin.base.mkdir()
     try:
         # The controller writes the workload's claim template in the served version's shape.
@@ -243,6 +245,8 @@ def test_controller_and_plugin_work_against_1_33(old_cluster: Any, release_ns: s
         # 1.33 serves no shared devices (DRAConsumableCapacity): the server drops
         # allowMultipleAllocations and the plugin publishes its channel for one claim, as before
         assert "does not keep allowMultipleAllocations" in plugin.log_path.read_text(), plugin.log_tail()
+        assert "does not keep bindingConditions" in plugin.log_path.read_text(), plugin.log_tail()
+        assert not any("bindingConditions" in str(d) for d in slices()[0]["spec"]["devices"])
         assert not any("allowMultipleAllocations" in d or "basic" in d and "allowMultipleAllocations" in d["basic"]
                        for d in slices()[0]["spec"]["devices"])
 
