@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -230,3 +231,17 @@ def domain_up(world: SimWorld, daemon_pod: dict, nodes: int) -> scenario.Seen:
     ok = found.get("status") == "UP" and len(listed) == nodes and all(
         n.get("status") == "READY" for n in listed.values())
     return scenario.Seen(ok, found, json.dumps(found)[:2000])
+
+
+#: The IMEX server port every simulated node's daemon listens on (on its pod IP).
+IMEX_PORT = 50000
+
+
+def hold_imex_port(address: str) -> socket.socket:
+    """Listen on the IMEX port at `address` (a daemon pod's address to come), so that nvidia-imex
+    cannot start there until the returned socket is closed."""
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    holder.bind((address, IMEX_PORT))
+    holder.listen()
+    return holder

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -31,13 +30,12 @@ from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
 from tests.conftest import chart_device_classes
 from tests.support import monitoring
 from tests.support.waiting import wait_for
-from tests.support.world import start_world
+from tests.support.world import IMEX_PORT, hold_imex_port, start_world
 
 NON_FABRIC_NODE = "cpu-1"
 DEPLOYMENTS = RESOURCES["deployments"]
 DEVICE_CLASSES = RESOURCES["deviceclasses"]
 PLUGIN_SELECTOR = "app.kubernetes.io/component=kubelet-plugin"
-IMEX_PORT = 50000  # the IMEX server port every simulated node's daemon listens on
 
 
 #: the alerts these tests break things for, with `for:` and windows of seconds instead of minutes
@@ -330,10 +328,7 @@ def test_nvidia_imex_failing_at_start(world: SimWorld, prom: LocalPrometheus, e2
     node = world.node(clique_nodes(world, cliques(world)[1])[0])
     # the node's next two pods: the workload, then the domain's daemon (each pod has its own address)
     _workload_ip, daemon_ip = node.agent.pod_addresses.upcoming(2)
-    holder = socket.socket()
-    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    holder.bind((daemon_ip, IMEX_PORT))
-    holder.listen()
+    holder = hold_imex_port(daemon_ip)
     try:
         uid = new_domain(world, ns, "blocked")
         raw.create(scenario.PODS, scenario.workload_pod("w", ns, "blocked-channel", node=node.name), ns)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,10 +21,17 @@ from cdriver.nvml.discover import channel_device_path
 from cdriver.sim.world import scenario
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
 from tests.support.waiting import wait_for
-from tests.support.world import clique_nodes, cliques, create_domain, delete_all, is_char_device, start_world
+from tests.support.world import (
+    clique_nodes,
+    cliques,
+    create_domain,
+    delete_all,
+    hold_imex_port,
+    is_char_device,
+    start_world,
+)
 
 NON_FABRIC_NODE = "cpu-1"
-IMEX_PORT = 50000  # the IMEX server port every simulated node's daemon listens on
 NODES = RESOURCES["nodes"]
 
 
@@ -116,10 +122,7 @@ def test_a_node_whose_daemon_cannot_start_gives_the_pod_to_another_node_of_the_c
     ns, raw = e2e_namespace, world.raw
     node_a, node_b = clique_nodes(world, cliques(world)[1])
     (daemon_ip,) = world.node(node_a).agent.pod_addresses.upcoming(1)
-    holder = socket.socket()
-    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    holder.bind((daemon_ip, IMEX_PORT))
-    holder.listen()
+    holder = hold_imex_port(daemon_ip)
     raw.patch(NODES, node_b, {"spec": {"unschedulable": True}})
     try:
         uid = create_domain(world, ns, "blocked")
@@ -151,10 +154,7 @@ def test_deleting_a_pod_and_its_domain_while_the_pod_waits_in_scheduling_cleans_
     ns, raw = e2e_namespace, world.raw
     node = world.node(clique_nodes(world, cliques(world)[0])[0])
     (daemon_ip,) = node.agent.pod_addresses.upcoming(1)  # the workload pod is not bound: the daemon is next
-    holder = socket.socket()
-    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    holder.bind((daemon_ip, IMEX_PORT))
-    holder.listen()
+    holder = hold_imex_port(daemon_ip)
     try:
         uid = create_domain(world, ns, "stuck")
         raw.create(scenario.PODS, scenario.workload_pod("w", ns, "stuck-channel", node=node.name), ns)
