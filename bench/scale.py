@@ -27,11 +27,25 @@ then measures:
 - the test world's own cost beside it: the RSS of this process, which hosts every simulated node's
   agent, per node, and the container launchers per driver pod.
 
+Two more scenarios, on worlds of their own, the drivers interleaved the same way:
+
+- burst (upstream #1107): BURST_NODES daemons join one clique at the same moment while the
+  scheduler works through a backlog of other pods (`--backlog` pods that fit no node, created
+  from a few seconds before the domain until the round ends): 409s per daemon, any 429, and the
+  seconds from the domain's create until every daemon of the clique holds an index;
+- many domains: ComputeDomains of one and two nodes created at once on the `--many-nodes` world,
+  in batches up to each count of `--domains` (500, then 500 more: 1,000): seconds until every
+  domain has its finalizer, templates and DaemonSet, API writes per domain, the controller's CPU
+  and its RSS with that many domains.
+
 Writes bench/results/scale.json, a plot of time to channel over N (scale.png and scale.svg) and
 prints a table; `--table FILE` prints the table of a document without running anything.
 
     python bench/scale.py [--sizes 4,18,36] [--rounds 2] [--drivers cdriver,upstream] [--limits matched]
+                          [--backlog 1500] [--domains 500,1000] [--many-nodes 72]
     python bench/scale.py --table bench/results/scale.json
+
+An empty `--sizes`, `--backlog 0` or an empty `--domains` leaves that scenario out.
 """
 
 from __future__ import annotations
@@ -64,6 +78,11 @@ RESULTS = Path(__file__).resolve().parent / "results"
 TOPOLOGY = "gb200-nvl72x4"
 NS = "scale"
 SIZES = (4, 18, 36)
+BURST_NODES = 18  # one rack: the most daemons that join one clique
+BACKLOG = 1500
+BACKLOG_NS = "backlog"
+DOMAINS = (500, 1000)
+MANY_NODES = 72
 SETTLE = 5.0
 ROUND_TIMEOUT = 900.0
 DAEMON_METRICS_PORT = 8082
@@ -183,8 +202,79 @@ def daemon_index_seconds(daemons: list[dict]) -> list[float]:
     return [v for v in found if v > 0]
 
 
-def bootstrap(world: SimWorld, n: int, driver: str) -> dict[str, Any]:
-    """One domain over the world's first `n` nodes, one workload pod each: the round's figures."""
+def backlog_pod(name: str) -> dict:
+    """A pod no node can hold (it asks for more CPU than a node has): the scheduler tries it,
+    finds no fit and queues it again, as with a queue of training pods."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": BACKLOG_NS},
+            "spec": {"containers": [{"name": "train", "image": "registry.local/train:none",
+                                     "resources": {"requests": {"cpu": "1000"}}}]}}
+
+
+class Backlog:
+    """Creates `count` pending pods from a few threads while a round runs."""
+
+    def __init__(self, raw: Any, count: int, threads: int = 4) -> None:
+        self.raw, self.count, self.created = raw, count, 0
+        self._lock, self._stop = threading.Lock(), threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(k, threads), daemon=True) for k in range(threads)]
+
+    def _run(self, k: int, step: int) -> None:
+        for i in range(k, self.count, step):
+            if self._stop.is_set():
+                return
+            try:
+                self.raw.create(scenario.PODS, backlog_pod(f"train-{i:05d}"), BACKLOG_NS)
+            except Exception:  # noqa: BLE001 - a pod refused is one pod less in the backlog
+                continue
+            with self._lock:
+                self.created += 1
+
+    def start(self, head: float = 0.25, timeout: float = 120.0) -> Backlog:
+        """Start, and return once `head` of the pods exist (the scheduler is then busy)."""
+        scenario.ensure_namespace(self.raw, BACKLOG_NS)
+        for t in self._threads:
+            t.start()
+        scenario.wait_for("the backlog's head", lambda: self.created >= head * self.count, timeout, 0.2)
+        return self
+
+    def stop(self) -> int:
+        self._stop.set()
+        for t in self._threads:
+            t.join(30)
+        return self.created
+
+
+class IndexWatch:
+    """Polls a domain's clique entries: the seconds from `t0` until `n` of them hold distinct
+    indices (None until then)."""
+
+    def __init__(self, raw: Any, uid: str, n: int, t0: float, every: float = 0.25) -> None:
+        self.raw, self.uid, self.n, self.t0, self.every = raw, uid, n, t0, every
+        self.seconds: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while self.seconds is None and not self._stop.wait(self.every):
+            try:
+                found = scenario.clique_entries(self.raw, DRIVER_NAMESPACE, self.uid).values()
+            except Exception:  # noqa: BLE001 - a missed poll is not a failed run
+                continue
+            indices = {(e.get("cliqueID"), e.get("index")) for entries in found for e in entries
+                       if e.get("index") is not None}
+            if len(indices) >= self.n:
+                self.seconds = round(time.monotonic() - self.t0, 2)
+
+    def stop(self) -> float | None:
+        self._stop.set()
+        self._thread.join(5)
+        return self.seconds
+
+
+def bootstrap(world: SimWorld, n: int, driver: str, backlog: int = 0) -> dict[str, Any]:
+    """One domain over the world's first `n` nodes, one workload pod each (with `backlog` other
+    pods pending meanwhile): the round's figures."""
     raw = world.raw
     nodes = [node.name for node in world.nodes][:n]
     ctrl_pods, plugin_pods = vs.role_pods(world, "controller"), vs.role_pods(world, "kubelet-plugin")
@@ -199,9 +289,11 @@ def bootstrap(world: SimWorld, n: int, driver: str) -> dict[str, Any]:
     watch0 = totals_by(text0, "apiserver_watch_events_total", "resource")
     names = [f"w{i:02d}" for i in range(n)]
     seen: dict[str, float] = {}
+    pending = Backlog(raw, backlog).start() if backlog else None
     with InflightPeak(raw) as inflight:
         t0 = time.monotonic()
         cd = raw.create(scenario.CDS, scenario.compute_domain("rack", NS, "rack-ch", num_nodes=n), NS)
+        indices_watch = IndexWatch(raw, cd["metadata"]["uid"], n, t0)
         for name, node in zip(names, nodes, strict=True):
             raw.create(scenario.PODS, scenario.workload_pod(name, NS, "rack-ch", node=node), NS)
         while len(seen) < n:
@@ -214,6 +306,9 @@ def bootstrap(world: SimWorld, n: int, driver: str) -> dict[str, Any]:
                 if world.exec(NS, name, ["test", "-c", channel_device_path(0)]).returncode == 0:
                     seen[name] = time.monotonic() - t0
             time.sleep(0.1)
+        scenario.wait_for("every daemon's index", lambda: indices_watch.seconds is not None, 120, 0.25)
+    all_indices_s = indices_watch.stop()
+    backlog_created = pending.stop() if pending else 0
     text1 = metrics_text(raw)
     after = request_counts(text1)
     objects = delta(object_counts(raw), objects0)
@@ -231,6 +326,7 @@ def bootstrap(world: SimWorld, n: int, driver: str) -> dict[str, Any]:
         "api_requests_per_node": round(sum(served.values()) / n, 1),
         "membership_conflicts_per_daemon": round(conflicts / max(1, len(daemons)), 2),
         "api_429": int(sum(v for (_, _, _, code), v in served.items() if code == "429")),
+        "all_indices_s": all_indices_s,
         "api_inflight_peak": int(inflight.peak),
         "watch_events_per_node": round(sum(watch.values()) / n, 1),
         "objects_per_node": round(sum(objects.values()) / n, 2),
@@ -262,6 +358,8 @@ def bootstrap(world: SimWorld, n: int, driver: str) -> dict[str, Any]:
               "requests_by_verb": _by_verb(served),
               "objects_by_resource": {k: int(v) for k, v in sorted(objects.items())},
               "watch_events_by_resource": {k: int(v) for k, v in sorted(watch.items())}}
+    if backlog:
+        figures["backlog_pods"] = backlog_created
     for name in names:
         raw.delete(scenario.PODS, name, NS)
     raw.delete(scenario.CDS, "rack", NS)
@@ -277,22 +375,49 @@ def _by_verb(served: dict[tuple[str, str, str, str], float]) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def run_once(driver: str, n: int, limits: str, base: Path, round_: int) -> dict[str, Any]:
+def world_settings(driver: str, n: int, limits: str, base: Path, tag: str) -> tuple[WorldSettings, list[float]]:
+    """A world of the topology's first `n` nodes for `driver` (kubelet timings, APF on) and its
+    controller's client limit."""
     qps, burst = vs.HIGH_LIMIT if limits == "matched" else vs.DEFAULT_LIMITS[driver]
     extra = vs.limit_values(driver, qps, burst) if limits == "matched" else []
-    settings = WorldSettings(base_dir=base / f"{driver}-{n}-{round_}", nodes=n, topology=resolve_topology(TOPOLOGY),
-                             driver=driver, fast=False, extra_values=extra, api_fairness=True)
+    return WorldSettings(base_dir=base / f"{driver}-{tag}", nodes=n, topology=resolve_topology(TOPOLOGY),
+                         driver=driver, fast=False, extra_values=extra, api_fairness=True), [qps, burst]
+
+
+def run_once(driver: str, n: int, limits: str, base: Path, round_: int, backlog: int = 0) -> dict[str, Any]:
+    """One bootstrap on a fresh world: scenario "rack" (no backlog) or "burst"."""
+    settings, client_limit = world_settings(driver, n, limits, base, f"{n}-{backlog}-{round_}")
     began = time.monotonic()
     with SimWorld(settings, progress=lambda m: print(f"[{driver}] {m}", file=sys.stderr)) as world:
         started = time.monotonic() - began
         scenario.ensure_namespace(world.raw, NS)
         time.sleep(SETTLE)
         load0 = os.getloadavg()[0]
-        record = {"driver": driver, "nodes": n, "round": round_, "commit": vs.COMMIT, "limits": limits,
-                  "client_limit": [qps, burst], "world_start_s": round(started, 1), **bootstrap(world, n, driver),
+        record = {"scenario": "burst" if backlog else "rack", "driver": driver, "nodes": n, "round": round_,
+                  "commit": vs.COMMIT, "limits": limits, "client_limit": client_limit,
+                  "world_start_s": round(started, 1), **bootstrap(world, n, driver, backlog),
                   "load": [round(load0, 2), round(os.getloadavg()[0], 2)]}
     print(f"[{driver}] {json.dumps(record)}", file=sys.stderr, flush=True)
     return record
+
+
+def run_many(driver: str, n: int, counts: list[int], limits: str, base: Path, round_: int) -> list[dict[str, Any]]:
+    """Scenario "many": on one world of `n` nodes, domains of one and two nodes created in
+    batches until each of `counts` exist; one record per count."""
+    settings, client_limit = world_settings(driver, n, limits, base, f"many-{round_}")
+    records, total = [], 0
+    with SimWorld(settings, progress=lambda m: print(f"[{driver}] {m}", file=sys.stderr)) as world:
+        time.sleep(SETTLE)
+        for batch, count in enumerate(counts):
+            load0 = os.getloadavg()[0]
+            figures = vs.controller_load(world, count - total, ns=f"many-{batch}", num_nodes=lambda i: 1 + i % 2)
+            record = {"scenario": "many", "driver": driver, "nodes": n, "domains": count, "batch": count - total,
+                      "round": round_, "commit": vs.COMMIT, "limits": limits, "client_limit": client_limit,
+                      "figures": figures, "load": [round(load0, 2), round(os.getloadavg()[0], 2)]}
+            total = count
+            records.append(record)
+            print(f"[{driver}] {json.dumps(record)}", file=sys.stderr, flush=True)
+    return records
 
 
 # -- the report ------------------------------------------------------------------------------------
@@ -304,6 +429,8 @@ ROWS = [
     ("daemon_index_max_s", "daemon start to index, max (s)"),
     ("membership_conflicts_per_daemon", "409 conflicts on membership per daemon"),
     ("api_429", "429 responses"),
+    ("all_indices_s", "domain created to every daemon's index (s)"),
+    ("backlog_pods", "backlog: pods pending beside the domain"),
     ("api_requests_per_node", "API requests per node (all clients)"),
     ("api_requests_controller", "the controller's requests, in all (its own count)"),
     ("api_requests_plugin_per_node", "a plugin's requests (its own count)"),
@@ -322,13 +449,26 @@ ROWS = [
 ]
 
 
-def medians(doc: dict[str, Any]) -> dict[tuple[str, int], dict[str, float]]:
-    """(driver, nodes) -> figure -> median over the rounds."""
+MANY_ROWS = [
+    ("controller_s", "created to every template and DaemonSet (s)"),
+    ("api_writes_per_cd", "API writes per domain (all clients)"),
+    ("status_written_pct", "domains with a status written (%)"),
+    ("controller_cpu_s", "controller CPU (s)"),
+    ("controller_rss_mb", "controller RSS with that many domains (MB)"),
+]
+
+
+def medians(doc: dict[str, Any], kind: str = "rack", by: str = "nodes") -> dict[tuple[str, int], dict[str, float]]:
+    """(driver, runs[by]) -> figure -> median over the rounds of scenario `kind` (records
+    without a scenario are "rack")."""
     grouped: dict[tuple[str, int], dict[str, list[float]]] = {}
     for run in doc["runs"]:
-        into = grouped.setdefault((run["driver"], run["nodes"]), {})
+        if run.get("scenario", "rack") != kind:
+            continue
+        into = grouped.setdefault((run["driver"], run[by]), {})
         for key, value in run["figures"].items():
-            into.setdefault(key, []).append(value)
+            if value is not None:
+                into.setdefault(key, []).append(value)
     return {k: {f: statistics.median(v) for f, v in figs.items()} for k, figs in grouped.items()}
 
 
@@ -338,22 +478,34 @@ def _fmt(value: float | None) -> str:
     return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
 
 
+def _section(title: str, ours: dict[str, float], theirs: dict[str, float], rows: list[tuple[str, str]]) -> list[str]:
+    lines = [title, "", "| figure | cdriver | upstream | ratio |", "|---|---:|---:|---:|"]
+    for key, label in rows:
+        a, b = ours.get(key), theirs.get(key)
+        if a is None and b is None:
+            continue
+        ratio = f"{a / b:.2f}" if a is not None and b else ""
+        lines.append(f"| {label} | {_fmt(a)} | {_fmt(b)} | {ratio} |")
+    return [*lines, ""]
+
+
+def _runs(doc: dict[str, Any], kind: str, by: str, value: int) -> list[dict[str, Any]]:
+    return [r for r in doc["runs"] if r.get("scenario", "rack") == kind and r[by] == value]
+
+
 def table(doc: dict[str, Any]) -> str:
-    med = medians(doc)
-    sizes = sorted({n for _, n in med})
-    lines = []
-    for n in sizes:
-        rounds = sorted({r["round"] for r in doc["runs"] if r["nodes"] == n})
-        lines += [f"**N = {n} nodes** ({len(rounds)} round(s) per driver)", "",
-                  "| figure | cdriver | upstream | ratio |", "|---|---:|---:|---:|"]
-        ours, theirs = med.get(("cdriver", n), {}), med.get(("upstream", n), {})
-        for key, label in ROWS:
-            a, b = ours.get(key), theirs.get(key)
-            if a is None and b is None:
-                continue
-            ratio = f"{a / b:.2f}" if a is not None and b else ""
-            lines.append(f"| {label} | {_fmt(a)} | {_fmt(b)} | {ratio} |")
-        lines.append("")
+    lines: list[str] = []
+    for kind, by, rows, title in (
+            ("rack", "nodes", ROWS, "**N = {v} nodes** ({r} round(s) per driver)"),
+            ("burst", "nodes", ROWS, "**Burst: {v} daemons join one clique beside a scheduling backlog** "
+                                     "({r} round(s) per driver)"),
+            ("many", "domains", MANY_ROWS, "**{v} ComputeDomains of 1–2 nodes on {nodes} nodes** "
+                                           "({r} round(s) per driver)")):
+        med = medians(doc, kind, by)
+        for v in sorted({n for _, n in med}):
+            runs = _runs(doc, kind, by, v)
+            head = title.format(v=v, r=len({r["round"] for r in runs}), nodes=runs[0]["nodes"])
+            lines += _section(head, med.get(("cdriver", v), {}), med.get(("upstream", v), {}), rows)
     commits = sorted({r["commit"] for r in doc["runs"]})
     loads = [x for r in doc["runs"] for x in r["load"]]
     limits = sorted({f"{r['limits']} ({r['client_limit'][0]:g}/{r['client_limit'][1]})" for r in doc["runs"]})
@@ -372,6 +524,8 @@ def plot(doc: dict[str, Any], png: Path) -> str:
     except ImportError:
         return "no plot: matplotlib is not installed (make bench installs it; pip install matplotlib)"
     med = medians(doc)
+    if not med:
+        return "no plot: no rack runs"
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for driver, color in (("cdriver", "tab:green"), ("upstream", "tab:blue")):
         sizes = sorted(n for d, n in med if d == driver)
@@ -398,6 +552,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--drivers", default=",".join(DRIVERS))
     parser.add_argument("--limits", choices=("matched", "default"), default="matched")
+    parser.add_argument("--backlog", type=int, default=BACKLOG, help="pending pods of the burst scenario (0: none)")
+    parser.add_argument("--domains", default=",".join(map(str, DOMAINS)), help="domain counts of the many scenario")
+    parser.add_argument("--many-nodes", type=int, default=MANY_NODES, help="nodes of the many scenario's world")
     parser.add_argument("--json-out", type=Path, default=RESULTS / "scale.json")
     parser.add_argument("--plot-out", type=Path, default=RESULTS / "scale.png")
     parser.add_argument("--table", type=Path, help="print the table of this document and exit")
@@ -405,19 +562,33 @@ def main() -> None:
     if args.table:
         print(table(json.loads(args.table.read_text())))
         return
-    sizes = [int(s) for s in args.sizes.split(",")]
-    if any(not 1 <= s <= 72 for s in sizes):
-        parser.error(f"--sizes {args.sizes}: the {TOPOLOGY} topology has 72 nodes")
-    doc: dict[str, Any] = {"settings": {"topology": TOPOLOGY, "sizes": sizes, "limits": args.limits}, "runs": []}
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    counts = sorted(int(c) for c in args.domains.split(",") if c)
+    if any(not 1 <= s <= 72 for s in [*sizes, args.many_nodes]):
+        parser.error(f"--sizes {args.sizes}, --many-nodes {args.many_nodes}: the {TOPOLOGY} topology has 72 nodes")
+    doc: dict[str, Any] = {"settings": {"topology": TOPOLOGY, "sizes": sizes, "limits": args.limits,
+                                        "backlog": args.backlog, "domains": counts, "many_nodes": args.many_nodes},
+                           "runs": []}
     base = Path(tempfile.mkdtemp(prefix="cds", dir="/tmp"))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+    def keep(records: list[dict[str, Any]]) -> None:
+        doc["runs"].extend(records)
+        args.json_out.parent.mkdir(parents=True, exist_ok=True)
+        args.json_out.write_text(json.dumps(doc, indent=2) + "\n")  # what is done so far
+
+    drivers = args.drivers.split(",")
     try:
         for n in sizes:
             for round_ in range(args.rounds):
-                for driver in args.drivers.split(","):
-                    doc["runs"].append(run_once(driver, n, args.limits, base, round_))
-                    args.json_out.parent.mkdir(parents=True, exist_ok=True)
-                    args.json_out.write_text(json.dumps(doc, indent=2) + "\n")  # what is done so far
+                for driver in drivers:
+                    keep([run_once(driver, n, args.limits, base, round_)])
+        for round_ in range(args.rounds if args.backlog else 0):
+            for driver in drivers:
+                keep([run_once(driver, BURST_NODES, args.limits, base, round_, backlog=args.backlog)])
+        for round_ in range(1 if counts else 0):  # one round: a world of many nodes is slow to start
+            for driver in drivers:
+                keep(run_many(driver, args.many_nodes, counts, args.limits, base, round_))
     finally:
         shutil.rmtree(base, ignore_errors=True)
     print(table(doc))

@@ -261,16 +261,20 @@ def apiserver_writes(raw: Any) -> float:
     return total
 
 
-def controller_load(world: SimWorld, n: int) -> dict[str, float]:
+def controller_load(world: SimWorld, n: int, ns: str = f"{NS}-many",
+                    num_nodes: Callable[[int], int] = lambda i: 0) -> dict[str, float]:
+    """`n` ComputeDomains created at once in namespace `ns` (the i-th asking for `num_nodes(i)`
+    nodes): seconds until every one has its finalizer, templates and DaemonSet, the API writes
+    per domain (every client, the creates left out), and the controller's CPU and RSS."""
     raw = world.raw
-    ns = f"{NS}-many"
     scenario.ensure_namespace(raw, ns)
     pods = role_pods(world, "controller")
     procs, _ = per_instance(world, "controller", pods)
     cpu0, writes0 = cpu_seconds(procs) + probe_cpu_seconds(world, pods), apiserver_writes(raw)
     t0 = time.monotonic()
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda i: raw.create(scenario.CDS, scenario.compute_domain(f"cd-{i}", ns, f"t-{i}"), ns),
+        list(pool.map(lambda i: raw.create(scenario.CDS, scenario.compute_domain(
+            f"cd-{i}", ns, f"t-{i}", num_nodes=num_nodes(i)), ns),
                       range(n)))
     sel = constants.LABEL_COMPUTE_DOMAIN
     while True:
