@@ -84,17 +84,17 @@ def main() -> None:
     parser.add_argument("--json-out", type=Path, default=scale.RESULTS / "binding_conditions.json")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    base = Path(tempfile.mkdtemp(prefix="cdriver-bench-binding-"))
-    runs = []
+    base = Path(tempfile.mkdtemp(prefix="cdb", dir="/tmp"))  # short: the worlds' socket paths live under it
+    doc: dict[str, Any] = {"commit": vs.COMMIT, "sizes": sizes, "rounds": args.rounds, "runs": []}
     try:
         for n in sizes:
             for round_ in range(args.rounds):
                 for setting in SETTINGS:
-                    runs.append(run_once(setting, n, base, round_))
+                    doc["runs"].append(run_once(setting, n, base, round_))
+                    args.json_out.parent.mkdir(parents=True, exist_ok=True)
+                    args.json_out.write_text(json.dumps(doc, indent=2) + "\n")  # what is done so far
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    doc = {"commit": vs.COMMIT, "sizes": sizes, "rounds": args.rounds, "runs": runs}
-    args.json_out.write_text(json.dumps(doc, indent=2) + "\n")
     print(json.dumps(doc, indent=2))
     print(table(doc))
 
