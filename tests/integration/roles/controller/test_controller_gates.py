@@ -48,7 +48,10 @@ def test_a_controller_with_other_gates_updates_live_daemon_sets_and_an_older_one
     assert ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == "100%"  # every pod at once
     assert ds["metadata"]["annotations"][ANNOTATION_GATES_SET_AT] == SECOND
     assert ds["spec"]["template"]["spec"]["containers"][0]["name"] == DAEMON_CONTAINER_NAME
-    (event,) = [e for e in events_for(raw, raw.get(CDS, "cd1", namespace)) if e["reason"] == EVENT_FOLLOW_GATES]
+    (event,) = wait_for(  # Events are recorded apart from the write they tell of
+        "the Event of the DaemonSet following the gates",
+        lambda: [e for e in events_for(raw, raw.get(CDS, "cd1", namespace)) if e["reason"] == EVENT_FOLLOW_GATES],
+        10)
     assert event["type"] == "Normal"
     assert "ComputeDomainCliques false -> true" in event["message"] and "restarts once" in event["message"]
     updated = ds["metadata"]["generation"]
