@@ -22,6 +22,7 @@ from cdriver.api import constants
 from cdriver.sim.world import scenario
 from tests.reliability import cluster as rc
 from tests.reliability.figures import FULL, record, size
+from tests.support.waiting import wait_for
 
 DOMAINS = size(2, 50)
 ROUNDS = size(2, 3)
@@ -48,15 +49,15 @@ def controller_writes(world: Any, timeout: float = 90.0) -> float:
     """The controller's write counter; waits for its endpoint while an earlier kill test's
     replacement controller is still starting (connection refused until it listens)."""
     url = f"http://127.0.0.1:{world.settings.controller_metrics_port}/metrics"
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def scraped() -> tuple[float] | None:  # a tuple: a count of 0 is an answer too
         try:
             with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - a local URL
-                return metric_sum(resp.read().decode(), "cdriver_controller_api_writes_total")
+                return (metric_sum(resp.read().decode(), "cdriver_controller_api_writes_total"),)
         except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
+            return None
+
+    return wait_for(f"the controller's metrics endpoint {url}", scraped, timeout, 0.5)[0]
 
 
 def run_round(world: Any, ns: str, round_no: int) -> dict[str, Any]:
