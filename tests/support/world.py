@@ -14,10 +14,12 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from cdriver.api import constants
+from cdriver.imex.config import IMEX_DAEMON_BINARY
 from cdriver.nvml.discover import channel_device_path
 from cdriver.sim.world import scenario
 from cdriver.sim.world.world import (
@@ -249,3 +251,24 @@ def hold_imex_port(address: str) -> socket.socket:
     holder.bind((address, IMEX_PORT))
     holder.listen()
     return holder
+
+
+@contextmanager
+def imex_start_fails(world: SimWorld, node: str) -> Iterator[None]:
+    """While entered, the `nvidia-imex` of `node`'s driver root exits at once with an error (an
+    IMEX start-up failure): a daemon container started there meanwhile never gets Ready. The
+    stand-in is put back on exit (each file replaced whole: running containers keep theirs)."""
+    binary = world.node(node).driver_root / "usr/bin" / IMEX_DAEMON_BINARY
+    original = binary.read_bytes()
+
+    def replace(content: bytes) -> None:
+        staged = binary.with_name(f".{binary.name}.staged")
+        staged.write_bytes(content)
+        staged.chmod(0o755)
+        staged.replace(binary)
+
+    replace(b"#!/bin/sh\necho 'nvidia-imex: cannot start (made to fail by a test)' >&2\nexit 1\n")
+    try:
+        yield
+    finally:
+        replace(original)

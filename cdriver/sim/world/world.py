@@ -129,6 +129,13 @@ class SimNode:
             return self.agent.plan.path("run/cdi")
         return self.agent.layout.root / "var/run/cdi"
 
+    @property
+    def driver_root(self) -> Path:
+        """The node's simulated driver root (mock NVML, IMEX stand-ins), as this machine sees it."""
+        if self.real:
+            return self.agent.plan.path("run/nvidia/driver")
+        return Path(self.agent.driver_root.root)
+
 
 def local_helm_values(settings: WorldSettings) -> list[str]:
     """`--set` arguments for cdriver's chart that only the simulated cluster needs."""

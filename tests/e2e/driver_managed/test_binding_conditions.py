@@ -11,7 +11,8 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 
 import pytest
 
@@ -119,27 +120,43 @@ def test_a_node_whose_daemon_cannot_start_gives_the_pod_to_another_node_of_the_c
     cordoned: the pod is allocated A's channel, A's daemon never gets Ready, and after the binding
     timeout A's plugin fails the binding (DaemonNotReady). With A cordoned and B schedulable, the
     scheduler then places the pod on B, where it starts with its channel at the first Prepare."""
-    ns, raw = e2e_namespace, world.raw
     node_a, node_b = clique_nodes(world, cliques(world)[1])
-    (daemon_ip,) = world.node(node_a).agent.pod_addresses.upcoming(1)
-    holder = hold_imex_port(daemon_ip)
+
+    @contextmanager
+    def port_held() -> Iterator[None]:
+        (daemon_ip,) = world.node(node_a).agent.pod_addresses.upcoming(1)
+        holder = hold_imex_port(daemon_ip)
+        try:
+            yield
+        finally:
+            holder.close()
+
+    check_a_node_whose_daemon_cannot_start_gives_the_pod_away(world, e2e_namespace, node_a, node_b, port_held, 150)
+
+
+def check_a_node_whose_daemon_cannot_start_gives_the_pod_away(
+        world: SimWorld, ns: str, node_a: str, node_b: str,
+        daemon_blocked: Callable[[], AbstractContextManager[None]], timeout: float) -> None:
+    """The test above, with node A's daemon kept from starting by `daemon_blocked` (entered before
+    the domain exists); `timeout` bounds the pod's start on B."""
+    raw = world.raw
     raw.patch(NODES, node_b, {"spec": {"unschedulable": True}})
     try:
-        uid = create_domain(world, ns, "blocked")
-        pod = scenario.workload_pod("w", ns, "blocked-channel")
-        pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": [
-                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node_a, node_b]}]}]}}}
-        raw.create(scenario.PODS, pod, ns)
-        wait_for("the scheduler to report the binding that failed on node A", lambda: [
-            e for e in scenario.events_for(raw, ns, "w") if "DaemonNotReady" in e.get("message", "")], 90)
-        raw.patch(NODES, node_a, {"spec": {"unschedulable": True}})
-        raw.patch(NODES, node_b, {"spec": {"unschedulable": None}})
-        (running,) = scenario.wait_pods_running(raw, ns, ["w"], 150)
+        with daemon_blocked():
+            uid = create_domain(world, ns, "blocked")
+            pod = scenario.workload_pod("w", ns, "blocked-channel")
+            pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "kubernetes.io/hostname", "operator": "In", "values": [node_a, node_b]}]}]}}}
+            raw.create(scenario.PODS, pod, ns)
+            wait_for("the scheduler to report the binding that failed on node A", lambda: [
+                e for e in scenario.events_for(raw, ns, "w") if "DaemonNotReady" in e.get("message", "")], 90)
+            raw.patch(NODES, node_a, {"spec": {"unschedulable": True}})
+            raw.patch(NODES, node_b, {"spec": {"unschedulable": None}})
+            (running,) = scenario.wait_pods_running(raw, ns, ["w"], timeout)
     finally:
         raw.patch(NODES, node_a, {"spec": {"unschedulable": None}})
         raw.patch(NODES, node_b, {"spec": {"unschedulable": None}})
-        holder.close()
     assert running["spec"]["nodeName"] == node_b
     assert is_char_device(world, ns, running, channel_device_path(0))
     assert failed_prepares(world, ns, "w") == []

@@ -379,12 +379,16 @@ def test_a_node_with_a_broken_fabric_gets_no_new_channel_claim_unless_it_is_tole
     plugin taints A's channel NoSchedule; a workload of the clique is placed on node B, not A; a claim
     that tolerates the taint (an administrator's) can still be allocated on A. The taint goes when the
     fabric completes again."""
+    check_a_broken_fabric_taints_the_nodes_channel(world, e2e_namespace, cliques(world)[0], 120)
+
+
+def check_a_broken_fabric_taints_the_nodes_channel(world: SimWorld, ns: str, clique: str, timeout: float) -> None:
+    """The test above on the two nodes of `clique`; `timeout` bounds each pod's start."""
     from cdriver.kube.resources import RESOURCES
     from cdriver.roles.kubelet_plugin.device_health import TAINT_KEY
     from cdriver.sim.gpu.driver_root import rerender_driver_root
 
-    ns, raw = e2e_namespace, world.raw
-    clique = cliques(world)[0]
+    raw = world.raw
     node_a, node_b = clique_nodes(world, clique)
     uid = create_domain(world, ns, "taint")
 
@@ -394,14 +398,14 @@ def test_a_node_with_a_broken_fabric_gets_no_new_channel_claim_unless_it_is_tole
                 return next(d.get("taints") or [] for d in s["spec"]["devices"] if d["name"] == "channel-0")
         return None
 
-    root = world.node(node_a).agent.driver_root.root
+    root = world.node(node_a).driver_root
     try:
         rerender_driver_root(root, fabric_state="in_progress")
         scenario.wait_for(f"{node_a}'s channel tainted", lambda: scenario.Seen(
             bool(taints_of(node_a)), None, str(taints_of(node_a))), 30)
         assert taints_of(node_a)[0]["value"] == "fabric-registration-incomplete"
         raw.create(scenario.PODS, scenario.workload_pod("w", ns, "taint-channel", clique=clique), ns)
-        (pod,) = scenario.wait_pods_running(raw, ns, ["w"], 120)
+        (pod,) = scenario.wait_pods_running(raw, ns, ["w"], timeout)
         assert pod["spec"]["nodeName"] == node_b, "the tainted node got no new channel claim"
 
         template = raw.get(scenario.RCTS, "taint-channel", ns)["spec"]["spec"]

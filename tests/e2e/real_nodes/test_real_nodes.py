@@ -22,8 +22,12 @@ from cdriver.kube.resources import RESOURCES
 from cdriver.nvml.discover import channel_device_path
 from cdriver.sim.world import scenario
 from cdriver.sim.world.world import DRIVER_NAMESPACE, SimWorld
-from tests.e2e.driver_managed.test_binding_conditions import check_pods_bound_once_their_daemon_is_ready
+from tests.e2e.driver_managed.test_binding_conditions import (
+    check_a_node_whose_daemon_cannot_start_gives_the_pod_away,
+    check_pods_bound_once_their_daemon_is_ready,
+)
 from tests.e2e.driver_managed.test_driver_managed import (
+    check_a_broken_fabric_taints_the_nodes_channel,
     check_a_pod_late_for_a_deleted_domain_gets_no_channel,
     check_deletion_as_soon_as_daemons_exist_gives_starting_pods_no_channel,
     check_pods_of_one_domain_share_a_nodes_channel,
@@ -40,6 +44,7 @@ from tests.support.world import (
     delete_all,
     exec_in,
     health_after_imex_kill,
+    imex_start_fails,
     reported_ready,
     start_world,
     text,
@@ -241,16 +246,35 @@ def test_pods_of_one_domain_share_a_real_nodes_channel_and_other_domains_go_else
     check_pods_of_one_domain_share_a_nodes_channel(world, e2e_namespace, clique, 240)
 
 
-def test_with_binding_conditions_real_kubelets_prepare_at_the_first_call(world: SimWorld, e2e_namespace: str) -> None:
-    """Gate ComputeDomainBindingConditions turned on by `helm upgrade`: on the real clique the
-    pods wait in scheduling until their node's daemon is Ready, and the real kubelet's first
-    Prepare succeeds (`test_binding_conditions`); the gate is turned off again after."""
+def test_with_binding_conditions_real_kubelets_prepare_at_the_first_call_and_a_blocked_node_gives_pods_away(
+        world: SimWorld, e2e_namespace: str) -> None:
+    """Gate ComputeDomainBindingConditions turned on by `helm upgrade` (binding timeout 30 s): on
+    the real clique the pods wait in scheduling until their node's daemon is Ready, and the real
+    kubelet's first Prepare succeeds; then, with node A's `nvidia-imex` failing at start, a pod
+    allocated A's channel is given back to the scheduler (DaemonNotReady) and starts on node B
+    (`test_binding_conditions`). The gate is turned off again after."""
     _, members = real_clique(world)
+    node_a, node_b = members
+    values = list(world.settings.extra_values)
+    world.settings.extra_values += ["--set", "kubeletPlugin.bindingTimeout=30s"]
     upgrade_gates(world, {"ComputeDomainBindingConditions": True})
     try:
         check_pods_bound_once_their_daemon_is_ready(world, e2e_namespace, members, 240)
+        check_a_node_whose_daemon_cannot_start_gives_the_pod_away(
+            world, e2e_namespace, node_a, node_b, lambda: imex_start_fails(world, node_a), 240)
     finally:
+        world.settings.extra_values[:] = values
         upgrade_gates(world, {"ComputeDomainBindingConditions": False})
+
+
+def test_a_real_node_with_a_broken_fabric_gets_no_new_channel_claim_unless_it_is_tolerated(
+        world: SimWorld, e2e_namespace: str) -> None:
+    """As on simulated nodes (`test_driver_managed`): the plugin in its container reads the mock
+    NVML's fabric state fall back to in_progress and taints the real node's channel; the real
+    scheduler places the clique's workload on the other real node, a tolerating claim can still
+    be allocated on the tainted one, and the taint goes when the fabric completes again."""
+    clique, _ = real_clique(world)
+    check_a_broken_fabric_taints_the_nodes_channel(world, e2e_namespace, clique, 240)
 
 
 def test_a_rolling_plugin_update_on_real_nodes_fails_no_call_and_loses_no_channel(world: SimWorld,
