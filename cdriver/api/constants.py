@@ -46,6 +46,9 @@ ALLOCATION_MODES = (ALLOCATION_MODE_SINGLE, ALLOCATION_MODE_ALL)
 # --- Labels, finalizer ---------------------------------------------------------------
 LABEL_COMPUTE_DOMAIN = "resource.nvidia.com/computeDomain"
 LABEL_CLIQUE_ID = "resource.nvidia.com/computeDomain.cliqueID"
+#: cdriver's label on each ComputeDomain it reconciles: the domain's own UID, so that a kubelet
+#: plugin can watch the one domain its claims name instead of every domain of the cluster.
+LABEL_DOMAIN_UID = "resource.nvidia.com/computeDomainUID"
 LABEL_TARGET = "resource.nvidia.com/computeDomainTarget"
 TARGET_DAEMON = "Daemon"
 TARGET_WORKLOAD = "Workload"

@@ -31,10 +31,15 @@ CLAIMS, SLICES = RESOURCES["resourceclaims"], RESOURCES["resourceslices"]
 NODES, PODS = RESOURCES["nodes"], RESOURCES["pods"]
 
 
-def make_cd(raw: RawClient, namespace: str, mode: str = "Single") -> dict:
-    """A created ComputeDomain of a random name, its workload template named `<name>-channel`."""
+def make_cd(raw: RawClient, namespace: str, mode: str = "Single", labelled: bool = True) -> dict:
+    """A created ComputeDomain of a random name, its workload template named `<name>-channel`;
+    `labelled`: with the UID label cdriver's controller puts on every domain it reconciles (no
+    controller runs in these tests)."""
     name = f"cd-{uuid.uuid4().hex[:6]}"
-    return raw.create(CDS, compute_domain(name, namespace, f"{name}-channel", mode), namespace)
+    cd = raw.create(CDS, compute_domain(name, namespace, f"{name}-channel", mode), namespace)
+    if not labelled:
+        return cd
+    return raw.patch(CDS, name, {"metadata": {"labels": {constants.LABEL_DOMAIN_UID: uid_of(cd)}}}, namespace)
 
 
 def channel_params(cd: dict, mode: str = "Single") -> dict:

@@ -248,12 +248,15 @@ class Reconciler:
         of the claim template (even a label) would fail as a change of its immutable spec."""
         return self.raw.create(res, obj)  # RawClient sends compact JSON
 
-    def _patch_finalizers(self, res: Resource, obj: dict, finalizers: list[str]) -> dict:
-        """Set the finalizers with an optimistic-concurrency merge patch (the cached copy may
-        be trimmed, so never a full update)."""
+    def _patch_finalizers(self, res: Resource, obj: dict, finalizers: list[str],
+                          labels: dict[str, str] | None = None) -> dict:
+        """Set the finalizers (and add `labels`) with an optimistic-concurrency merge patch (the
+        cached copy may be trimmed, so never a full update)."""
         meta = obj["metadata"]
-        patch = {"metadata": {"resourceVersion": meta["resourceVersion"],
-                              "finalizers": finalizers}}
+        patch: dict = {"metadata": {"resourceVersion": meta["resourceVersion"],
+                                    "finalizers": finalizers}}
+        if labels:
+            patch["metadata"]["labels"] = labels
         try:
             return self.raw.patch(res, meta["name"], patch, namespace=meta.get("namespace"))
         except ApiError as exc:
@@ -265,11 +268,22 @@ class Reconciler:
         if current["metadata"].get("resourceVersion") != meta["resourceVersion"]:
             raise ApiError(409, "Conflict", f"{object_key(obj)} changed; retrying")
         current["metadata"]["finalizers"] = finalizers
+        if labels:
+            current["metadata"]["labels"] = {**(current["metadata"].get("labels") or {}), **labels}
         return self.raw.update(res, current)
 
     def _with_finalizer(self, res: Resource, obj: dict) -> dict:
         finalizers = list(finalizers_of(obj)) + [constants.FINALIZER]
         return self._record("patch", res.plural, self._patch_finalizers(res, obj, finalizers))
+
+    def _claim_domain(self, obj: dict) -> dict:
+        """Our finalizer and the UID label (which the kubelet plugins watch a domain by) on a
+        domain, in one write."""
+        finalizers = list(finalizers_of(obj))
+        if constants.FINALIZER not in finalizers:
+            finalizers.append(constants.FINALIZER)
+        return self._record("patch", CDS.plural, self._patch_finalizers(
+            CDS, obj, finalizers, {constants.LABEL_DOMAIN_UID: uid_of(obj)}))
 
     def _without_finalizer(self, res: Resource, obj: dict) -> None:
         finalizers = [f for f in finalizers_of(obj)
@@ -313,8 +327,8 @@ class Reconciler:
         except ValidationError as exc:
             self._invalid(obj, exc)
             return
-        if constants.FINALIZER not in finalizers_of(obj):
-            obj = self._with_finalizer(CDS, obj)
+        if constants.FINALIZER not in finalizers_of(obj) or labels_of(obj).get(constants.LABEL_DOMAIN_UID) != cd.uid:
+            obj = self._claim_domain(obj)
         problem: Problem | None = None
         complete = True
         daemon_name = constants.daemon_object_name(cd.uid)

@@ -118,7 +118,7 @@ class BindingHooks:
     """What the binder needs of the plugin (the preparer's view of the node)."""
 
     clique_id: Callable[[], str]
-    compute_domain: Callable[[str], dict | None]
+    compute_domain: Callable[[str, str], dict | None]  # (UID, the claim's namespace)
     ensure_label: Callable[[str], object]  # raises ClaimError
     release_label: Callable[[str], None]  # removes the domain's label if nothing here uses it
     node_ready: Callable[[ClaimPlan], tuple[bool, str]]
@@ -200,7 +200,7 @@ class Binder:
         if plan is not None and plan.kind != KIND_CHANNEL:
             return
         clique_id = hooks.clique_id()
-        cd = hooks.compute_domain(plan.domain_id) if plan is not None else None
+        cd = hooks.compute_domain(plan.domain_id, plan.namespace) if plan is not None else None
         label_error: ClaimError | None = None
         ready, why = False, ""
         usable = plan is not None and clique_id and cd is not None and not meta_of(cd).get("deletionTimestamp")

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from cdriver.checkpoint import ClaimState
 from cdriver.dra.node_service import ClaimRef
 from cdriver.kube.errors import ApiError
-from cdriver.kube.objects import meta_of, uid_of
+from cdriver.kube.objects import meta_of
 from cdriver.kube.resources import RESOURCES
+from cdriver.roles.kubelet_plugin.claims import KIND_CHANNEL
 from cdriver.roles.kubelet_plugin.errors import ClaimError
 from cdriver.roles.kubelet_plugin.periodic import Periodic
 from cdriver.roles.kubelet_plugin.state import PluginState
@@ -130,8 +131,10 @@ class Sweeper:
 
     def _expire_aborted(self, report: SweepReport, now: float | None = None) -> None:
         now = time.time() if now is None else now
-        known = {uid_of(cd) for cd in self.state.cds.objects()} if self.state.cds.synced else None
-        if not expired_aborted(self.state.store.read().claims, now, ABORTED_ENTRY_TTL, known):
+        claims = self.state.store.read().claims
+        known = self.state.domains.existing(rec.domain_id for rec in claims.values()
+                                            if rec.state == ClaimState.PREPARE_ABORTED)
+        if not expired_aborted(claims, now, ABORTED_ENTRY_TTL, known):
             return
         with self.state.store.locked() as cp:
             for uid in expired_aborted(cp.claims, now, ABORTED_ENTRY_TTL, known):
@@ -142,14 +145,20 @@ class Sweeper:
 
     def _sweep_domain_dirs(self, report: SweepReport) -> None:
         domains = self.state.config.domains_dir
-        if not self.state.cds.synced:
-            return
         try:
             names = [p.name for p in domains.iterdir() if p.is_dir() and not p.is_symlink()]
         except FileNotFoundError:
             names = []
-        known = {uid_of(cd) for cd in self.state.cds.objects()}
         claims = self.state.store.read().claims
+        watches = self.state.domains
+        for rec in claims.values():
+            if rec.kind == KIND_CHANNEL:
+                watches.hint(rec.domain_id, rec.namespace)
+        found = watches.existing([*names, *(rec.domain_id for rec in claims.values())])
+        if found is None:  # the API did not answer: nothing is taken as deleted
+            return
+        known = found
+        watches.retain(domains_in_use(claims))
         for name in stale_domain_dirs(names, known, domains_in_use(claims)):
             try:
                 shutil.rmtree(domains / name)

@@ -153,10 +153,10 @@ class HealthMonitor:
         except CdriverError as exc:
             log.debug("device health: checkpoint unreadable: %s", exc)
             return {}
-        domains = sorted({r.domain_id for r in records if r.kind != KIND_DAEMON and r.completed_devices()})
+        domains = {r.domain_id: r.namespace for r in records if r.kind != KIND_DAEMON and r.completed_devices()}
         out = {}
-        for domain in domains:
-            cd = st.compute_domain(domain)
+        for domain, namespace in sorted(domains.items()):
+            cd = st.domain_of_claim(domain, namespace)
             meta = meta_of(cd) if cd is not None else {}
             label = f"{meta.get('namespace')}/{meta.get('name')} ({domain})" if meta else domain
             ready, why = node_readiness(cfg.node_name, domain, clique_id, st.clique(domain), cd, cfg.use_cliques,

@@ -23,7 +23,7 @@ from pathlib import Path
 import grpc
 
 from cdriver.api import constants
-from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS
+from cdriver.api.resources import COMPUTE_DOMAIN_CLIQUES
 from cdriver.cdi.writer import write_spec
 from cdriver.checkpoint import CheckpointStore, CorruptCheckpoint
 from cdriver.dra import health, node_service, registration, sockets
@@ -34,7 +34,7 @@ from cdriver.imex.config import ImexConfigError, domain_template, load_template
 from cdriver.kube.client import load_api_client
 from cdriver.kube.errors import ApiError
 from cdriver.kube.events import EventRecorder
-from cdriver.kube.informer import Informer, uid_index
+from cdriver.kube.informer import Informer
 from cdriver.kube.objects import uid_of
 from cdriver.kube.raw import RawClient
 from cdriver.kube.resources import RESOURCES
@@ -45,6 +45,7 @@ from cdriver.roles.kubelet_plugin.clique_refresh import CliqueRefresher
 from cdriver.roles.kubelet_plugin.config import PluginConfig
 from cdriver.roles.kubelet_plugin.devices import published_devices
 from cdriver.roles.kubelet_plugin.discovery import NodeDiscovery, base_device_nodes, discover, read_clique_id
+from cdriver.roles.kubelet_plugin.domains import DomainWatches
 from cdriver.roles.kubelet_plugin.driver import ComputeDomainDriver
 from cdriver.roles.kubelet_plugin.health_monitor import HealthMonitor
 from cdriver.roles.kubelet_plugin.instances import other_live_instances, remove_dead_instances
@@ -52,7 +53,7 @@ from cdriver.roles.kubelet_plugin.metrics import REBUILD_CORRUPT, REBUILD_MISSIN
 from cdriver.roles.kubelet_plugin.prepare import remove_orphan_specs
 from cdriver.roles.kubelet_plugin.recovery import recover
 from cdriver.roles.kubelet_plugin.resourceslice import SlicePublisher, slice_field_selector
-from cdriver.roles.kubelet_plugin.state import UID_INDEX, BackgroundEvents, PluginState
+from cdriver.roles.kubelet_plugin.state import BackgroundEvents, PluginState
 from cdriver.roles.kubelet_plugin.status_writer import ClaimStatusWriter
 from cdriver.roles.startup import STOP_SIGNALS, install_signal_handlers, rate_limiter
 
@@ -138,8 +139,8 @@ class Plugin:
                                     rate_limiter=rate_limiter(cfg.kube_api_qps, cfg.kube_api_burst),
                                     metrics=metrics.api_client)
         self.raw = raw
-        cds = Informer(raw, COMPUTE_DOMAINS)
-        cds.add_index(UID_INDEX, uid_index)
+        # each domain a claim here names is watched alone (never every domain of the cluster)
+        domains = DomainWatches(raw)
         cliques = None
         if cfg.use_cliques and not cfg.host_managed:
             cliques = clique_informer(raw, cfg.namespace, found.clique_id)
@@ -152,7 +153,7 @@ class Plugin:
             discovery=found,
             raw=raw,
             store=store,
-            cds=cds,
+            domains=domains,
             cliques=cliques,
             node=node,
             metrics=metrics,
@@ -161,12 +162,12 @@ class Plugin:
         )
         self.state = state
         state.refresh_prepared_gauge(checkpoint.claims)
-        for inf in (cds, cliques, node):
+        for inf in (domains, cliques, node):
             if inf is not None:
                 inf.add_handler(
                     on_add=state.notifier.notify, on_update=state.notifier.notify, on_delete=state.notifier.notify
                 )
-        self._informers = [i for i in (cds, cliques, node, slices, claims_watch) if i is not None]
+        self._informers = [i for i in (cliques, node, slices, claims_watch) if i is not None]
         for inf in self._informers:
             inf.start()
         for inf in self._informers:
@@ -208,7 +209,7 @@ class Plugin:
 
         self._sweeper = Sweeper(state, self.driver.unpreparer.unprepare, cfg.cleanup_interval)
         state.wake_sweeper = self._sweeper.wake
-        cds.add_handler(on_delete=lambda _cd: state.wake_sweeper())
+        domains.add_handler(on_delete=lambda _cd: state.wake_sweeper())
         self._sweeper.start()
         if cfg.healthcheck_port >= 0:
             reg_state = self.registration.state
@@ -237,7 +238,7 @@ class Plugin:
         if claims_watch is not None:
             self._binder = Binder(cfg.node_name, claims_watch, self.driver.preparer.binding_hooks(),
                                   cfg.binding_timeout)
-            for inf in (cds, cliques, node):
+            for inf in (domains, cliques, node):
                 if inf is not None:
                     inf.add_handler(on_add=self._binder.poke, on_update=self._binder.poke,
                                     on_delete=self._binder.poke)
@@ -380,6 +381,8 @@ class Plugin:
             self._binder.stop()
         for inf in self._informers:
             inf.stop()
+        if self.state is not None:
+            self.state.domains.stop()
         if self._metrics_server is not None:
             self._metrics_server.stop()
         if self.driver is not None:

@@ -276,7 +276,8 @@ class Preparer:
                 )
             return self.state.compute_domain(plan.domain_id)
         deadline = time.monotonic() + CD_APPEAR_TIMEOUT
-        cd = self.state.notifier.wait_for(lambda: self.state.compute_domain(plan.domain_id), deadline)
+        cd = self.state.notifier.wait_for(lambda: self.state.domain_of_claim(plan.domain_id, plan.namespace),
+                                          deadline)
         claims.check_domain_namespace(plan, cd)
         return cd
 
@@ -379,7 +380,7 @@ class Preparer:
 
         return BindingHooks(
             clique_id=lambda: st.discovery.clique_id,
-            compute_domain=st.compute_domain,
+            compute_domain=st.domain_of_claim,
             ensure_label=lambda domain: self.labeler.ensure_domain(domain, self._label_is_stale),
             release_label=self._release_label,
             node_ready=self._node_ready,

@@ -15,15 +15,13 @@ from cdriver.kube.raw import RawClient
 from cdriver.roles.kubelet_plugin.claims import HeldDevice
 from cdriver.roles.kubelet_plugin.config import PluginConfig
 from cdriver.roles.kubelet_plugin.discovery import NodeDiscovery
+from cdriver.roles.kubelet_plugin.domains import DomainWatches
 from cdriver.roles.kubelet_plugin.metrics import PluginMetrics
 from cdriver.roles.kubelet_plugin.node_labels import NodeLabeler, domains_missing_label
 from cdriver.roles.kubelet_plugin.readiness import ChangeNotifier
 from cdriver.roles.kubelet_plugin.status_writer import ClaimStatusWriter
 
 log = logging.getLogger(__name__)
-
-UID_INDEX = "uid"
-
 
 class BackgroundEvents:
     """Records Events off the request path: a Prepare never waits for an Event write."""
@@ -49,7 +47,7 @@ class PluginState:
     discovery: NodeDiscovery
     raw: RawClient
     store: CheckpointStore
-    cds: Informer
+    domains: DomainWatches
     cliques: Informer | None
     node: Informer
     metrics: PluginMetrics
@@ -69,8 +67,14 @@ class PluginState:
 
     # -- cache lookups ---------------------------------------------------------------
     def compute_domain(self, uid: str) -> dict | None:
-        found = self.cds.by_index(UID_INDEX, uid)
-        return found[0] if found else None
+        """The ComputeDomain with `uid` (its own watch's copy; None if it does not exist)."""
+        return self.domains.get(uid)
+
+    def domain_of_claim(self, uid: str, namespace: str) -> dict | None:
+        """The ComputeDomain a channel claim of `namespace` names (a channel claim lives beside
+        its domain: where a domain without cdriver's label is looked for)."""
+        self.domains.hint(uid, namespace)
+        return self.domains.get(uid)
 
     def clique(self, domain_id: str) -> dict | None:
         if self.cliques is None or not self.discovery.clique_id:

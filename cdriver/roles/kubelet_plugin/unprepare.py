@@ -79,6 +79,6 @@ class Unpreparer:
                 del cp.claims[ref.uid]
             self.state.refresh_prepared_gauge(cp.claims)
         log.info("unprepared claim %s (%s, ComputeDomain %s)", ref, rec.kind or "no devices", rec.domain_id)
-        if rec.domain_id and self.state.compute_domain(rec.domain_id) is None:
+        if rec.domain_id and self.state.domains.lookup(rec.domain_id) == (True, None):
             self.state.wake_sweeper()  # its domain is gone: clean up what it left now
         return rec.kind

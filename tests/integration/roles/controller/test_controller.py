@@ -205,6 +205,8 @@ def test_creates_exactly_the_expected_objects(raw, namespace, driver_ns, start_c
 
     cd = raw.get(CDS, "cd1", namespace)
     assert cd["metadata"]["finalizers"] == [constants.FINALIZER]
+    # the label each node's kubelet plugin watches this one domain by
+    assert cd["metadata"]["labels"][constants.LABEL_DOMAIN_UID] == uid
     templates = {(t["metadata"]["namespace"], t["metadata"]["name"]): t
                  for t in labelled(raw, RCTS, uid)}
     daemon_name = f"computedomain-daemon-{uid}"
@@ -573,6 +575,22 @@ def test_daemon_template_without_daemon_set_does_not_block_deletion(raw, namespa
     start_controller(settings)
     wait_for("domain released", lambda: get(raw, CDS, "cd1", namespace) is None, 30)
     assert labelled(raw, RCTS, uid) == [] and labelled(raw, DS, uid) == []
+
+
+def test_a_domain_left_by_another_controller_gets_the_uid_label(raw, namespace, driver_ns, start_controller):
+    """A domain that already carries the finalizer but not cdriver's UID label (reconciled by
+    upstream's controller before a switch) is labelled, so that kubelet plugins can watch it."""
+    cd = raw.create(CDS, compute_domain("cd1", namespace, "chan", mode=None), namespace)
+    cd["metadata"]["finalizers"] = [constants.FINALIZER]
+    cd = raw.update(CDS, cd)
+    start_controller(settings_for(driver_ns))
+
+    def labelled_now() -> dict | None:
+        now = get(raw, CDS, "cd1", namespace) or {"metadata": {}}
+        uid = (now["metadata"].get("labels") or {}).get(constants.LABEL_DOMAIN_UID)
+        return now if uid == cd["metadata"]["uid"] else None
+
+    assert wait_for("the UID label", labelled_now, 30)["metadata"]["finalizers"] == [constants.FINALIZER]
 
 
 def test_orphans_of_vanished_domains_are_cleaned_up(raw, namespace, driver_ns,

@@ -207,6 +207,31 @@ def test_waiting_prepare_answers_when_its_domain_is_deleted(
     assert f"ComputeDomain {namespace}/{cd['metadata']['name']} (UID {uid_of(cd)}) is being deleted" in res.error
 
 
+def test_a_domain_without_cdriver_s_label_is_found_beside_its_claim_and_its_deletion_still_seen(
+        plugin_factory: Callable[..., PluginProcess], raw: RawClient, namespace: str, node: SimNode,
+        driver_ns: str) -> None:
+    """A domain no cdriver controller labelled yet (upstream's controller during a switch): the
+    plugin finds it in its claim's namespace and watches it by name, so a waiting Prepare still
+    answers as soon as the domain is deleted."""
+    import threading
+
+    plugin = plugin_factory(node)
+    cd = make_cd(raw, namespace, labelled=False)
+    assert constants.LABEL_DOMAIN_UID not in (cd["metadata"].get("labels") or {})
+    claim = allocated_claim(raw, namespace, node.name, channel_params(cd))
+    set_clique_ready(raw, driver_ns, cd, node, status="NotReady")
+    answer: dict[str, Any] = {}
+    waiter = threading.Thread(target=lambda: answer.update(resp=Kubelet(plugin).prepare(claim)))
+    waiter.start()
+    wait_for("the node label (Prepare found the domain and is waiting)", lambda: node_label(raw, node) == uid_of(cd),
+             10)
+    raw.delete(CDS, cd["metadata"]["name"], namespace)
+    waiter.join(PREPARE_TIMEOUT + 5)
+    res = answer["resp"][uid_of(claim)]
+    assert not res.devices
+    assert f"ComputeDomain {namespace}/{cd['metadata']['name']} (UID {uid_of(cd)}) is being deleted" in res.error
+
+
 def test_ready_clique_wakes_waiting_prepare_and_unprepare_cleans_up(
         plugin_factory: Callable[..., PluginProcess], raw: RawClient, namespace: str, node: SimNode,
         driver_ns: str) -> None:

@@ -14,5 +14,5 @@ from cdriver.roles.kubelet_plugin.state import BackgroundEvents, PluginState
 def plugin_state(tmp_path: Path, **settings: str) -> PluginState:
     cfg = PluginConfig(node_name="node-a", cdi_root=tmp_path / "cdi", plugins_dir=tmp_path / "plugins", **settings)
     return PluginState(config=cfg, discovery=NodeDiscovery(channel_major=240, clique_id=""), raw=None,
-                       store=CheckpointStore(cfg.checkpoint_path, boot_id="boot-1"), cds=None, cliques=None,
+                       store=CheckpointStore(cfg.checkpoint_path, boot_id="boot-1"), domains=None, cliques=None,
                        node=None, metrics=PluginMetrics("node-a"), events=BackgroundEvents(None))

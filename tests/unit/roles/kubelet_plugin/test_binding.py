@@ -124,7 +124,7 @@ class Node:
 
     def hooks(self) -> binding.BindingHooks:
         return binding.BindingHooks(
-            clique_id=lambda: "x.1", compute_domain=lambda uid: CD if uid == CD_UID else None,
+            clique_id=lambda: "x.1", compute_domain=lambda uid, _ns: CD if uid == CD_UID else None,
             ensure_label=self.ensure, release_label=self.release,
             node_ready=lambda _plan: (self.ready, "the daemon has not joined its clique"),
             daemon_index=lambda _uid: 2 if self.ready else None, report=self.reports.append)

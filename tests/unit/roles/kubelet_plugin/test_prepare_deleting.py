@@ -26,8 +26,14 @@ class Objects:
     def __init__(self, obj: dict | None) -> None:
         self.obj = obj
 
-    def by_index(self, _index: str, _value: str) -> list[dict]:
-        return [self.obj] if self.obj is not None else []
+    def get(self, _uid: str) -> dict | None:
+        return self.obj
+
+    def lookup(self, _uid: str) -> tuple[bool, dict | None]:
+        return True, self.obj
+
+    def hint(self, _uid: str, _namespace: str) -> None:
+        pass
 
     def get_by_name(self, _name: str, _namespace: str | None = None) -> dict | None:
         return self.obj
@@ -63,7 +69,7 @@ def world(tmp_path: Path) -> tuple[Preparer, Claims, Objects]:
     claims = Claims()
     state = PluginState(config=cfg, discovery=NodeDiscovery(channel_major=240, clique_id=CLIQUE),
                         raw=claims, store=CheckpointStore(cfg.checkpoint_path, boot_id="boot-1"),  # type: ignore[arg-type]
-                        cds=cd, cliques=clique, node=node,  # type: ignore[arg-type]
+                        domains=cd, cliques=clique, node=node,  # type: ignore[arg-type]
                         metrics=PluginMetrics(NODE), events=BackgroundEvents(None))
     return Preparer(state), claims, cd
 
