@@ -16,6 +16,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from cdriver.kube.errors import ApiError
+
 log = logging.getLogger(__name__)
 
 
@@ -174,9 +176,14 @@ class WorkQueue:
                     failures = self._failures.get(key, 0) + 1
                     self._failures[key] = failures
                 delay = self.backoff_for(failures)
-                log.warning("%s: %s failed (attempt %d, retry in %.2fs): %s",
-                            self.name, key, failures, delay, exc,
-                            exc_info=log.isEnabledFor(logging.DEBUG))
+                if isinstance(exc, ApiError) and exc.conflict:
+                    # another client wrote the object since it was read: ordinary, and retried
+                    log.info("%s: %s changed while it was being written (attempt %d, retry in %.2fs): %s",
+                             self.name, key, failures, delay, exc)
+                else:
+                    log.warning("%s: %s failed (attempt %d, retry in %.2fs): %s",
+                                self.name, key, failures, delay, exc,
+                                exc_info=log.isEnabledFor(logging.DEBUG))
                 self._done(key)
                 self.add_after(key, delay)
                 continue

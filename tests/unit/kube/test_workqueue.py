@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import Counter
 
+from cdriver.kube.errors import ApiError
 from cdriver.kube.workqueue import RequeueAfter, WorkQueue
 
 
@@ -79,6 +81,31 @@ def test_failures_are_retried_then_forgotten_on_success() -> None:
     assert attempts["x"] == 3
     assert requeues_seen == [0, 1, 2]
     assert queue.num_requeues("x") == 0
+
+
+def test_a_conflict_is_retried_and_logged_without_a_traceback(caplog) -> None:
+    """A 409 (another client wrote the object since it was read) is ordinary: one info line, no
+    traceback even at debug verbosity; any other failure is a warning with its traceback."""
+    attempts: Counter[str] = Counter()
+
+    def handler(key: str) -> None:
+        attempts[key] += 1
+        if attempts[key] == 1:
+            raise ApiError(409, "Conflict", "the object has been modified")
+        if attempts[key] == 2:
+            raise RuntimeError("broken")
+
+    caplog.set_level(logging.DEBUG, logger="cdriver.kube.workqueue")
+    queue = run_queue(handler)
+    queue.start()
+    queue.add("x")
+    assert queue.wait_idle(10)
+    queue.stop()
+    assert attempts["x"] == 3
+    conflict, other = [r for r in caplog.records if "x" in r.getMessage()][:2]
+    assert (conflict.levelno, conflict.exc_info) == (logging.INFO, None)
+    assert "changed while it was being written" in conflict.getMessage()
+    assert other.levelno == logging.WARNING and other.exc_info is not None
 
 
 def test_backoff_is_exponential_capped_and_jittered() -> None:
