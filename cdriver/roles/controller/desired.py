@@ -20,6 +20,7 @@ from cdriver.api import constants
 from cdriver.checkout import TEMPLATES_DIR
 from cdriver.featuregates import ENV_FEATURE_GATES
 from cdriver.httpserve import LIVEZ, READYZ, STARTUPZ
+from cdriver.imex.config import IMEX_CMD_PORT, IMEX_SERVER_PORT
 from cdriver.kube.objects import being_deleted, finalizers_of, labels_of
 from cdriver.roles.controller import daemon_gates
 from cdriver.roles.controller.settings import ControllerSettings
@@ -208,6 +209,7 @@ def daemon_set(cd: DomainLike, settings: ControllerSettings, claim_template_name
         metrics_port=settings.daemon_metrics_port,
         metrics_path=DAEMON_METRICS_PATH,
         env_pod_ip=constants.ENV_POD_IP,
+        reserved_ports=f"{IMEX_SERVER_PORT},{IMEX_CMD_PORT}",
         update_strategy=daemon_gates.UPDATE_STRATEGY,
         annotation_gates_stamp=daemon_gates.ANNOTATION_GATES_SET_AT,
         gates_stamp=settings.started_at,

@@ -151,6 +151,14 @@ def test_daemon_pods_resolve_dotless_names_without_the_dns_search_list():
     assert "dnsPolicy" not in pod and "hostNetwork" not in pod
 
 
+def test_daemon_pods_reserve_the_imex_ports_from_the_ephemeral_range():
+    """50000 and 50005 lie in Linux's ephemeral port range: reserved in the pod's network
+    namespace (a safe sysctl), the daemon's own API connections can never take the port that
+    nvidia-imex is about to bind (which would block it for good)."""
+    pod = desired.daemon_set(domain(), settings(), "t")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["sysctls"] == [{"name": "net.ipv4.ip_local_reserved_ports", "value": "50000,50005"}]
+
+
 def test_daemon_pods_are_guaranteed_qos_with_priority_class():
     ds = desired.daemon_set(domain(), settings(daemon_cpu="250m", daemon_memory="128Mi",
                                                daemon_priority_class="imex-critical"), "t")
